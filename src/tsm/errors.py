@@ -1,0 +1,107 @@
+"""Every error tsm raises on purpose, in one tree.
+
+Catch :class:`TsmError` to handle anything tsm reports; catch a leaf to act on one thing a user can fix::
+
+    TsmError
+    ├── InvalidAppError            the AppDef breaks a rule (names the role and the field)
+    ├── InvalidRunOptionError      a run option is unknown, missing or of the wrong type
+    │   └── ConfigError            a config file is unreadable or has a bad key (names the file)
+    ├── MalformedAppHandleError    an app handle is not ``scheduler://session/app_id``
+    ├── UnknownAppError            no scheduler knows the handle (or it is gone)
+    ├── UnknownSchedulerError      no scheduler is registered under that name
+    ├── UnknownResourceError       no named resource is registered under that name
+    ├── ComponentError             a component cannot be used
+    │   ├── ComponentNotFoundError     no builtin, entry point or file function by that name
+    │   ├── ComponentImportError       the component's module raised while importing
+    │   └── ComponentArgumentError     its command-line arguments are wrong (carries the usage)
+    ├── SchedulerError             a scheduler could not do what was asked
+    │   ├── SchedulerUnavailableError  its system or client library is not there (says what to install)
+    │   └── SubmissionError            the scheduler refused the request
+    ├── StoreError                 the state store under $TSM_HOME cannot be read or written
+    └── TimerError                 an expiration timer request was refused or could not be delivered
+
+Messages are one line and say what to do; the CLI prints ``error: <message>`` and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class TsmError(Exception):
+    """Base of every error tsm raises on purpose."""
+
+
+class InvalidAppError(TsmError, ValueError):
+    """The app definition breaks a rule; the message names the role and the field."""
+
+
+class InvalidRunOptionError(TsmError, ValueError):
+    """A run option is unknown, required but missing, or of the wrong type."""
+
+
+class ConfigError(InvalidRunOptionError):
+    """A config file cannot be parsed or holds a bad section or key; the message names the file."""
+
+
+class MalformedAppHandleError(TsmError, ValueError):
+    """The string is not an app handle of the form ``scheduler://session/app_id``."""
+
+
+class UnknownAppError(TsmError, LookupError):
+    """No scheduler knows the app (never submitted, removed, or the scheduler forgot it)."""
+
+
+class UnknownSchedulerError(TsmError, LookupError):
+    """No scheduler is registered under the name asked for."""
+
+
+class UnknownResourceError(TsmError, LookupError):
+    """No named resource is registered under the name asked for."""
+
+
+class ComponentError(TsmError):
+    """A component cannot be found, imported or called."""
+
+
+class ComponentNotFoundError(ComponentError, LookupError):
+    """No builtin, entry point or ``file.py:function`` by that name."""
+
+
+class ComponentImportError(ComponentError, ImportError):
+    """The module that holds the component raised while being imported."""
+
+
+class ComponentArgumentError(ComponentError, ValueError):
+    """The component's arguments are wrong; ``usage`` holds the component's usage text."""
+
+    def __init__(self, message: str, usage: str = "") -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class SchedulerError(TsmError):
+    """A scheduler could not carry out a request."""
+
+
+class SchedulerUnavailableError(SchedulerError):
+    """The scheduler's system or client library is missing; the message says what to install or start."""
+
+
+class SubmissionError(SchedulerError):
+    """The scheduler refused the request it was given."""
+
+
+class StoreError(TsmError, OSError):
+    """The state store under ``$TSM_HOME`` cannot be read or written (full or read-only disk, bad permissions)."""
+
+
+class TimerError(TsmError):
+    """An expiration-timer request was refused by the server or could not be delivered to it."""
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""`` when none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""

@@ -1,0 +1,178 @@
+"""The one interface every backend implements, and the values it returns.
+
+A backend subclasses :class:`Scheduler`, implements the abstract methods, and registers a factory
+``create_scheduler(session_name: str, **kwargs) -> Scheduler`` under the entry-point group
+``tsm.schedulers``. The runner calls nothing else, so a new backend touches no other module.
+
+Flow: ``submit_dryrun(app, cfg)`` returns an :class:`AppDryRunInfo` (the request as a value);
+``schedule(info)`` submits exactly that request and returns the scheduler's app id.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, RoleStatus
+from tsm.specs.runopts import CfgVal, runopts
+from tsm.specs.validate import validate_app
+
+
+class Stream(str, enum.Enum):
+    """Which output of a replica to read: stdout, stderr, or both in the order they were written."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    COMBINED = "combined"
+
+
+@dataclass
+class DescribeAppResponse:
+    """What a scheduler knows of one app: state, message, per-role replica status, and the app if known."""
+
+    app_id: str
+    state: AppState = AppState.UNKNOWN
+    num_restarts: int = 0
+    msg: str = ""
+    structured_error_msg: str = ""
+    ui_url: str | None = None
+    roles_statuses: list[RoleStatus] = field(default_factory=list)
+    app: AppDef | None = None
+    created: float | None = None
+
+
+@dataclass
+class ListAppResponse:
+    """One row of :meth:`Scheduler.list`."""
+
+    app_id: str
+    state: AppState
+    app_handle: str = ""
+    name: str = ""
+    created: float | None = None
+
+
+class Scheduler(abc.ABC):
+    """A backend that runs apps: local processes, Slurm, Kubernetes, Ray, ...
+
+    Subclasses set ``backend`` and implement the abstract methods; ``submit`` and ``exists`` are built
+    on them. ``cancel`` must be idempotent: cancelling an ended app is not an error.
+    """
+
+    backend: str = ""
+
+    def __init__(self, backend: str, session_name: str) -> None:
+        self.backend = backend
+        self.session_name = session_name
+
+    # -- requests ----------------------------------------------------------------------------------
+    def submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal] | None = None) -> AppDryRunInfo:
+        """Validate ``app`` and ``cfg`` and return the request this scheduler would submit, unsubmitted."""
+        validate_app(app)
+        resolved = self.run_opts().resolve(cfg)
+        self._validate(app, resolved)
+        info = self._submit_dryrun(app, resolved)
+        info.app = app
+        info.cfg = resolved
+        info.scheduler = self.backend
+        return info
+
+    def submit(self, app: AppDef, cfg: Mapping[str, CfgVal] | None = None) -> str:
+        """Dry-run then schedule; returns the app id."""
+        return self.schedule(self.submit_dryrun(app, cfg))
+
+    def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:  # noqa: B027 (optional hook)
+        """Backend-specific checks before the request is built; raise InvalidAppError."""
+
+    @abc.abstractmethod
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo:
+        """Build the request for a validated app and resolved cfg."""
+
+    @abc.abstractmethod
+    def schedule(self, dryrun_info: AppDryRunInfo) -> str:
+        """Submit the request in ``dryrun_info`` unchanged; return the app id."""
+
+    @abc.abstractmethod
+    def run_opts(self) -> runopts:
+        """The run options this scheduler accepts."""
+
+    # -- queries -----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        """The app's current state, or None when this scheduler does not know it."""
+
+    def exists(self, app_id: str) -> bool:
+        """True when the scheduler knows the app."""
+        return self.describe(app_id) is not None
+
+    @abc.abstractmethod
+    def list(self) -> list[ListAppResponse]:
+        """The apps this scheduler knows of for the current user, newest first."""
+
+    @abc.abstractmethod
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterator[str]:
+        """Lines (each ending with a newline, but possibly the last) of replica ``k`` of ``role_name``.
+
+        ``should_tail`` follows the log until the replica ends, then stops.
+        """
+
+    def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
+        """Block until the app is terminal or ``timeout`` passes; return its description.
+
+        The default backs off from 0.1 s to 5 s between :meth:`describe` calls; backends with an event
+        (the local scheduler) override it.
+        """
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.1
+        while True:
+            desc = self.describe(app_id)
+            if desc is None or desc.state.is_terminal:
+                return desc
+            if deadline is not None and time.monotonic() >= deadline:
+                return desc
+            pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)
+            delay = min(delay * 1.5, 5.0)
+
+    @abc.abstractmethod
+    def cancel(self, app_id: str) -> None:
+        """Stop the app if it still runs; idempotent."""
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release clients and connections; the scheduler is not used after this."""
+
+
+def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterator[str]:
+    """Yield the lines that contain a match of ``regex`` (all lines when None)."""
+    if not regex:
+        yield from lines
+        return
+    pattern = re.compile(regex)
+    for line in lines:
+        if pattern.search(line):
+            yield line
+
+
+def split_lines(text: str) -> list[str]:
+    """Split on ``\\n`` only, keeping the newline; a last line without one is kept as is."""
+    parts = text.split("\n")
+    out = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out

@@ -1,0 +1,192 @@
+"""Typed scheduler run options: declared once with a type, default and help; resolved against user cfg.
+
+A scheduler declares its options with :meth:`runopts.add`; :meth:`runopts.resolve` checks a user's
+``cfg`` (unknown keys get a did-you-mean, wrong types name the expected type, required options must be
+given) and fills in defaults. :func:`parse_cfg_value` reads the command line's string forms:
+``a,b`` for ``list[str]`` and ``k:v,k2:v2`` for ``dict[str, str]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Union
+
+from tsm.errors import InvalidRunOptionError, did_you_mean
+
+CfgVal = Union[str, int, float, bool, list[str], dict[str, str], None]
+
+_TYPES: dict[Any, str] = {
+    str: "str",
+    int: "int",
+    float: "float",
+    bool: "bool",
+    list[str]: "list[str]",
+    dict[str, str]: "dict[str, str]",
+}
+
+
+def type_name(type_: Any) -> str:
+    """The name of a run-option type as users read it (``list[str]``)."""
+    return _TYPES.get(type_, getattr(type_, "__name__", str(type_)))
+
+
+def is_type(value: Any, type_: Any) -> bool:
+    """True when ``value`` is of run-option type ``type_`` (bool is not an int; an int is a float)."""
+    if type_ is bool:
+        return isinstance(value, bool)
+    if type_ is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_ is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if type_ is str:
+        return isinstance(value, str)
+    if type_ == list[str]:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if type_ == dict[str, str]:
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        )
+    raise InvalidRunOptionError(f"unsupported run option type {type_!r}")
+
+
+def parse_cfg_value(name: str, text: str, type_: Any) -> CfgVal:
+    """Parse the command-line string form of option ``name`` into ``type_``; raise a clear error if it can't."""
+    try:
+        if type_ is str:
+            return text
+        if type_ is bool:
+            low = text.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if type_ is int:
+            return int(text)
+        if type_ is float:
+            return float(text)
+        if type_ == list[str]:
+            return [p for p in (s.strip() for s in text.split(",")) if p]
+        if type_ == dict[str, str]:
+            out: dict[str, str] = {}
+            for pair in filter(None, (s.strip() for s in text.split(","))):
+                k, sep, v = pair.partition(":")
+                if not sep or not k:
+                    raise ValueError(pair)
+                out[k.strip()] = v.strip()
+            return out
+    except ValueError:
+        pass
+    else:
+        raise InvalidRunOptionError(f"run option '{name}' has unsupported type {type_!r}")
+    example = {bool: "true or false", list[str]: "a,b,c", dict[str, str]: "key:value,key2:value2"}
+    hint = example.get(type_, type_name(type_))
+    raise InvalidRunOptionError(
+        f"run option '{name}' expects {type_name(type_)} ({hint}), got {text!r}"
+    )
+
+
+@dataclass(frozen=True)
+class runopt:  # noqa: N801 (mirrors the runopts container name)
+    """One declared option: its type, default, whether it is required, and its help."""
+
+    name: str
+    type_: Any
+    default: CfgVal
+    required: bool
+    help: str
+
+
+class runopts:  # noqa: N801 (established name)
+    """The options a scheduler accepts; printing it gives a help table."""
+
+    def __init__(self) -> None:
+        self._opts: dict[str, runopt] = {}
+
+    def add(
+        self,
+        name: str,
+        type_: Any,
+        help: str,
+        default: CfgVal = None,
+        required: bool = False,
+    ) -> None:
+        """Declare option ``name``; a required option may not have a default."""
+        if type_ not in _TYPES:
+            raise InvalidRunOptionError(
+                f"run option '{name}': type must be one of {', '.join(_TYPES.values())}"
+            )
+        if required and default is not None:
+            raise InvalidRunOptionError(f"run option '{name}' is required and so cannot have a default")
+        if default is not None and not is_type(default, type_):
+            raise InvalidRunOptionError(
+                f"run option '{name}': default {default!r} is not of type {type_name(type_)}"
+            )
+        self._opts[name] = runopt(name, type_, default, required, help)
+
+    def get(self, name: str) -> runopt | None:
+        """The declared option ``name``, or None."""
+        return self._opts.get(name)
+
+    def __iter__(self) -> Iterator[tuple[str, runopt]]:
+        return iter(self._opts.items())
+
+    def __len__(self) -> int:
+        return len(self._opts)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._opts
+
+    def update(self, other: runopts) -> None:
+        """Add every option of ``other`` (later declarations win)."""
+        self._opts.update(other._opts)
+
+    def resolve(self, cfg: Mapping[str, CfgVal] | None) -> dict[str, CfgVal]:
+        """Check ``cfg`` against the declarations and return it complete with defaults.
+
+        String values for non-string options are parsed with :func:`parse_cfg_value`, so config files
+        and the command line may give ``"true"`` or ``"a,b"``.
+        """
+        cfg = dict(cfg or {})
+        for key in cfg:
+            if key not in self._opts:
+                known = ", ".join(sorted(self._opts)) or "none"
+                raise InvalidRunOptionError(
+                    f"unknown run option '{key}'{did_you_mean(key, self._opts)}; known options: {known}"
+                )
+        out: dict[str, CfgVal] = {}
+        for name, opt in self._opts.items():
+            if name in cfg and cfg[name] is not None:
+                val = cfg[name]
+                if isinstance(val, str) and opt.type_ is not str:
+                    val = parse_cfg_value(name, val, opt.type_)
+                if not is_type(val, opt.type_):
+                    raise InvalidRunOptionError(
+                        f"run option '{name}' expects {type_name(opt.type_)}, got {type(val).__name__} {val!r}"
+                    )
+                if opt.type_ is float:
+                    val = float(val)  # type: ignore[arg-type]
+                out[name] = val
+            elif opt.required:
+                raise InvalidRunOptionError(
+                    f"run option '{name}' is required: pass it with -c {name}=<{type_name(opt.type_)}> ({opt.help})"
+                )
+            else:
+                out[name] = opt.default
+        return out
+
+    def __str__(self) -> str:
+        if not self._opts:
+            return "    (no run options)"
+        rows = [("name", "type", "default", "help")]
+        for name, o in self._opts.items():
+            default = "(required)" if o.required else repr(o.default)
+            rows.append((name, type_name(o.type_), default, o.help))
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        return "\n".join(
+            "    " + "  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows
+        )
+
+    def __repr__(self) -> str:
+        return f"runopts({list(self._opts)})"
