@@ -154,6 +154,13 @@ class Scheduler(abc.ABC):
     def cancel(self, app_id: str) -> None:
         """Stop the app if it still runs; idempotent."""
 
+    def remove(self, app_id: str) -> bool:
+        """Delete what this scheduler keeps of an ended app (state, logs); True if anything was removed.
+
+        The default keeps nothing locally, so there is nothing to remove.
+        """
+        return False
+
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release clients and connections; the scheduler is not used after this."""
 

@@ -1,0 +1,137 @@
+"""Helpers the subcommands share: cfg parsing, handle paths, time parsing, log streaming."""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from tsm.errors import InvalidRunOptionError, MalformedAppHandleError
+
+if TYPE_CHECKING:
+    from tsm.runner.api import Runner
+
+
+def parse_cfg(text: str | None) -> dict[str, str]:
+    """``-c k=v,k2=a,b`` -> ``{"k": "v", "k2": "a,b"}``: a piece without ``=`` continues the previous value."""
+    out: dict[str, str] = {}
+    last: str | None = None
+    for piece in (text or "").split(","):
+        if "=" in piece:
+            key, _, value = piece.partition("=")
+            key = key.strip()
+            if not key:
+                raise InvalidRunOptionError(f"-c: empty option name in {text!r}; use -c name=value,name2=value2")
+            out[key] = value.strip()
+            last = key
+        elif last is not None:
+            out[last] += "," + piece.strip()
+        elif piece.strip():
+            raise InvalidRunOptionError(f"-c: {piece!r} is not name=value; use -c name=value,name2=value2")
+    return out
+
+
+def add_cfg_args(parser: Any) -> None:
+    """``-s/--scheduler`` and ``-c/--cfg`` as run and dryrun take them."""
+    parser.add_argument("-s", "--scheduler", help="scheduler to use (default: config file's, else local)")
+    parser.add_argument("-c", "--cfg", help="run options: name=value,name2=value2 (see tsm runopts)")
+
+
+def split_handle_path(text: str) -> tuple[str, str | None, int | None]:
+    """``scheduler://session/app_id[/role[/k]]`` -> (handle, role, k)."""
+    scheme, sep, rest = text.partition("://")
+    parts = rest.split("/") if sep else []
+    if not sep or len(parts) < 2 or len(parts) > 4:
+        raise MalformedAppHandleError(
+            f"malformed app handle {text!r}: expected scheduler://session/app_id[/role[/replica]]"
+        )
+    handle = f"{scheme}://{parts[0]}/{parts[1]}"
+    role = parts[2] if len(parts) > 2 and parts[2] else None
+    k = None
+    if len(parts) > 3 and parts[3]:
+        if not parts[3].isdigit():
+            raise MalformedAppHandleError(f"replica index {parts[3]!r} in {text!r} must be a number")
+        k = int(parts[3])
+    return handle, role, k
+
+
+_REL = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+def parse_time(text: str | None, flag: str) -> datetime | None:
+    """An ISO time (``2026-11-21T10:00``) or a duration ago (``30s``, ``5m``, ``2h``, ``1d``)."""
+    if not text:
+        return None
+    m = _REL.match(text.strip())
+    if m:
+        unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[m.group(2)]
+        return datetime.now() - timedelta(**{unit: float(m.group(1))})
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidRunOptionError(
+            f"{flag} {text!r}: use an ISO time (2026-11-21T10:00:00) or a duration ago (30s, 5m, 2h, 1d)"
+        ) from None
+
+
+def stream_logs(
+    runner: Runner,
+    handle: str,
+    targets: list[tuple[str, int]],
+    tail: bool,
+    prefix: bool,
+    out: Callable[[str], None] | None = None,
+    **kwargs: Any,
+) -> list[BaseException]:
+    """Print the lines of every ``(role, k)`` target, prefixed ``role/k``, one thread per replica.
+
+    Returns the errors the threads met (printing goes on for the others).
+    """
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    write = out or sys.stdout.write
+
+    def pump(role: str, k: int) -> None:
+        tag = f"{role}/{k} " if prefix else ""
+        try:
+            for line in runner.log_lines(handle, role, k, should_tail=tail, **kwargs):
+                if not line.endswith("\n"):
+                    line += "\n"
+                with lock:
+                    write(tag + line)
+        except BaseException as e:  # noqa: BLE001 - reported by the caller
+            errors.append(e)
+        finally:
+            with lock:
+                sys.stdout.flush()
+
+    if len(targets) == 1:
+        pump(*targets[0])
+        return errors
+    threads = [threading.Thread(target=pump, args=t, daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def replica_targets(runner: Runner, handle: str, role: str | None, k: int | None) -> list[tuple[str, int]]:
+    """Every (role, replica) of the app, narrowed to ``role``/``k`` when given."""
+    status = runner.status(handle)
+    out = []
+    for rs in status.roles:
+        if role is not None and rs.role != role:
+            continue
+        for rep in rs.replicas:
+            if k is None or rep.id == k:
+                out.append((rs.role, rep.id))
+    if not out and role is not None:
+        from tsm.errors import UnknownAppError
+
+        roles = ", ".join(f"{rs.role} ({len(rs.replicas)})" for rs in status.roles)
+        raise UnknownAppError(f"{handle} has no replica {role}/{'*' if k is None else k}; roles: {roles}")
+    return out

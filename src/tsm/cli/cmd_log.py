@@ -1,0 +1,51 @@
+"""``tsm log HANDLE[/ROLE[/K]]``: print (or follow with -f) replica logs, prefixed ``role/k``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from tsm.cli._common import parse_time, replica_targets, split_handle_path, stream_logs
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("log", help="print an app's logs", description="Print the logs of every replica, of one "
+                       "role (HANDLE/ROLE) or of one replica (HANDLE/ROLE/K).")
+    p.add_argument("target", help="scheduler://session/app_id[/role[/replica]]")
+    p.add_argument("-f", "--follow", action="store_true", help="follow until the replicas end")
+    p.add_argument("--regex", help="only lines matching this regular expression")
+    p.add_argument("--streams", choices=["stdout", "stderr", "combined"], help="which output (default combined)")
+    p.add_argument("--since", help="only lines after this time: ISO time or duration ago (5m)")
+    p.add_argument("--until", help="only lines before this time: ISO time or duration ago")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import re
+
+    from tsm.errors import InvalidRunOptionError
+    from tsm.runner.api import get_runner
+    from tsm.schedulers.api import Stream
+
+    handle, role, k = split_handle_path(args.target)
+    if args.regex:
+        try:
+            re.compile(args.regex)
+        except re.error as e:
+            raise InvalidRunOptionError(f"--regex {args.regex!r} is not a valid regular expression: {e}") from None
+    since, until = parse_time(args.since, "--since"), parse_time(args.until, "--until")
+    with get_runner(args.session) as runner:
+        targets = replica_targets(runner, handle, role, k)
+        errors = stream_logs(
+            runner, handle, targets, tail=args.follow, prefix=len(targets) > 1 or role is None,
+            regex=args.regex, since=since, until=until, streams=Stream(args.streams) if args.streams else None,
+        )
+    for e in errors:
+        from tsm.errors import TsmError
+
+        if isinstance(e, TsmError):
+            raise e
+        raise e
+    sys.stdout.flush()
+    return 0

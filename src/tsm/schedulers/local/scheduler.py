@@ -1,0 +1,530 @@
+"""The local scheduler: apps run as processes on this machine, owned by a detached supervisor.
+
+Each app gets ``$TSM_HOME/local/<app_id>/`` holding its request (``request.json``), the supervisor's
+socket and, unless ``log_dir`` says otherwise, its logs. Its state lives in the store, so any process
+can describe, wait on, tail or cancel an app through its handle. See ``supervisor.py`` for the process
+that owns a running app and ``logs.py`` for the log layout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import select
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tsm.errors import InvalidAppError, SubmissionError, UnknownAppError
+from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from tsm.schedulers.local import _os
+from tsm.schedulers.local.logs import STDERR, STDOUT, read_lines, replica_dir
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus, macros
+from tsm.specs.runopts import CfgVal, runopts
+from tsm.store import Store, tsm_home
+
+_TERMINAL_SQL = "(4, 5, 6)"
+
+
+@dataclass
+class LocalReplicaRequest:
+    """One process to start: its command (verbatim argv), working directory and env additions."""
+
+    idx: int
+    cmd: list[str]
+    cwd: str | None
+    env: dict[str, str]
+
+
+@dataclass
+class LocalRoleRequest:
+    """The replicas of one role and what to do when one fails."""
+
+    name: str
+    max_retries: int
+    retry_policy: str
+    port_names: list[str]
+    replicas: list[LocalReplicaRequest] = field(default_factory=list)
+
+
+@dataclass
+class LocalRequest:
+    """Everything the supervisor needs; ``base_env`` (the caller's environment) is filled at schedule."""
+
+    app_id: str
+    app_name: str
+    session: str
+    app_dir: str
+    log_dir: str
+    grace_period: float
+    roles: list[LocalRoleRequest]
+    spec: dict[str, Any]
+    base_env: dict[str, str] = field(default_factory=dict)
+
+
+def format_request(req: LocalRequest) -> str:
+    """The request as shell-like lines a person can read (and paste): one per replica."""
+    lines = [f"# local app {req.app_id}: logs in {req.log_dir}, grace period {req.grace_period:g}s"]
+    for role in req.roles:
+        policy = f"max_retries={role.max_retries} retry_policy={role.retry_policy}"
+        lines.append(f"# role {role.name}: {len(role.replicas)} replica(s), {policy}")
+        for rep in role.replicas:
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(rep.env.items()))
+            ports = "".join(f" TSM_PORT_{p.upper()}=<free port>" for p in role.port_names)
+            cd = f"cd {shlex.quote(rep.cwd)} && " if rep.cwd else ""
+            lines.append(f"{role.name}/{rep.idx}: {cd}env {env}{ports} {shlex.join(rep.cmd)}")
+    return "\n".join(lines)
+
+
+def detect_gpus() -> list[str]:
+    """GPU ids visible here: ``CUDA_VISIBLE_DEVICES`` if set, else ``nvidia-smi``, else none."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d for d in (s.strip() for s in visible.split(",")) if d and d != "-1"]
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def assign_gpus(roles: list[Role], devices: list[str]) -> dict[tuple[str, int], list[str]]:
+    """Give each replica of a GPU role its own slice of ``devices``, in role order.
+
+    Returns ``{(role, replica): [device ids]}``; raises :class:`InvalidAppError` when the app asks for
+    more GPUs than ``devices`` holds. With no devices at all nothing is assigned (CPU machine).
+    """
+    if not devices:
+        return {}
+    need = sum(r.resource.gpu * r.num_replicas for r in roles if r.resource.gpu > 0)
+    if need > len(devices):
+        raise InvalidAppError(
+            f"the app asks for {need} GPU(s) but this machine has {len(devices)} ({','.join(devices)}); "
+            "lower gpu or num_replicas, or pass -c auto_set_cuda_visible_devices=false"
+        )
+    out: dict[tuple[str, int], list[str]] = {}
+    pos = 0
+    for role in roles:
+        if role.resource.gpu <= 0:
+            continue
+        for i in range(role.num_replicas):
+            out[(role.name, i)] = devices[pos : pos + role.resource.gpu]
+            pos += role.resource.gpu
+    return out
+
+
+class LocalScheduler(Scheduler):
+    """Runs apps as local processes under a detached supervisor; the default scheduler."""
+
+    def __init__(self, session_name: str, backend: str = "local") -> None:
+        super().__init__(backend, session_name)
+        self._store: Store | None = None
+        self._launchers: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store()
+        return self._store
+
+    def run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add("log_dir", str, "directory for the app's logs (a folder per app is made in it); default $TSM_HOME/local/<app_id>/logs")
+        opts.add("prepend_cwd", bool, "put the current directory first on the replicas' PATH", default=False)
+        opts.add(
+            "auto_set_cuda_visible_devices", bool,
+            "give each replica of a GPU role its own CUDA_VISIBLE_DEVICES slice of this machine's GPUs", default=True,
+        )
+        opts.add("grace_period", float, "seconds between SIGTERM and SIGKILL when stopping replicas", default=10.0)
+        opts.add("cwd", str, "working directory of replicas whose image is not a directory; default the current one")
+        return opts
+
+    # -- dry run -----------------------------------------------------------------------------------
+    def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+        grace = cfg.get("grace_period")
+        if isinstance(grace, float) and grace < 0:
+            raise InvalidAppError(f"grace_period must be >= 0 seconds, got {grace}")
+        for role in app.roles:
+            if role.image and not os.path.isdir(role.image):
+                raise InvalidAppError(
+                    f"role '{role.name}': image {role.image!r} is not a directory; the local scheduler runs "
+                    "replicas in a directory (leave image empty for the current one)"
+                )
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo:
+        app_id = f"{app.name}-{secrets.token_hex(4)}"
+        app_dir = str(tsm_home() / "local" / app_id)
+        log_dir = os.path.join(os.path.abspath(str(cfg["log_dir"])), app_id) if cfg.get("log_dir") else os.path.join(app_dir, "logs")
+        default_cwd = os.path.abspath(str(cfg["cwd"])) if cfg.get("cwd") else os.getcwd()
+        gpus = assign_gpus(app.roles, detect_gpus()) if cfg.get("auto_set_cuda_visible_devices") else {}
+        roles = []
+        for role in app.roles:
+            img_root = os.path.abspath(role.image) if role.image else default_cwd
+            rreq = LocalRoleRequest(role.name, role.max_retries, role.retry_policy.value, sorted(role.port_map))
+            path_prefix = []
+            if role.image:
+                path_prefix.append(img_root)
+            if cfg.get("prepend_cwd"):
+                path_prefix.append(os.getcwd())
+            for i in range(role.num_replicas):
+                r = macros.Values(img_root=img_root, app_id=app_id, replica_id=str(i)).apply(role)
+                env = dict(r.env)
+                env.update({
+                    "TSM_APP_ID": app_id,
+                    "TSM_ROLE_NAME": role.name,
+                    "TSM_REPLICA_ID": str(i),
+                    "TSM_NUM_REPLICAS": str(role.num_replicas),
+                    "TSM_RANK0_HOST": "localhost",
+                    "PYTHONUNBUFFERED": "1",
+                })
+                if path_prefix:
+                    env["PATH"] = os.pathsep.join(path_prefix + [os.environ.get("PATH", os.defpath)])
+                if (role.name, i) in gpus:
+                    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
+                rreq.replicas.append(LocalReplicaRequest(i, [r.entrypoint, *r.args], img_root, env))
+            self._check_entrypoint(role, rreq)
+            roles.append(rreq)
+        req = LocalRequest(
+            app_id=app_id, app_name=app.name, session=self.session_name, app_dir=app_dir, log_dir=log_dir,
+            grace_period=float(cfg["grace_period"]), roles=roles, spec=app.to_dict(),  # type: ignore[arg-type]
+        )
+        return AppDryRunInfo(request=req, fmt=format_request)
+
+    @staticmethod
+    def _check_entrypoint(role: Role, rreq: LocalRoleRequest) -> None:
+        rep = rreq.replicas[0]
+        exe = rep.cmd[0]
+        path = rep.env.get("PATH", os.environ.get("PATH", os.defpath))
+        if os.sep in exe:
+            target = exe if os.path.isabs(exe) else os.path.join(rep.cwd or os.getcwd(), exe)
+            ok = os.path.isfile(target) and os.access(target, os.X_OK)
+        else:
+            ok = shutil.which(exe, path=path) is not None
+        if not ok:
+            raise InvalidAppError(
+                f"role '{role.name}': entrypoint {exe!r} is not an executable file or a command on PATH"
+            )
+
+    # -- schedule ----------------------------------------------------------------------------------
+    def schedule(self, dryrun_info: AppDryRunInfo) -> str:
+        req: LocalRequest = dryrun_info.request
+        req.base_env = dict(os.environ)
+        os.makedirs(req.app_dir, mode=0o700)
+        os.makedirs(req.log_dir, mode=0o700, exist_ok=True)
+        data = json.dumps(asdict(req)).encode()
+        fd = os.open(os.path.join(req.app_dir, "request.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        now = time.time()
+        stmts: list[tuple[str, tuple[Any, ...]]] = [(
+            "INSERT INTO local_apps (app_id, session, name, state, created, app_dir, log_dir, spec) VALUES (?,?,?,?,?,?,?,?)",
+            (req.app_id, req.session, req.app_name, int(AppState.SUBMITTED), now, req.app_dir, req.log_dir,
+             json.dumps(req.spec)),
+        )]
+        for role in req.roles:
+            for rep in role.replicas:
+                stmts.append((
+                    "INSERT INTO local_replicas (app_id, role, idx, state) VALUES (?,?,?,?)",
+                    (req.app_id, role.name, rep.idx, int(AppState.SUBMITTED)),
+                ))
+        self.store.write(stmts)
+        self._spawn_supervisor(req)
+        return req.app_id
+
+    def _spawn_supervisor(self, req: LocalRequest) -> None:
+        # The supervisor needs only the standard library and tsm, so it starts without site-packages.
+        pkg_parent = str(Path(__file__).resolve().parents[3])
+        code = (
+            "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+            "from tsm.schedulers.local.supervisor import main; sys.exit(main())"
+        )
+        r, w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-S", "-c", code, pkg_parent, req.app_dir, str(w)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=open(os.path.join(req.app_dir, "supervisor.log"), "ab"),  # noqa: SIM115
+                start_new_session=True, pass_fds=(w,), close_fds=True,
+            )
+        finally:
+            os.close(w)
+        try:
+            ready = b""
+            deadline = time.monotonic() + 30.0
+            while not ready and time.monotonic() < deadline:
+                rl, _, _ = select.select([r], [], [], deadline - time.monotonic())
+                if rl:
+                    ready = os.read(r, 1) or b"EOF"
+        finally:
+            os.close(r)
+        self._launchers = [p for p in self._launchers if p.poll() is None]
+        self._launchers.append(proc)
+        if ready != b"R":
+            with contextlib.suppress(OSError):
+                proc.kill()
+            detail = ""
+            with contextlib.suppress(OSError):
+                detail = Path(req.app_dir, "supervisor.log").read_text().strip().splitlines()[-1]
+            self.store.write([(
+                "UPDATE local_apps SET state=?, msg=?, ended=? WHERE app_id=?",
+                (int(AppState.FAILED), f"supervisor failed to start: {detail or 'no output'}", time.time(), req.app_id),
+            )])
+            raise SubmissionError(
+                f"the local supervisor for {req.app_id} failed to start ({detail or 'no output'}); "
+                f"see {req.app_dir}/supervisor.log"
+            )
+
+    # -- queries -----------------------------------------------------------------------------------
+    def _app_row(self, app_id: str) -> Any:
+        rows = self.store.query("SELECT * FROM local_apps WHERE app_id=?", (app_id,))
+        return rows[0] if rows else None
+
+    def _reconcile(self, row: Any) -> Any:
+        """Mark an app whose supervisor is gone without a terminal state FAILED; return the fresh row."""
+        if row["state"] in (4, 5, 6) or row["sup_pid"] is None:
+            if row["state"] == int(AppState.SUBMITTED) and row["sup_pid"] is None and time.time() - row["created"] > 60:
+                pass  # never started and never failed: the caller died between insert and spawn
+            else:
+                return row
+        if row["sup_pid"] is not None and _os.is_alive(row["sup_pid"], row["sup_start"]):
+            return row
+        if row["sup_pid"] is None and time.time() - row["created"] < 60:
+            return row  # still starting
+        now = time.time()
+        msg = "supervisor died; its replicas were stopped" if row["sup_pid"] else "supervisor never started"
+        self.store.write([
+            (
+                f"UPDATE local_replicas SET state=5, ended=COALESCE(ended, ?), error=CASE WHEN error='' THEN 'supervisor died' ELSE error END "
+                f"WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
+                (now, row["app_id"]),
+            ),
+            (
+                f"UPDATE local_apps SET state=5, ended=?, msg=? WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
+                (now, msg, row["app_id"]),
+            ),
+        ])
+        return self._app_row(row["app_id"])
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        row = self._app_row(app_id)
+        if row is None:
+            return None
+        row = self._reconcile(row)
+        spec = json.loads(row["spec"])
+        reps = self.store.query("SELECT * FROM local_replicas WHERE app_id=? ORDER BY rowid", (app_id,))
+        roles: dict[str, RoleStatus] = {r["name"]: RoleStatus(r["name"]) for r in spec["roles"]}
+        host = socket.gethostname()
+        for rep in reps:
+            roles.setdefault(rep["role"], RoleStatus(rep["role"])).replicas.append(
+                ReplicaStatus(
+                    id=rep["idx"], role=rep["role"], state=AppState(rep["state"]), hostname=host,
+                    exit_code=rep["exit_code"], error_msg=rep["error"], restarts=rep["restarts"], pid=rep["pid"],
+                )
+            )
+        return DescribeAppResponse(
+            app_id=app_id, state=AppState(row["state"]), num_restarts=row["num_restarts"], msg=row["msg"],
+            roles_statuses=list(roles.values()), app=AppDef.from_dict(spec), created=row["created"],
+            ui_url=f"file://{row['log_dir']}",
+        )
+
+    def list(self) -> list[ListAppResponse]:
+        rows = self.store.query(
+            "SELECT app_id, session, name, state, created, sup_pid, sup_start FROM local_apps ORDER BY created DESC"
+        )
+        out = []
+        for row in rows:
+            state = AppState(row["state"])
+            if not state.is_terminal and row["sup_pid"] and not _os.is_alive(row["sup_pid"], row["sup_start"]):
+                full = self._reconcile(self._app_row(row["app_id"]))
+                state = AppState(full["state"])
+            out.append(ListAppResponse(
+                app_id=row["app_id"], state=state, name=row["name"], created=row["created"],
+                app_handle=f"{self.backend}://{row['session']}/{row['app_id']}",
+            ))
+        return out
+
+    # -- events ------------------------------------------------------------------------------------
+    def _connect(self, app_id: str, app_dir: str) -> socket.socket | None:
+        """A connection to the app's supervisor, or None when it is not running."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        addr, dfd = _os.unix_address(os.path.join(app_dir, "sock"))
+        try:
+            sock.connect(addr)
+            return sock
+        except OSError:
+            sock.close()
+            return None
+        finally:
+            if dfd is not None:
+                os.close(dfd)
+
+    def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
+        """Block until the app ends (told by its supervisor, not by polling) or ``timeout`` passes."""
+        row = self._app_row(app_id)
+        if row is None:
+            return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        sock = self._connect(app_id, row["app_dir"])
+        try:
+            while True:
+                row = self._reconcile(self._app_row(app_id))
+                if row["state"] in (4, 5, 6):
+                    break
+                if sock is None:
+                    # Not reachable: starting (no socket yet) or just died; look again shortly.
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    time.sleep(0.01 if left is None else min(0.01, left))
+                    sock = self._connect(app_id, row["app_dir"])
+                    continue
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                readable, _, _ = select.select([sock], [], [], left)
+                if readable:
+                    try:
+                        data = sock.recv(65536)
+                    except OSError:
+                        data = b""
+                    if not data:  # the supervisor exited: its last state is in the store
+                        sock.close()
+                        sock = None
+                        row = self._reconcile(self._app_row(app_id))
+                        if row["state"] not in (4, 5, 6):
+                            time.sleep(0.005)
+                        continue
+                    if b"S" not in data:
+                        continue
+        finally:
+            if sock is not None:
+                sock.close()
+        return self.describe(app_id)
+
+    def cancel(self, app_id: str) -> None:
+        """Ask the supervisor to stop the app and return once it has ended; nothing if it already has."""
+        row = self._app_row(app_id)
+        if row is None:
+            raise UnknownAppError(f"unknown local app '{app_id}'")
+        if row["state"] in (4, 5, 6):
+            return
+        sock = self._connect(app_id, row["app_dir"])
+        if sock is None:
+            self._reconcile(row)
+            return
+        try:
+            sock.sendall(b"cancel\n")
+        except OSError:
+            pass
+        finally:
+            sock.close()
+        self.wait(app_id)
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterator[str]:
+        row = self._app_row(app_id)
+        if row is None:
+            raise UnknownAppError(f"unknown local app '{app_id}'")
+        spec = json.loads(row["spec"])
+        roles = {r["name"]: r["num_replicas"] for r in spec["roles"]}
+        if role_name not in roles:
+            raise UnknownAppError(f"app '{app_id}' has no role '{role_name}' (roles: {', '.join(roles)})")
+        if not 0 <= k < roles[role_name]:
+            raise UnknownAppError(f"role '{role_name}' of '{app_id}' has replicas 0..{roles[role_name] - 1}, not {k}")
+        stream = Stream(streams) if streams is not None else Stream.COMBINED
+        codes = {Stream.STDOUT: frozenset({STDOUT}), Stream.STDERR: frozenset({STDERR})}.get(stream, frozenset({STDOUT, STDERR}))
+        rdir = replica_dir(row["log_dir"], role_name, k)
+        wait_more = self._tail_waiter(app_id, row, role_name, k) if should_tail else None
+        return read_lines(
+            rdir, codes, regex=regex,
+            since=since.timestamp() if since else None, until=until.timestamp() if until else None,
+            wait_more=wait_more,
+        )
+
+    def _tail_waiter(self, app_id: str, row: Any, role: str, k: int) -> Any:
+        """A ``wait_more`` for :func:`read_lines`: blocks for the supervisor's next event."""
+        state: dict[str, Any] = {"sock": self._connect(app_id, row["app_dir"]), "first": True}
+
+        def replica_running() -> bool:
+            rows = self.store.query(
+                "SELECT state FROM local_replicas WHERE app_id=? AND role=? AND idx=?", (app_id, role, k)
+            )
+            app = self._reconcile(self._app_row(app_id))
+            if app["state"] in (4, 5, 6):
+                return False
+            return bool(rows) and rows[0]["state"] not in (4, 5, 6)
+
+        def wait_more() -> bool:
+            sock: socket.socket | None = state["sock"]
+            if state["first"]:
+                state["first"] = False
+                if replica_running():
+                    return True
+            while sock is not None:
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    sock.close()
+                    state["sock"] = None
+                    return False
+                if b"S" in data and not replica_running():
+                    sock.close()
+                    state["sock"] = None
+                    return False
+                if b"L" in data:
+                    return True
+            return False
+
+        return wait_more
+
+    def remove(self, app_id: str) -> bool:
+        """Delete an ended app's directory, logs and records; a running app is refused."""
+        row = self._app_row(app_id)
+        if row is None:
+            return False
+        row = self._reconcile(row)
+        if row["state"] not in (4, 5, 6):
+            raise SubmissionError(f"local app '{app_id}' is still {AppState(row['state']).name}; cancel it first")
+        for path in (row["log_dir"], row["app_dir"]):
+            shutil.rmtree(path, ignore_errors=True)
+        self.store.write([
+            ("DELETE FROM local_replicas WHERE app_id=?", (app_id,)),
+            ("DELETE FROM local_apps WHERE app_id=?", (app_id,)),
+        ])
+        return True
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
+    """Factory registered as ``local`` (and its alias ``local_cwd``)."""
+    return LocalScheduler(session_name, **kwargs)

@@ -1,0 +1,114 @@
+"""The seed Training Session Manager API, kept working as thin aliases over specs and the runner.
+
+A program written for the original TSM runs after changing only its import line::
+
+    import tsm
+
+    container = tsm.Container(image="/path/to/code").require(tsm.Resource(cpu=1, gpu=0, memMB=512))
+    reader = tsm.Role("reader").runs("reader.py", "--shards", "8", LOGLEVEL="INFO").on(container).replicas(1)
+    trainer = tsm.ElasticRole("trainer", nproc_per_node=2, nnodes="1:2").runs("train.py").on(container).replicas(2)
+    app = tsm.Application("my_app").of(reader, trainer)
+    session = tsm.session("my_session")
+    handle = session.run(app, scheduler="local", cfg=tsm.RunConfig())
+    print(session.wait(handle))
+
+``Role`` is :class:`tsm.specs.Role` itself (its ``runs``/``on``/``replicas`` builders live there);
+``Application`` is :class:`tsm.specs.AppDef`; ``session`` is :func:`tsm.get_runner`. Only what the seed
+API had that the new one lacks is written here: :class:`Container`, :class:`ElasticRole` and
+:class:`RunConfig`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from tsm.runner.api import Runner, get_runner
+from tsm.specs.api import AppDef, Resource, Role, macros
+from tsm.specs.runopts import CfgVal
+
+Application = AppDef
+
+
+def session(name: str = "default", **scheduler_kwargs: Any) -> Runner:
+    """A session: the seed API's name for a :class:`~tsm.runner.api.Runner` (``stop`` cancels)."""
+    return get_runner(name, **scheduler_kwargs)
+
+
+@dataclass
+class Container:
+    """An image plus the resources and ports each replica running it needs."""
+
+    image: str
+    resources: Resource = field(default_factory=Resource)
+    port_map: dict[str, int] = field(default_factory=dict)
+
+    def require(self, resources: Resource) -> Container:
+        """Set the resources; returns the container for chaining."""
+        self.resources = copy.deepcopy(resources)
+        return self
+
+    def ports(self, **ports: int) -> Container:
+        """Add named ports; returns the container for chaining."""
+        self.port_map.update(ports)
+        return self
+
+
+class RunConfig(dict[str, CfgVal]):
+    """Run options as the seed API spelled them: ``cfg.set("log_dir", "/tmp")``."""
+
+    def set(self, name: str, value: CfgVal) -> None:
+        """Set run option ``name``."""
+        self[name] = value
+
+    def get(self, name: str, default: CfgVal = None) -> CfgVal:  # type: ignore[override]
+        """Run option ``name``, or ``default``."""
+        return super().get(name, default)
+
+
+class ElasticRole(Role):
+    """A role whose entrypoint runs under ``torchrun`` (``python -m torch.distributed.run``).
+
+    Rendezvous (c10d) is on the role's first replica, found at run time from ``$TSM_RANK0_HOST``;
+    ``nnodes="min:max"`` makes it elastic. Other keyword arguments become torchrun options
+    (``rdzv_port`` picks the rendezvous port; by default a port free on this machine now).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        nproc_per_node: int = 1,
+        nnodes: str = "1",
+        max_restarts: int = 0,
+        rdzv_port: int | None = None,
+        **torchrun_opts: Any,
+    ) -> None:
+        super().__init__(name=name)
+        self.torchrun_args = ["--nnodes", str(nnodes), "--nproc_per_node", str(nproc_per_node),
+                              "--max_restarts", str(max_restarts), "--rdzv_backend", "c10d",
+                              "--rdzv_id", macros.app_id, "--role", name]
+        for key, value in torchrun_opts.items():
+            self.torchrun_args += [f"--{key}", str(value)]
+        if rdzv_port is None:
+            import socket
+
+            with socket.socket() as s:
+                s.bind(("", 0))
+                rdzv_port = int(s.getsockname()[1])
+        self.rdzv_port = rdzv_port
+        low, _, _high = str(nnodes).partition(":")
+        if _high:
+            self.min_replicas = int(low)
+
+    def runs(self, entrypoint: str, *args: str, **env: str) -> ElasticRole:
+        """Run ``entrypoint args`` under torchrun; the rendezvous host comes from the replica's env."""
+        script = 'exec python -m torch.distributed.run --rdzv_endpoint "$TSM_RANK0_HOST:$0" "$@"'
+        super().runs("sh", "-c", script, str(self.rdzv_port), *self.torchrun_args, entrypoint, *args, **env)
+        return self
+
+    def replicas(self, num_replicas: int) -> ElasticRole:
+        super().replicas(num_replicas)
+        if self.min_replicas is not None and self.min_replicas > num_replicas:
+            self.min_replicas = num_replicas
+        return self
