@@ -13,7 +13,8 @@ Names are imported on first use so ``import tsm`` stays fast and never loads a s
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # avoids importing typing at start-up; type checkers treat it as True
 
 __version__ = "0.1.0"
 
@@ -59,7 +60,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tsm' has no attribute {name!r}")

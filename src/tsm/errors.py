@@ -25,8 +25,9 @@ Messages are one line and say what to do; the CLI prints ``error: <message>`` an
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 class TsmError(Exception):
@@ -103,5 +104,7 @@ class TimerError(TsmError):
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""`` when none is close."""
+    import difflib
+
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""

@@ -70,9 +70,11 @@ class RunConfig(dict[str, CfgVal]):
 class ElasticRole(Role):
     """A role whose entrypoint runs under ``torchrun`` (``python -m torch.distributed.run``).
 
-    Rendezvous (c10d) is on the role's first replica, found at run time from ``$TSM_RANK0_HOST``;
+    Rendezvous (c10d) is on the role's first replica, whose host the scheduler hands every replica at
+    run time in the env var named by ``${rank0_env}`` (``$TSM_RANK0_HOST`` locally);
     ``nnodes="min:max"`` makes it elastic. Other keyword arguments become torchrun options
-    (``rdzv_port`` picks the rendezvous port; by default a port free on this machine now).
+    (``rdzv_port`` picks the rendezvous port; by default a port free on this machine now). The command
+    is the one ``dist.ddp`` builds for several nodes: see :mod:`tsm.components.dist`.
     """
 
     def __init__(
@@ -97,13 +99,16 @@ class ElasticRole(Role):
                 s.bind(("", 0))
                 rdzv_port = int(s.getsockname()[1])
         self.rdzv_port = rdzv_port
+        self.port_map["c10d"] = rdzv_port  # so cluster schedulers open it, as dist.ddp does
         low, _, _high = str(nnodes).partition(":")
         if _high:
             self.min_replicas = int(low)
 
     def runs(self, entrypoint: str, *args: str, **env: str) -> ElasticRole:
         """Run ``entrypoint args`` under torchrun; the rendezvous host comes from the replica's env."""
-        script = 'exec python -m torch.distributed.run --rdzv_endpoint "$TSM_RANK0_HOST:$0" "$@"'
+        # The host variable's name is a macro each scheduler fills in; the values are positional
+        # parameters of a fixed script, never part of its text.
+        script = f'exec python -m torch.distributed.run --rdzv_endpoint "${macros.rank0_env}:$0" "$@"'
         super().runs("sh", "-c", script, str(self.rdzv_port), *self.torchrun_args, entrypoint, *args, **env)
         return self
 

@@ -52,6 +52,7 @@ CREATE TABLE IF NOT EXISTS local_apps (
     sup_pid INTEGER,
     sup_start INTEGER,
     watchdog_pid INTEGER,
+    watchdog_start INTEGER,
     spec TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS local_apps_created ON local_apps(created);
@@ -61,6 +62,7 @@ CREATE TABLE IF NOT EXISTS local_replicas (
     idx INTEGER NOT NULL,
     state INTEGER NOT NULL,
     pid INTEGER,
+    pid_start INTEGER,
     exit_code INTEGER,
     started REAL,
     ended REAL,

@@ -9,10 +9,14 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from tsm.errors import InvalidRunOptionError, MalformedAppHandleError
+from tsm.errors import InvalidRunOptionError, MalformedAppHandleError, TsmError
 
 if TYPE_CHECKING:
     from tsm.runner.api import Runner
+
+
+class UsageError(TsmError):
+    """A command-line value the parser could not check (a bad regex, time or log path): exit code 2."""
 
 
 def parse_cfg(text: str | None) -> dict[str, str]:
@@ -72,7 +76,7 @@ def parse_time(text: str | None, flag: str) -> datetime | None:
     try:
         return datetime.fromisoformat(text)
     except ValueError:
-        raise InvalidRunOptionError(
+        raise UsageError(
             f"{flag} {text!r}: use an ISO time (2026-11-21T10:00:00) or a duration ago (30s, 5m, 2h, 1d)"
         ) from None
 
@@ -88,16 +92,20 @@ def stream_logs(
 ) -> list[BaseException]:
     """Print the lines of every ``(role, k)`` target, prefixed ``role/k``, one thread per replica.
 
-    Returns the errors the threads met (printing goes on for the others).
+    Returns the errors the threads met (printing goes on for the others). Each reader has a runner of
+    its own: a runner (its store connection) belongs to one thread.
     """
+    from tsm.runner.api import Runner
+
     lock = threading.Lock()
     errors: list[BaseException] = []
     write = out or sys.stdout.write
 
     def pump(role: str, k: int) -> None:
         tag = f"{role}/{k} " if prefix else ""
+        own = Runner(runner.session_name, runner.config)
         try:
-            for line in runner.log_lines(handle, role, k, should_tail=tail, **kwargs):
+            for line in own.log_lines(handle, role, k, should_tail=tail, **kwargs):
                 if not line.endswith("\n"):
                     line += "\n"
                 with lock:
@@ -105,6 +113,7 @@ def stream_logs(
         except BaseException as e:  # noqa: BLE001 - reported by the caller
             errors.append(e)
         finally:
+            own.close()
             with lock:
                 sys.stdout.flush()
 
@@ -130,8 +139,6 @@ def replica_targets(runner: Runner, handle: str, role: str | None, k: int | None
             if k is None or rep.id == k:
                 out.append((rs.role, rep.id))
     if not out and role is not None:
-        from tsm.errors import UnknownAppError
-
         roles = ", ".join(f"{rs.role} ({len(rs.replicas)})" for rs in status.roles)
-        raise UnknownAppError(f"{handle} has no replica {role}/{'*' if k is None else k}; roles: {roles}")
+        raise UsageError(f"{handle} has no replica {role}/{'*' if k is None else k}; roles: {roles}")
     return out

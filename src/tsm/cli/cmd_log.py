@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from tsm.cli._common import parse_time, replica_targets, split_handle_path, stream_logs
+from tsm.cli._common import UsageError, parse_time, replica_targets, split_handle_path, stream_logs
 
 
 def add_parser(sub: Any) -> None:
@@ -24,7 +24,6 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import re
 
-    from tsm.errors import InvalidRunOptionError
     from tsm.runner.api import get_runner
     from tsm.schedulers.api import Stream
 
@@ -33,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             re.compile(args.regex)
         except re.error as e:
-            raise InvalidRunOptionError(f"--regex {args.regex!r} is not a valid regular expression: {e}") from None
+            raise UsageError(f"--regex {args.regex!r} is not a valid regular expression: {e}") from None
     since, until = parse_time(args.since, "--since"), parse_time(args.until, "--until")
     with get_runner(args.session) as runner:
         targets = replica_targets(runner, handle, role, k)
@@ -41,11 +40,7 @@ def run(args: argparse.Namespace) -> int:
             runner, handle, targets, tail=args.follow, prefix=len(targets) > 1 or role is None,
             regex=args.regex, since=since, until=until, streams=Stream(args.streams) if args.streams else None,
         )
-    for e in errors:
-        from tsm.errors import TsmError
-
-        if isinstance(e, TsmError):
-            raise e
-        raise e
+    if errors:
+        raise errors[0]
     sys.stdout.flush()
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import threading
 from typing import Any
@@ -32,6 +33,34 @@ def component_help(name: str) -> int:
     return 0
 
 
+class _HeldInterrupt:
+    """Holds back Ctrl-C (SIGINT) while an app is being submitted; :meth:`release` raises it afterwards.
+
+    Without it, Ctrl-C during submission would leave a launched app running with no handle printed.
+    Does nothing outside the main thread or when SIGINT is ignored.
+    """
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._old: Any = None
+        if threading.current_thread() is threading.main_thread():
+            old = signal.getsignal(signal.SIGINT)
+            if old is not signal.SIG_IGN:
+                self._old = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        self.hit = True
+
+    def release(self) -> None:
+        """Restore the previous handler; raise KeyboardInterrupt if Ctrl-C came meanwhile."""
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+            self._old = None
+        if self.hit:
+            self.hit = False
+            raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace) -> int:
     from tsm.components import wants_help
     from tsm.runner.api import get_runner
@@ -44,27 +73,33 @@ def run(args: argparse.Namespace) -> int:
         if args.dryrun:
             sys.stdout.write(f"=== scheduler request ({info.scheduler}) ===\n{info}\n")
             return 0
-        handle = runner.schedule(info)
         if args.detach:
-            sys.stdout.write(handle + "\n")
+            sys.stdout.write(runner.schedule(info) + "\n")
             return 0
+        held = _HeldInterrupt()
+        try:
+            handle = runner.schedule(info)
+        except BaseException:
+            held.release()
+            raise
         sys.stderr.write(f"tsm: launched {handle}\n")
         sys.stderr.flush()
-        return attach(runner, handle)
+        return attach(runner, handle, held)
 
 
-def attach(runner: Any, handle: str) -> int:
+def attach(runner: Any, handle: str, held: _HeldInterrupt | None = None) -> int:
     """Stream every replica's log until the app ends, then print its status; Ctrl-C cancels it."""
     from tsm.specs.api import AppState
 
+    t: threading.Thread | None = None
     try:
+        if held is not None:
+            held.release()  # a Ctrl-C that came during submission lands here, and cancels the app
         targets = replica_targets(runner, handle, None, None)
-        done = threading.Event()
         errors: list[BaseException] = []
 
         def logs() -> None:
             errors.extend(stream_logs(runner, handle, targets, tail=True, prefix=True))
-            done.set()
 
         t = threading.Thread(target=logs, daemon=True)
         t.start()
@@ -72,7 +107,11 @@ def attach(runner: Any, handle: str) -> int:
         t.join()
     except KeyboardInterrupt:
         sys.stderr.write(f"\ntsm: interrupted; cancelling {handle} ...\n")
+        sys.stderr.flush()
         runner.cancel(handle)
+        if t is not None:
+            t.join()  # the app has ended: its log readers finish (and stop writing) now
+        sys.stdout.flush()
         status = runner.status(handle)
         sys.stderr.write(status.format() + "\n")
         return 130

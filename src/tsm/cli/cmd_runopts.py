@@ -22,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
         for name in names:
             try:
                 opts = runner.scheduler_run_opts(name)
-            except SchedulerUnavailableError as e:
+            except (SchedulerUnavailableError, ImportError) as e:
+                # One broken backend must not hide the others when listing them all.
                 if args.scheduler:
                     raise
                 sys.stdout.write(f"{name}:\n    (unavailable: {e})\n\n")

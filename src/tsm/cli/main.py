@@ -2,7 +2,8 @@
 
 Each subcommand is a module here with ``add_parser(subparsers)`` and ``run(args) -> int``; the modules
 import the runner and backends only inside ``run`` so ``tsm --help`` stays fast. Every tsm error is
-printed as one line on stderr (``--debug`` shows the traceback); usage errors exit 2, failures 1.
+printed as one line on stderr (``--debug`` shows the traceback); usage errors (a wrong component,
+component argument, run option, handle, scheduler or log path) exit 2, failures 1, Ctrl-C 130.
 """
 
 from __future__ import annotations
@@ -13,10 +14,21 @@ import os
 import sys
 from typing import NoReturn
 
-SUBCOMMANDS = [
-    "run", "dryrun", "status", "describe", "log", "list", "cancel", "wait", "rm",
-    "builtins", "runopts", "lint",
-]
+#: name -> one-line help; a subcommand's module is imported only when that subcommand runs.
+SUBCOMMANDS = {
+    "run": "launch a component (streams logs and waits unless --detach)",
+    "dryrun": "print the scheduler request for a component without submitting it",
+    "status": "show an app's status",
+    "describe": "show the definition an app was launched with",
+    "log": "print an app's logs",
+    "list": "list apps with their live state",
+    "cancel": "stop apps",
+    "wait": "wait for an app to end (exit 0 if it succeeded)",
+    "rm": "remove ended apps and their logs",
+    "builtins": "list the components you can run by name",
+    "runopts": "show schedulers' run options",
+    "lint": "check a component file",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,8 +39,21 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser: global flags plus one subparser per subcommand module."""
+def _chosen(argv: list[str]) -> str | None:
+    """The subcommand named on the command line, if any (the first word that is not an option)."""
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--session":
+            skip = True
+        elif not word.startswith("-"):
+            return word if word in SUBCOMMANDS else None
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """Global flags plus the subcommands; only the chosen one (all when ``argv`` is None) is built in full."""
     from tsm import __version__
 
     parser = _Parser(prog="tsm", description="Training Session Manager: launch, watch, log and stop apps on any scheduler.")
@@ -36,14 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     parser.add_argument("--session", default="default", help="session name used in new app handles (default: default)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in SUBCOMMANDS:
-        importlib.import_module(f"tsm.cli.cmd_{name}").add_parser(sub)
+    chosen = _chosen(argv) if argv is not None else None
+    for name, text in SUBCOMMANDS.items():
+        if argv is None or name == chosen:
+            importlib.import_module(f"tsm.cli.cmd_{name}").add_parser(sub)
+        else:
+            sub.add_parser(name, help=text)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
@@ -52,19 +82,25 @@ def main(argv: list[str] | None = None) -> int:
     from tsm.errors import ComponentArgumentError, TsmError
 
     try:
+        from tsm.specs.validate import check_name
+
+        check_name(args.session, "--session: session name")
+    except TsmError as e:
+        parser.error(str(e))
+    try:
         return int(args.func(args))
     except ComponentArgumentError as e:
         if e.usage:
             sys.stderr.write(e.usage.rstrip("\n") + "\n")
-        sys.stderr.write(f"error: {e}\n")
+        sys.stderr.write(f"error: {_one_line(e)}\n")
         if debug:
             raise
         return 2
     except TsmError as e:
-        sys.stderr.write(f"error: {e}\n")
+        sys.stderr.write(f"error: {_one_line(e)}\n")
         if debug:
             raise
-        return 1
+        return 2 if isinstance(e, _usage_errors()) else 1
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
@@ -73,6 +109,33 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except Exception as e:  # noqa: BLE001 - a bug, still reported as one line (--debug shows where)
+        if debug:
+            raise
+        sys.stderr.write(f"error: internal error: {type(e).__name__}: {_one_line(e)} (run with --debug for the traceback)\n")
+        return 1
+
+
+def _usage_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean the command line itself was wrong: exit code 2, like argparse's own."""
+    from tsm.cli._common import UsageError
+    from tsm.errors import (
+        ComponentNotFoundError,
+        InvalidRunOptionError,
+        MalformedAppHandleError,
+        UnknownResourceError,
+        UnknownSchedulerError,
+    )
+
+    return (
+        UsageError, ComponentNotFoundError, InvalidRunOptionError, MalformedAppHandleError, UnknownSchedulerError,
+        UnknownResourceError,
+    )
+
+
+def _one_line(e: BaseException) -> str:
+    """The error's message on one line (the CLI's contract: one line per error)."""
+    return " ".join(str(e).split("\n")).strip() or type(e).__name__
 
 
 def entry() -> NoReturn:

@@ -58,9 +58,12 @@ def user_config_path() -> Path:
 def _read(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data: dict[str, Any] = tomllib.load(f)
+            return data
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}") from e
+    except UnicodeDecodeError as e:  # tomllib decodes the bytes itself and lets this through
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text ({e.reason} at byte {e.start})") from e
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
 
@@ -75,9 +78,10 @@ def _check(data: dict[str, Any], where: str) -> dict[str, Any]:
             not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values())
         ):
             raise ConfigError(f"{where}: use tables [scheduler.<name>] of run option = value")
-        if key == "component":
-            if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
-                raise ConfigError(f"{where}: use tables [component.\"<name>\"] of argument = value")
+        if key == "component" and (
+            not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values())
+        ):
+            raise ConfigError(f"{where}: use tables [component.\"<name>\"] of argument = value")
     return data
 
 
@@ -87,7 +91,8 @@ def _project(cwd: Path) -> tuple[dict[str, Any], str] | None:
         return _check(_read(tsm_toml), str(tsm_toml)), str(tsm_toml)
     pyproject = cwd / "pyproject.toml"
     if pyproject.is_file():
-        tool = _read(pyproject).get("tool", {}).get("tsm")
+        tools = _read(pyproject).get("tool", {})
+        tool = tools.get("tsm") if isinstance(tools, dict) else None
         if tool is not None:
             if not isinstance(tool, dict):
                 raise ConfigError(f"{pyproject}: [tool.tsm] must be a table")

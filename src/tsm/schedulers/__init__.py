@@ -8,12 +8,14 @@ replace a builtin.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from tsm.errors import UnknownSchedulerError, did_you_mean
 
+TYPE_CHECKING = False  # keeps typing out of the supervisor's start-up
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from tsm.schedulers.api import Scheduler
 
 DEFAULT_SCHEDULER = "local"
@@ -25,7 +27,7 @@ _BUILTIN: dict[str, str] = {
     "slurm": "tsm.schedulers.slurm:create_scheduler",
 }
 
-_plugins: dict[str, Any] | None = None
+_plugins: dict[str, Any] | None = None  # noqa: F821
 
 
 def _plugin_entry_points() -> dict[str, Any]:

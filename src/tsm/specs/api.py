@@ -87,7 +87,7 @@ class Role:
         return self
 
     def on(self, container: Any) -> Role:
-        """Take image, resources and ports from a :class:`tsm.specs.builders.Container`."""
+        """Take image, resources and ports from a :class:`tsm.seed.Container`."""
         self.image = container.image
         self.resource = copy.deepcopy(container.resources)
         self.port_map.update(container.port_map)
@@ -154,6 +154,10 @@ class AppState(enum.IntEnum):
     def __str__(self) -> str:
         return self.name
 
+    def __format__(self, spec: str) -> str:
+        # IntEnum formats as its number when given a spec (f"{state:<10}"); always use the name.
+        return format(self.name, spec)
+
 
 _TERMINAL = frozenset({AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED})
 
@@ -203,7 +207,10 @@ class AppStatus:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (states as names), as printed by ``tsm status --json``."""
-        return json.loads(json.dumps(asdict(self), default=lambda o: o.name))  # type: ignore[no-any-return]
+        # AppState is an IntEnum, which json.dumps writes as its number without asking ``default``;
+        # turn enums into their names while asdict builds each (nested) dataclass's dict.
+        data = asdict(self, dict_factory=lambda kv: {k: v.name if isinstance(v, enum.Enum) else v for k, v in kv})
+        return json.loads(json.dumps(data))  # type: ignore[no-any-return]
 
     def format(self) -> str:
         """A readable multi-line summary: app state, then one line per replica."""

@@ -7,7 +7,8 @@ from typing import NamedTuple
 
 from tsm.errors import MalformedAppHandleError
 
-_HANDLE_RE = re.compile(r"^(?P<scheduler>[A-Za-z0-9][A-Za-z0-9_.-]*)://(?P<session>[A-Za-z0-9_.-]*)/(?P<app_id>[A-Za-z0-9_.-]+)$")
+# ``\Z``, not ``$``: ``$`` also matches before a trailing newline, which would let "local://s/app\n" through.
+_HANDLE_RE = re.compile(r"^(?P<scheduler>[A-Za-z0-9][A-Za-z0-9_.-]*)://(?P<session>[A-Za-z0-9_.-]*)/(?P<app_id>[A-Za-z0-9_.-]+)\Z")
 
 
 class ParsedAppHandle(NamedTuple):

@@ -7,7 +7,10 @@ A few generic shapes are built in; packages add more through the entry-point gro
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable
+from typing import Any
 
 from tsm.errors import UnknownResourceError, did_you_mean
 from tsm.specs.api import Resource
@@ -33,8 +36,9 @@ def _load() -> dict[str, Callable[[], Resource]]:
 
         found = dict(_BUILTIN)
         for ep in entry_points(group="tsm.named_resources"):
-            obj = ep.load()
-            found[ep.name] = obj if callable(obj) else (lambda o=obj: o)
+            obj: Any = ep.load()
+            # a Resource given as such: hand out copies, so a caller changing one changes no other
+            found[ep.name] = obj if callable(obj) else functools.partial(copy.deepcopy, obj)
         _cache = found
     return _cache
 

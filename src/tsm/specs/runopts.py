@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from tsm.errors import InvalidRunOptionError, did_you_mean
 
-CfgVal = Union[str, int, float, bool, list[str], dict[str, str], None]
+CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
 
 _TYPES: dict[Any, str] = {
     str: "str",
@@ -72,7 +72,7 @@ def parse_cfg_value(name: str, text: str, type_: Any) -> CfgVal:
             out: dict[str, str] = {}
             for pair in filter(None, (s.strip() for s in text.split(","))):
                 k, sep, v = pair.partition(":")
-                if not sep or not k:
+                if not sep or not k.strip():
                     raise ValueError(pair)
                 out[k.strip()] = v.strip()
             return out
@@ -81,10 +81,24 @@ def parse_cfg_value(name: str, text: str, type_: Any) -> CfgVal:
     else:
         raise InvalidRunOptionError(f"run option '{name}' has unsupported type {type_!r}")
     example = {bool: "true or false", list[str]: "a,b,c", dict[str, str]: "key:value,key2:value2"}
-    hint = example.get(type_, type_name(type_))
-    raise InvalidRunOptionError(
-        f"run option '{name}' expects {type_name(type_)} ({hint}), got {text!r}"
-    )
+    hint = f" ({example[type_]})" if type_ in example else ""
+    raise InvalidRunOptionError(f"run option '{name}' expects {type_name(type_)}{hint}, got {text!r}")
+
+
+def _as_float(name: str, value: Any) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidRunOptionError(f"run option '{name}' expects float, got an integer too large for one") from None
+
+
+def _brief(value: Any) -> str:
+    """``repr(value)`` for an error message, cut short (and safe for ints too long to print)."""
+    try:
+        text = repr(value)
+    except ValueError:  # int of more than sys.get_int_max_str_digits() digits
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(frozen=True)
@@ -123,6 +137,8 @@ class runopts:  # noqa: N801 (established name)
             raise InvalidRunOptionError(
                 f"run option '{name}': default {default!r} is not of type {type_name(type_)}"
             )
+        if type_ is float and default is not None:
+            default = _as_float(name, default)  # an int default of a float option resolves as a float
         self._opts[name] = runopt(name, type_, default, required, help)
 
     def get(self, name: str) -> runopt | None:
@@ -163,10 +179,10 @@ class runopts:  # noqa: N801 (established name)
                     val = parse_cfg_value(name, val, opt.type_)
                 if not is_type(val, opt.type_):
                     raise InvalidRunOptionError(
-                        f"run option '{name}' expects {type_name(opt.type_)}, got {type(val).__name__} {val!r}"
+                        f"run option '{name}' expects {type_name(opt.type_)}, got {type(val).__name__} {_brief(val)}"
                     )
                 if opt.type_ is float:
-                    val = float(val)  # type: ignore[arg-type]
+                    val = _as_float(name, val)
                 out[name] = val
             elif opt.required:
                 raise InvalidRunOptionError(
@@ -185,7 +201,7 @@ class runopts:  # noqa: N801 (established name)
             rows.append((name, type_name(o.type_), default, o.help))
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         return "\n".join(
-            "    " + "  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows
+            "    " + "  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True)) + "  " + r[3] for r in rows
         )
 
     def __repr__(self) -> str:

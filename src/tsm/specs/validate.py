@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from tsm.errors import InvalidAppError
@@ -9,7 +10,8 @@ from tsm.specs.api import AppDef, Resource, RetryPolicy, Role
 
 #: Names become path components, process titles and (on cluster schedulers) parts of host names, so
 #: they are kept to letters, digits, '-' and '_', start with a letter or digit, and are at most 63 long.
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+#: ``\Z`` rather than ``$``, which would also accept a trailing newline.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
 
 
 def check_name(name: object, what: str) -> None:
@@ -33,8 +35,10 @@ def _check_resource(res: object, where: str) -> None:
         raise InvalidAppError(f"{where} must be a tsm.Resource, got {type(res).__name__}")
     for field_name in ("cpu", "gpu", "memMB"):
         v = getattr(res, field_name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (isinstance(v, float) and not math.isfinite(v)):
             raise InvalidAppError(f"{where}.{field_name} must be a number >= 0, got {v!r}")
+    if not isinstance(res.devices, dict):
+        raise InvalidAppError(f"{where}.devices must be a dict of device name to count, got {res.devices!r}")
     for dev, n in res.devices.items():
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise InvalidAppError(f"{where}.devices[{dev!r}] must be an integer >= 0, got {n!r}")
@@ -54,8 +58,10 @@ def validate_role(role: Role) -> None:
     for k, v in role.env.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise InvalidAppError(f"{where}: env entry {k!r}={v!r} must map str to str")
-        if not k or "=" in k or "\x00" in k or "\x00" in v:
-            raise InvalidAppError(f"{where}: env name {k!r} must be non-empty, without '=' or NUL (value without NUL)")
+        if not k or "=" in k or "\x00" in k:
+            raise InvalidAppError(f"{where}: env name {k!r} is not allowed: it must be non-empty, without '=' or NUL")
+        if "\x00" in v:
+            raise InvalidAppError(f"{where}: env[{k!r}] contains a NUL byte, which no process can receive: {v!r}")
     if isinstance(role.num_replicas, bool) or not isinstance(role.num_replicas, int) or role.num_replicas <= 0:
         raise InvalidAppError(f"{where}: num_replicas must be an integer > 0, got {role.num_replicas!r}")
     if role.min_replicas is not None:
@@ -70,8 +76,10 @@ def validate_role(role: Role) -> None:
     if not isinstance(role.retry_policy, RetryPolicy):
         raise InvalidAppError(f"{where}: retry_policy must be a tsm.RetryPolicy, got {role.retry_policy!r}")
     _check_resource(role.resource, f"{where}: resource")
+    if not isinstance(role.port_map, dict):
+        raise InvalidAppError(f"{where}: port_map must be a dict of port name to port number, got {role.port_map!r}")
     for pname, port in role.port_map.items():
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(pname)):
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", str(pname)):
             raise InvalidAppError(f"{where}: port_map name {pname!r} must be a valid identifier")
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise InvalidAppError(f"{where}: port_map[{pname!r}] must be a port number 0-65535, got {port!r}")

@@ -5,7 +5,9 @@ Kept import-free so the supervisor process, which lives in this package, starts 
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> Any:

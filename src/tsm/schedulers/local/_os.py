@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import struct
-from collections.abc import Iterator
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -32,7 +33,12 @@ _libc: ctypes.CDLL | None = None
 def _lib() -> ctypes.CDLL:
     global _libc
     if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        try:
+            _libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        except OSError:
+            from ctypes.util import find_library
+
+            _libc = ctypes.CDLL(find_library("c"), use_errno=True)
     return _libc
 
 
@@ -63,6 +69,28 @@ def is_alive(pid: int | None, started: int | None) -> bool:
         return False
     now = start_time(pid)
     return now is not None and (started is None or now == started)
+
+
+def wait_exit(pid: int, started: int | None, timeout: float | None) -> None:
+    """Block until ``pid`` (started at ``started`` ticks) exits or ``timeout`` passes, via a pidfd.
+
+    Falls back to short sleeps only where pidfds are missing (Linux before 5.3).
+    """
+    import select
+    import time
+
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while is_alive(pid, started) and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.005)
+        return
+    try:
+        if is_alive(pid, started):  # the pid may have been reused between our check and pidfd_open
+            select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
 
 
 def children(pid: int) -> list[int]:

@@ -12,10 +12,12 @@ are read as if recorded at the file's modification time.
 from __future__ import annotations
 
 import os
-import re
 import struct
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable, Iterator
 
 #: stream code (1 stdout, 2 stderr), 7 pad bytes, end offset, unix time
 RECORD = struct.Struct("<B7xQd")
@@ -40,12 +42,11 @@ def append_records(rdir: str, records: list[tuple[int, int, float]]) -> None:
         os.close(fd)
 
 
-@dataclass
 class _Segment:
-    stream: int
-    start: int
-    end: int
-    time: float
+    __slots__ = ("stream", "start", "end", "time")
+
+    def __init__(self, stream: int, start: int, end: int, time: float) -> None:
+        self.stream, self.start, self.end, self.time = stream, start, end, time
 
 
 class ReplicaLogReader:
@@ -152,6 +153,8 @@ def read_lines(
     reader calls ``wait_more()``, which blocks until there may be more and returns False once the
     replica has ended; a last pass then drains what is left.
     """
+    import re
+
     pattern = re.compile(regex) if regex else None
     if wait_more is None and since is None and until is None and len(streams) == 1:
         yield from _fast_single_stream(rdir, next(iter(streams)), pattern)

@@ -15,6 +15,7 @@ import secrets
 import select
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -295,21 +296,27 @@ class LocalScheduler(Scheduler):
         return rows[0] if rows else None
 
     def _reconcile(self, row: Any) -> Any:
-        """Mark an app whose supervisor is gone without a terminal state FAILED; return the fresh row."""
-        if row["state"] in (4, 5, 6) or row["sup_pid"] is None:
-            if row["state"] == int(AppState.SUBMITTED) and row["sup_pid"] is None and time.time() - row["created"] > 60:
-                pass  # never started and never failed: the caller died between insert and spawn
-            else:
-                return row
-        if row["sup_pid"] is not None and _os.is_alive(row["sup_pid"], row["sup_start"]):
+        """Mark an app FAILED when its supervisor and watchdog are both gone without a terminal state.
+
+        While the watchdog lives it records the reason itself (it saw how the supervisor died), so
+        readers leave the row alone. Returns the current row.
+        """
+        if row["state"] in (4, 5, 6):
             return row
-        if row["sup_pid"] is None and time.time() - row["created"] < 60:
-            return row  # still starting
+        if row["sup_pid"] is None:
+            if time.time() - row["created"] < 60:
+                return row  # still starting
+            msg = "supervisor never started; see supervisor.log in " + row["app_dir"]
+        elif _os.is_alive(row["sup_pid"], row["sup_start"]) or _os.is_alive(row["watchdog_pid"], row["watchdog_start"]):
+            return row
+        else:
+            msg = "supervisor died; its replicas were stopped"
+            self._kill_orphaned_replicas(row["app_id"])
         now = time.time()
-        msg = "supervisor died; its replicas were stopped" if row["sup_pid"] else "supervisor never started"
         self.store.write([
             (
-                f"UPDATE local_replicas SET state=5, ended=COALESCE(ended, ?), error=CASE WHEN error='' THEN 'supervisor died' ELSE error END "
+                "UPDATE local_replicas SET state=5, ended=COALESCE(ended, ?), "
+                "error=CASE WHEN error='' THEN 'supervisor died' ELSE error END "
                 f"WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
                 (now, row["app_id"]),
             ),
@@ -319,6 +326,21 @@ class LocalScheduler(Scheduler):
             ),
         ])
         return self._app_row(row["app_id"])
+
+    def _kill_orphaned_replicas(self, app_id: str) -> None:
+        """SIGKILL the process groups of replicas still running with nobody watching them."""
+        rows = self.store.query(
+            f"SELECT pid, pid_start FROM local_replicas WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}", (app_id,)
+        )
+        for r in rows:
+            if r["pid"] and _os.is_alive(r["pid"], r["pid_start"]):
+                with contextlib.suppress(OSError):
+                    os.killpg(r["pid"], signal.SIGKILL)
+
+    def _wait_for_watchdog(self, row: Any, timeout: float | None) -> None:
+        """The supervisor is gone: block until its watchdog has recorded the outcome and exited."""
+        if row["watchdog_pid"]:
+            _os.wait_exit(row["watchdog_pid"], row["watchdog_start"], timeout)
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         row = self._app_row(app_id)
@@ -379,38 +401,34 @@ class LocalScheduler(Scheduler):
         if row is None:
             return None
         deadline = None if timeout is None else time.monotonic() + timeout
-        sock = self._connect(app_id, row["app_dir"])
+        sock: socket.socket | None = None
         try:
             while True:
                 row = self._reconcile(self._app_row(app_id))
-                if row["state"] in (4, 5, 6):
+                left = None if deadline is None else deadline - time.monotonic()
+                if row["state"] in (4, 5, 6) or (left is not None and left <= 0):
                     break
                 if sock is None:
-                    # Not reachable: starting (no socket yet) or just died; look again shortly.
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        break
-                    time.sleep(0.01 if left is None else min(0.01, left))
                     sock = self._connect(app_id, row["app_dir"])
+                if sock is None:
+                    if row["sup_pid"] is not None and not _os.is_alive(row["sup_pid"], row["sup_start"]):
+                        self._wait_for_watchdog(row, left)
+                    else:  # starting up, or closing its socket on the way out: moments either way
+                        time.sleep(0.005 if left is None else min(0.005, left))
                     continue
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break
                 readable, _, _ = select.select([sock], [], [], left)
-                if readable:
-                    try:
-                        data = sock.recv(65536)
-                    except OSError:
-                        data = b""
-                    if not data:  # the supervisor exited: its last state is in the store
-                        sock.close()
-                        sock = None
-                        row = self._reconcile(self._app_row(app_id))
-                        if row["state"] not in (4, 5, 6):
-                            time.sleep(0.005)
-                        continue
-                    if b"S" not in data:
-                        continue
+                if not readable:
+                    continue
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:  # the supervisor exited: its last state is in the store, or the watchdog's
+                    sock.close()
+                    sock = None
+                    row = self._app_row(app_id)
+                    if row["state"] not in (4, 5, 6):
+                        self._wait_for_watchdog(row, left)
         finally:
             if sock is not None:
                 sock.close()

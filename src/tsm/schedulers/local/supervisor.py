@@ -28,9 +28,10 @@ import socket
 import subprocess
 import sys
 import time
-import traceback
-from dataclasses import dataclass, field
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 from tsm.schedulers.local import _os
 from tsm.schedulers.local.logs import STDERR, STDOUT, append_records, replica_dir
@@ -40,37 +41,35 @@ RUNNING, SUCCEEDED, FAILED, CANCELLED = 3, 4, 5, 6
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
 
 
-@dataclass
 class Replica:
-    """One replica's live state inside the supervisor."""
+    """One replica's live state inside the supervisor (plain slots: cheaper than a dataclass to import)."""
 
-    role: str
-    idx: int
-    cmd: list[str]
-    env: dict[str, str]
-    cwd: str | None
-    rdir: str
-    ports: list[str]
-    state: int = RUNNING
-    pid: int | None = None
-    proc: subprocess.Popen[bytes] | None = None
-    exit_code: int | None = None
-    error: str = ""
-    restarts: int = 0
-    started: float | None = None
-    ended: float | None = None
-    stopping: bool = False
-    sizes: dict[int, int] = field(default_factory=lambda: {STDOUT: 0, STDERR: 0})
+    __slots__ = ("role", "idx", "cmd", "env", "cwd", "rdir", "ports", "state", "pid", "proc", "exit_code",
+                 "error", "restarts", "started", "ended", "stopping", "sizes", "pid_start")
+
+    def __init__(self, role: str, idx: int, cmd: list[str], env: dict[str, str], cwd: str | None,
+                 rdir: str, ports: list[str]) -> None:
+        self.role, self.idx, self.cmd, self.env, self.cwd, self.rdir, self.ports = role, idx, cmd, env, cwd, rdir, ports
+        self.state = RUNNING
+        self.pid: int | None = None
+        self.pid_start: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.exit_code: int | None = None
+        self.error = ""
+        self.restarts = 0
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.stopping = False
+        self.sizes = {STDOUT: 0, STDERR: 0}
 
 
-@dataclass
 class RoleState:
     """Retry bookkeeping for one role."""
 
-    name: str
-    max_retries: int
-    policy: str
-    retries: int = 0
+    __slots__ = ("name", "max_retries", "policy", "retries")
+
+    def __init__(self, name: str, max_retries: int, policy: str) -> None:
+        self.name, self.max_retries, self.policy, self.retries = name, max_retries, policy, 0
 
 
 def _free_port() -> int:
@@ -178,6 +177,7 @@ class Supervisor:
                 start_new_session=True, close_fds=True,
             )
             rep.pid = rep.proc.pid
+            rep.pid_start = _os.start_time(rep.pid)
             self.by_pid[rep.pid] = rep
         except OSError as e:
             msg = f"cannot start {rep.cmd[0]!r}: {e.strerror or e}\n"
@@ -361,9 +361,9 @@ class Supervisor:
             for rep in self.replicas:
                 if id(rep) in self.dirty:
                     stmts.append((
-                        "UPDATE local_replicas SET state=?, pid=?, exit_code=?, started=?, ended=?, restarts=?, error=? "
-                        "WHERE app_id=? AND role=? AND idx=?",
-                        (rep.state, rep.pid, rep.exit_code, rep.started, rep.ended, rep.restarts, rep.error,
+                        "UPDATE local_replicas SET state=?, pid=?, pid_start=?, exit_code=?, started=?, ended=?, "
+                        "restarts=?, error=? WHERE app_id=? AND role=? AND idx=?",
+                        (rep.state, rep.pid, rep.pid_start, rep.exit_code, rep.started, rep.ended, rep.restarts, rep.error,
                          self.app_id, rep.role, rep.idx),
                     ))
             self.dirty.clear()
@@ -392,13 +392,14 @@ class Supervisor:
     # -- main loop ---------------------------------------------------------------------------------
     def run(self) -> int:
         self._setup()
+        me, watchdog = os.getpid(), os.getppid()
+        self.store.write([(
+            "UPDATE local_apps SET state=?, started=?, sup_pid=?, sup_start=?, watchdog_pid=?, watchdog_start=? "
+            "WHERE app_id=?",
+            (RUNNING, time.time(), me, _os.start_time(me), watchdog, _os.start_time(watchdog), self.app_id),
+        )])
         os.write(self.ready_fd, b"R")
         os.close(self.ready_fd)
-        started = time.time()
-        self.store.write([(
-            "UPDATE local_apps SET state=?, started=?, sup_pid=?, sup_start=? WHERE app_id=?",
-            (RUNNING, started, os.getpid(), _os.start_time(os.getpid()), self.app_id),
-        )])
         for rep in self.replicas:
             if self.final_state is not None:
                 break
@@ -526,6 +527,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             code = Supervisor(req, ready_fd).run()
         except BaseException:
+            import traceback
+
             with open(os.path.join(app_dir, "supervisor.log"), "a") as log:
                 traceback.print_exc(file=log)
         finally:

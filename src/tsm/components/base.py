@@ -1,0 +1,58 @@
+"""Small helpers the builtin components share: a role's resource and a safe app name."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from tsm.errors import ComponentArgumentError
+from tsm.specs.api import Resource
+from tsm.specs.named_resources import get_named_resource
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def resource(h: str | None, cpu: int = 1, gpu: int = 0, memMB: int = 1024) -> Resource:  # noqa: N803
+    """The named resource ``h`` when given (``-h gpu.small``), else ``cpu``/``gpu``/``memMB`` as they are.
+
+    An unknown ``h`` raises :class:`~tsm.errors.UnknownResourceError` with a did-you-mean.
+    """
+    return get_named_resource(h) if h else Resource(cpu=cpu, gpu=gpu, memMB=memMB)
+
+
+def safe_name(text: str, fallback: str) -> str:
+    """``text`` made into a valid app or role name (:data:`tsm.specs.validate.NAME_RE`), else ``fallback``.
+
+    Runs of other characters become one ``-``, leading ``-``/``_`` are dropped and the result is cut to
+    63 characters: ``"my train!.v2"`` gives ``"my-train-v2"``.
+    """
+    name = _UNSAFE.sub("-", text).lstrip("-_")[:63]
+    return name or fallback
+
+
+def app_name(script: str | None, module: str | None, fallback: str) -> str:
+    """An app name from what a launcher runs: ``"path/train.py"`` gives ``"train"``, ``"pkg.mod"`` gives ``"pkg-mod"``."""
+    if script:
+        return safe_name(os.path.splitext(os.path.basename(script.rstrip("/")))[0], fallback)
+    if module:
+        return safe_name(module.replace(".", "-"), fallback)
+    return fallback
+
+
+def exactly_one(**options: str | None) -> tuple[str, str]:
+    """The one option of ``options`` that is set, as ``(flag, value)``; zero or several is an argument error.
+
+    Keys are parameter names; the message spells them as flags (``-m``, ``--script``).
+    """
+    given: list[tuple[str, str]] = [(name, value) for name, value in options.items() if value is not None]
+    if len(given) != 1:
+        flags = [flag(name) for name in options]
+        listed = ", ".join(flags[:-1]) + f" or {flags[-1]}"
+        got = ", ".join(flag(name) for name, _ in given) or "none"
+        raise ComponentArgumentError(f"give exactly one of {listed} (got {got})")
+    return flag(given[0][0]), given[0][1]
+
+
+def flag(name: str) -> str:
+    """How parameter ``name`` is typed on the command line: ``-m`` or ``--script``."""
+    return f"-{name}" if len(name) == 1 else f"--{name}"

@@ -1,0 +1,271 @@
+"""Process facts read from ``/proc`` and the two policies built on them.
+
+:class:`Guard` decides whether a pid may have a timer armed at all (never pid <= 1, the server itself, its
+ancestors, or another user's process) and returns the process start time to remember.  :class:`Reaper`
+signals an expired worker, but only if the pid still names the process that armed the timer (same start
+time, field 22 of ``/proc/<pid>/stat``), optionally SIGTERM first and the final signal after a grace period,
+optionally to the worker's whole process group (never the server's own group).
+
+Linux only: everything here reads ``/proc``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import signal as _signal
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+logger = logging.getLogger("tsm.timer")
+
+OnReap = Callable[[int, str], None]
+
+
+class ProcStat(NamedTuple):
+    """The fields of ``/proc/<pid>/stat`` the timer servers use."""
+
+    state: str
+    ppid: int
+    pgrp: int
+    start_time: int
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """Return state, parent, process group and start time of ``pid``, or None if there is no such process."""
+    if pid <= 0:
+        return None
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        raw = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    # "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses, so cut at the last ")".
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        return ProcStat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]))
+    except (IndexError, ValueError):
+        return None
+
+
+def process_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22), None if gone.
+
+    A (pid, start time) pair names one process for good: a reused pid has a later start time.
+    """
+    st = read_stat(pid)
+    return None if st is None else st.start_time
+
+
+def process_uid(pid: int) -> int | None:
+    """Effective uid owning ``pid`` (the owner of ``/proc/<pid>``), None if gone."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def ancestors(pid: int) -> frozenset[int]:
+    """Every ancestor of ``pid`` up to and including pid 1 (read through ``/proc``)."""
+    seen: set[int] = set()
+    st = read_stat(pid)
+    while st is not None and st.ppid > 0 and st.ppid not in seen:
+        seen.add(st.ppid)
+        st = read_stat(st.ppid)
+    return frozenset(seen)
+
+
+class Guard:
+    """Decides which pids a server will ever arm a timer for.
+
+    Refused: pid <= 1, the server's own pid, any ancestor of the server, processes that do not exist and
+    processes owned by a user other than the server's effective user.  Admitted pids are cached with their
+    start time; the cache is safe against pid reuse because the reaper checks the start time again before
+    it signals.
+    """
+
+    def __init__(self) -> None:
+        self.own_pid = os.getpid()
+        self.uid = os.geteuid()
+        self.ancestors = ancestors(self.own_pid)
+        self._cache: dict[int, int] = {}
+
+    def admit(self, pid: int, uid: int | None = None) -> int | str:
+        """Return the start time to record for ``pid``, or a one-line reason to refuse it.
+
+        ``uid`` is the peer's uid when the kernel told us (SO_PEERCRED); otherwise it is read from /proc.
+        """
+        cached = self._cache.get(pid)
+        if cached is not None and uid is None:
+            return cached
+        if pid <= 1:
+            return f"pid {pid} may never be reaped"
+        if pid == self.own_pid:
+            return f"pid {pid} is the timer server itself"
+        if pid in self.ancestors:
+            return f"pid {pid} is an ancestor of the timer server"
+        start = process_start_time(pid)
+        if start is None:
+            return f"pid {pid} does not exist"
+        owner = process_uid(pid) if uid is None else uid
+        if owner != self.uid:
+            return f"pid {pid} belongs to uid {owner}, not to the server's uid {self.uid}"
+        if len(self._cache) > 65536:
+            self._cache.clear()
+        self._cache[pid] = start
+        return start
+
+
+class _Pending(NamedTuple):
+    when: float
+    seq: int
+    pid: int
+    start_time: int
+    pgid: int | None
+    sig: int
+    scope_id: str
+
+
+class Reaper:
+    """Signals expired workers: safely (start time check), optionally gracefully, optionally by group.
+
+    ``reap()`` sends the first signal at once; with ``term_grace`` it sends SIGTERM and queues the final
+    signal, which ``run_due()`` sends when the grace period is over (the server loop waits for
+    ``next_deadline()``, so the grace wait never blocks the server).  ``on_reap(pid, scope_id)`` is queued
+    once the final signal went out (or the worker was found gone at the end of the grace period); the server
+    calls :meth:`flush_callbacks` outside its lock.
+    """
+
+    def __init__(
+        self,
+        sig: int = _signal.SIGKILL,
+        term_grace: float | None = None,
+        kill_group: bool = False,
+        on_reap: OnReap | None = None,
+        stats: dict[str, int] | None = None,
+    ) -> None:
+        if term_grace is not None and term_grace < 0:
+            raise ValueError(f"term_grace must be >= 0 seconds or None, got {term_grace}")
+        self.sig = int(sig)
+        self.term_grace = term_grace
+        self.kill_group = kill_group
+        self.on_reap = on_reap
+        self.stats: dict[str, int] = stats if stats is not None else {}
+        self._own_pgrp = os.getpgrp()
+        self._pending: list[_Pending] = []
+        self._seq = 0
+        self._callbacks: list[tuple[int, str]] = []
+
+    def reap(self, pid: int, start_time: int, scope_id: str, sig: int | None = None) -> bool:
+        """Start reaping ``pid`` for ``scope_id``; return False (and log why) if nothing was signalled."""
+        sig = self.sig if sig is None else sig
+        if sig <= 0:
+            logger.info("timer %r of pid %d expired; signal %d means do not reap", scope_id, pid, sig)
+            return False
+        st = read_stat(pid)
+        if st is None:
+            logger.info("timer %r expired but pid %d is gone; nothing to reap", scope_id, pid)
+            self._count("skipped")
+            return False
+        if st.start_time != start_time:
+            logger.warning(
+                "timer %r expired but pid %d now names another process (start time %d, armed by %d); not signalled",
+                scope_id,
+                pid,
+                st.start_time,
+                start_time,
+            )
+            self._count("skipped")
+            return False
+        pgid = self._group_of(pid, st.pgrp) if self.kill_group else None
+        if st.state == "Z" and pgid is None:
+            logger.info("timer %r expired but pid %d already exited (zombie); nothing to reap", scope_id, pid)
+            self._count("skipped")
+            return False
+        first = sig
+        if self.term_grace is not None and sig != _signal.SIGTERM:
+            first = _signal.SIGTERM
+        logger.warning(
+            "timer %r of pid %d expired: sending %s to %s",
+            scope_id,
+            pid,
+            _signal.Signals(first).name if first in _signal.valid_signals() else first,
+            f"process group {pgid}" if pgid is not None else f"pid {pid}",
+        )
+        self._send(pid, pgid, first)
+        if first != sig:
+            assert self.term_grace is not None
+            self._seq += 1
+            heapq.heappush(
+                self._pending,
+                _Pending(time.time() + self.term_grace, self._seq, pid, start_time, pgid, sig, scope_id),
+            )
+        else:
+            self._done(pid, scope_id)
+        return True
+
+    def next_deadline(self) -> float | None:
+        """When the earliest queued final signal is due, or None."""
+        return self._pending[0].when if self._pending else None
+
+    def run_due(self, now: float) -> None:
+        """Send every final signal whose grace period is over, unless the worker is gone or the pid reused."""
+        while self._pending and self._pending[0].when <= now:
+            p = heapq.heappop(self._pending)
+            st = read_stat(p.pid)
+            if st is not None and st.start_time != p.start_time:
+                logger.info("pid %d was reused during the grace period; final signal not sent", p.pid)
+            elif p.pgid is not None:
+                # The group id cannot be handed to a new process while any member holds it, so a group
+                # whose leader is gone (st is None) is still the worker's group.
+                self._send(p.pid, p.pgid, p.sig)
+            elif st is not None and st.state != "Z":
+                logger.warning("pid %d outlived its SIGTERM grace period; sending signal %d", p.pid, p.sig)
+                self._send(p.pid, None, p.sig)
+            self._done(p.pid, p.scope_id)
+
+    def flush_callbacks(self) -> None:
+        """Call ``on_reap`` for every worker reaped since the last flush; exceptions are logged."""
+        while self._callbacks:
+            pid, scope_id = self._callbacks.pop(0)
+            if self.on_reap is None:
+                continue
+            try:
+                self.on_reap(pid, scope_id)
+            except Exception:
+                logger.exception("on_reap(%d, %r) raised", pid, scope_id)
+
+    def _group_of(self, pid: int, pgrp: int) -> int | None:
+        if pgrp <= 1 or pgrp == self._own_pgrp:
+            logger.warning(
+                "pid %d is in process group %d, which is the server's own (or init's); signalling the pid alone",
+                pid,
+                pgrp,
+            )
+            return None
+        return pgrp
+
+    def _send(self, pid: int, pgid: int | None, sig: int) -> None:
+        try:
+            if pgid is not None:
+                os.killpg(pgid, sig)
+            else:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            logger.exception("could not send signal %d to %s", sig, f"group {pgid}" if pgid else f"pid {pid}")
+
+    def _done(self, pid: int, scope_id: str) -> None:
+        self._count("reaped")
+        self._callbacks.append((pid, scope_id))
+
+    def _count(self, key: str) -> None:
+        self.stats[key] = self.stats.get(key, 0) + 1

@@ -1,0 +1,451 @@
+"""Timers over a named pipe (FIFO) that any process of the same user on the host can write to.
+
+Wire-compatible with torch: one JSON object per line, ``{"version": 1, "pid": ..., "scope_id": ...,
+"expiration_time": ..., "signal": ...}``, each line at most ``PIPE_BUF`` bytes so that a write is atomic.
+Differences from torch:
+
+* the client keeps the FIFO open and never drops a request: a full pipe makes it wait (back-pressure);
+* the server sleeps until the earliest deadline or the next request, instead of polling;
+* the server never kills itself, and arms timers only for pids > 1 that are not the server or one of its
+  ancestors and that belong to the server's user; refusals are logged (the FIFO is one-way, so the client
+  is not told); the FIFO is created 0600 in a directory only the user (or root, for sticky ``/tmp``) controls;
+* a reused pid is never signalled (start time recorded when the timer is armed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import select
+import signal as _signal
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from tsm.errors import TimerError
+
+from ._core import Core, Timer
+from ._fs import Ident, make_fifo, remove_if_ours
+from ._proc import Guard, OnReap, Reaper
+from .api import TimerClient, TimerRequest
+
+__all__ = ["FileTimerClient", "FileTimerRequest", "FileTimerServer"]
+
+logger = logging.getLogger("tsm.timer")
+
+_READ_MAX = 1 << 20
+_LINE_MAX = 1 << 16
+
+LogEvent = Callable[[str, "FileTimerRequest | None"], None]
+
+
+class FileTimerRequest(TimerRequest):
+    """A :class:`TimerRequest` carrying the signal to reap with (<= 0: do not reap) and a format version."""
+
+    __slots__ = ("version", "signal")
+
+    def __init__(self, worker_pid: int, scope_id: str, expiration_time: float, signal: int = 0) -> None:
+        super().__init__(worker_id=worker_pid, scope_id=scope_id, expiration_time=expiration_time)
+        self.version = 1
+        self.signal = signal
+
+    @property
+    def worker_pid(self) -> int:
+        """The pid of the worker the request is about."""
+        return int(self.worker_id)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FileTimerRequest):
+            return super().__eq__(other) and self.version == other.version and self.signal == other.signal
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.worker_id, self.scope_id, self.expiration_time, self.signal))
+
+    def to_json(self) -> str:
+        """The request as one line of the FIFO protocol (without the newline)."""
+        return json.dumps(
+            {
+                "version": self.version,
+                "pid": self.worker_pid,
+                "scope_id": self.scope_id,
+                "expiration_time": self.expiration_time,
+                "signal": self.signal,
+            }
+        )
+
+
+_file_clients: weakref.WeakSet[FileTimerClient] = weakref.WeakSet()
+
+
+def _reset_locks_in_child() -> None:
+    for client in list(_file_clients):
+        client._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_locks_in_child)
+
+
+class FileTimerClient(TimerClient):
+    """Client of :class:`FileTimerServer`: writes JSON lines to the FIFO at ``file_path``.
+
+    ``signal`` is what the server sends when this client's timers expire (<= 0: expire without reaping).
+    Writes never get lost: the FIFO stays open and a full pipe blocks the caller until the server reads.
+    TimerError if no server has the FIFO open (after about a second of retries).
+    """
+
+    def __init__(self, file_path: str, signal: int = _signal.SIGKILL) -> None:
+        super().__init__()
+        self._file_path = file_path
+        self.signal = signal
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        _file_clients.add(self)
+
+    def acquire(self, scope_id: str, expiration_time: float) -> None:
+        """Arm ``scope_id`` for this process until ``expiration_time``."""
+        self.send_request(FileTimerRequest(os.getpid(), scope_id, expiration_time, int(self.signal)))
+
+    def release(self, scope_id: str) -> None:
+        """Release ``scope_id`` of this process."""
+        self.send_request(FileTimerRequest(os.getpid(), scope_id, -1, 0))
+
+    def send_request(self, request: FileTimerRequest) -> None:
+        """Write one request line, waiting while the pipe is full; TimerError if the server is gone."""
+        exp = request.expiration_time
+        exp_text = repr(exp) if isinstance(exp, (int, float)) and math.isfinite(exp) else json.dumps(exp)
+        line = (
+            f'{{"version": {request.version}, "pid": {request.worker_pid}, "scope_id": {json.dumps(request.scope_id)}, '
+            f'"expiration_time": {exp_text}, "signal": {int(request.signal)}}}\n'
+        ).encode()
+        if len(line) > select.PIPE_BUF:
+            raise ValueError(
+                f"timer request of {len(line)} bytes exceeds PIPE_BUF ({select.PIPE_BUF}); shorten scope_id"
+            )
+        with self._lock:
+            self._write_locked(line)
+
+    _send_request = send_request  # torch's name
+
+    def close(self) -> None:
+        """Close the FIFO (it is reopened by the next request)."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+            if fd is not None:
+                os.close(fd)
+
+    def _open_locked(self) -> int:
+        # Non-blocking open: fails with ENXIO at once when no server has the FIFO open for reading.
+        for attempt in range(11):
+            try:
+                self._fd = os.open(self._file_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                return self._fd
+            except OSError as e:
+                if attempt == 10:
+                    raise TimerError(
+                        f"no FileTimerServer reads {self._file_path} ({e.strerror}); request not delivered"
+                    ) from e
+                time.sleep(0.1)
+        raise AssertionError("unreachable")
+
+    def _write_locked(self, line: bytes) -> None:
+        reopened = False
+        fd = self._fd if self._fd is not None else self._open_locked()
+        poller: select.poll | None = None
+        while True:
+            try:
+                os.write(fd, line)  # <= PIPE_BUF: all or nothing
+                return
+            except BlockingIOError:
+                if poller is None:
+                    poller = select.poll()
+                    poller.register(fd, select.POLLOUT)
+                poller.poll()  # the pipe is full: wait for the server (back-pressure, never drop)
+            except BrokenPipeError as e:
+                os.close(fd)
+                self._fd = None
+                if reopened:
+                    raise TimerError(
+                        f"FileTimerServer at {self._file_path} is gone; request not delivered"
+                    ) from e
+                reopened = True
+                poller = None
+                fd = self._open_locked()
+
+
+class FileTimerServer:
+    """Reaps workers whose timers expire; workers reach it through the FIFO ``file_path``.
+
+    Same constructor as torch's (``run_id`` tags log messages, ``log_event(name, request)`` receives
+    "watchdog started", "timer expired", "kill worker process", "request refused" and "watchdog stopped").
+    ``max_interval`` is accepted and unused: the loop sleeps until the earliest deadline or the next request.
+    Extra keyword options as for :class:`SocketTimerServer`: ``term_grace``, ``kill_group``, ``on_reap``; the
+    signal itself comes from each request, as in torch.  The FIFO is created (0600) and opened by the
+    constructor, so clients can write before :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        file_path: str,
+        run_id: str,
+        max_interval: float = 10,
+        daemon: bool = True,
+        log_event: LogEvent | None = None,
+        *,
+        term_grace: float | None = None,
+        kill_group: bool = False,
+        on_reap: OnReap | None = None,
+    ) -> None:
+        self._file_path = file_path
+        self._run_id = run_id
+        self._max_interval = max_interval
+        self._daemon = daemon
+        self._log_event: LogEvent = log_event if log_event is not None else (lambda name, request: None)
+        self._user_on_reap = on_reap
+        self._core = Core(Reaper(_signal.SIGKILL, term_grace, kill_group, self._reaped, {}), Guard())
+        self._core.on_expired = self._expired
+        self._ident: Ident | None = make_fifo(file_path)
+        self._rfd = os.open(file_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # Our own writer keeps the FIFO from reporting end-of-file whenever the last client closes it.
+        self._keep_wfd = os.open(file_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._ep = select.epoll()
+        self._ep.register(self._rfd, select.EPOLLIN)
+        self._ep.register(self._wake_r, select.EPOLLIN)
+        self._partial = b""
+        self._watchdog_thread: threading.Thread | None = None
+        self._stop_signaled = False
+        self._run_once = False
+        self._closed = False
+        self._is_client_started = False
+        self._busy_since: float | None = None
+        self._last_progress_time = int(time.time())
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Run the server loop in a background thread."""
+        if self._closed:
+            raise TimerError("this FileTimerServer was stopped; create a new one")
+        if self._watchdog_thread is not None:
+            raise TimerError("FileTimerServer is already started")
+        self._watchdog_thread = threading.Thread(
+            target=self._loop, name="tsm-FileTimerServer", daemon=self._daemon
+        )
+        self._watchdog_thread.start()
+        self._is_client_started = True
+        logger.info("FileTimerServer (run %s) reading %s", self._run_id, self._file_path)
+        self._event("watchdog started", None)
+
+    def stop(self) -> None:
+        """Stop the loop and remove the FIFO (if it is still ours)."""
+        self._stop_signaled = True
+        self._join()
+        self._close()
+        self._event("watchdog stopped", None)
+
+    def run_once(self) -> None:
+        """Process every request already written, reap what is due, then stop (torch's test helper)."""
+        self._run_once = True
+        if self._watchdog_thread is None:
+            self._iterate(0.0)
+        self._join()
+        self._close()
+
+    @staticmethod
+    def is_process_running(pid: int) -> bool:
+        """True if ``pid`` exists and may be signalled by us."""
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+
+    def get_last_progress_time(self) -> int:
+        """Now while the loop is healthy (waiting or busy for under max_interval); else when it last progressed."""
+        now = time.time()
+        busy = self._busy_since
+        thread = self._watchdog_thread
+        if thread is None or not self._is_client_started:
+            return int(now) if not self._is_client_started else self._last_progress_time
+        if thread.is_alive() and (busy is None or now - busy < max(self._max_interval, 1.0)):
+            return int(now)
+        return self._last_progress_time
+
+    # -- torch's table API ------------------------------------------------------------------------------
+    def register_timers(self, timer_requests: list[FileTimerRequest]) -> None:
+        """Apply requests from inside the server's process (pids checked as for FIFO requests)."""
+        with self._core.lock:
+            self._core.register_locked(timer_requests)
+        self._wake()
+
+    def clear_timers(self, worker_pids: set[int]) -> None:
+        """Drop the timers of these pids, and of every pid that no longer runs."""
+        with self._core.lock:
+            armed = {k[0] for k in self._core.timers}
+            self._core.clear_locked(set(worker_pids) | {p for p in armed if not self.is_process_running(p)})
+
+    def get_expired_timers(self, deadline: float) -> dict[int, list[FileTimerRequest]]:
+        """Armed timers with ``expiration_time <= deadline``, by pid."""
+        with self._core.lock:
+            expired = self._core.expired_locked(deadline, _make_request)
+        return {pid: [r for r in rs if isinstance(r, FileTimerRequest)] for pid, rs in expired.items()}
+
+    def _reap_worker(self, worker_pid: int, signal: int) -> bool:
+        """Signal ``worker_pid`` now (pid checks and start time as for an expired timer)."""
+        verdict = self._core.guard.admit(worker_pid)
+        if isinstance(verdict, str):
+            logger.warning("not reaping pid %d: %s", worker_pid, verdict)
+            return True
+        with self._core.lock:
+            done = self._core.reaper.reap(worker_pid, verdict, "<direct>", signal if signal > 0 else -1)
+        self._core.reaper.flush_callbacks()
+        return done
+
+    @property
+    def _request_count(self) -> int:
+        return self._core.stats["requests"]
+
+    # -- tsm additions ----------------------------------------------------------------------------------
+    def arm(
+        self, worker_pid: int, scope_id: str, expiration_time: float, *, start_time: int | None = None
+    ) -> None:
+        """Arm a SIGKILL timer from inside the server's process (pid checked; TimerError if refused)."""
+        self._core.arm_checked(worker_pid, scope_id, expiration_time, start_time)
+        self._wake()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: requests, acquired, released, refused, reaped, skipped."""
+        with self._core.lock:
+            return dict(self._core.stats)
+
+    # -- loop ----------------------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop_signaled:
+            try:
+                with self._core.lock:
+                    deadline = self._core.next_deadline_locked()
+                timeout = -1.0 if deadline is None else max(0.0, deadline - time.time())
+                if self._run_once:
+                    timeout = 0.0
+                self._iterate(timeout)
+                if self._run_once:
+                    return
+            except Exception:
+                logger.exception("error in the FileTimerServer loop (run %s)", self._run_id)
+                time.sleep(0.001)
+
+    def _iterate(self, timeout: float) -> None:
+        events = self._ep.poll(timeout)
+        self._busy_since = time.time()
+        core = self._core
+        with core.lock:
+            for fd, _ev in events:
+                if fd == self._wake_r:
+                    try:
+                        while os.read(self._wake_r, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                elif fd == self._rfd:
+                    self._read_locked()
+            core.fire_locked(time.time(), self._drain_locked)
+        core.reaper.flush_callbacks()
+        self._busy_since = None
+        self._last_progress_time = int(time.time())
+
+    def _read_locked(self) -> None:
+        total = 0
+        while total < _READ_MAX:
+            try:
+                data = os.read(self._rfd, 1 << 16)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            total += len(data)
+            self._consume_locked(data)
+
+    def _drain_locked(self, pids: set[int]) -> None:
+        # Everything written before the deadline is already in the pipe (at most its capacity, <= 1 MiB).
+        self._read_locked()
+
+    def _consume_locked(self, data: bytes) -> None:
+        buf = self._partial + data if self._partial else data
+        lines = buf.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > _LINE_MAX:
+            self._core.refuse("request line longer than 64 KiB", "?")
+            self._partial = b""
+        requests: list[TimerRequest] = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                req = FileTimerRequest(
+                    int(d["pid"]), str(d["scope_id"]), float(d["expiration_time"]), int(d.get("signal", 0))
+                )
+            except (ValueError, KeyError, TypeError) as e:
+                self._core.refuse(f"malformed request line ({e})", "?")
+                self._event("request refused", None)
+                continue
+            requests.append(req)
+        if requests:
+            before = self._core.stats["refused"]
+            self._core.register_locked(requests)
+            if self._core.stats["refused"] != before:
+                self._event("request refused", None)
+
+    def _expired(self, pid: int, live: list[tuple[str, Timer]]) -> None:
+        for scope_id, t in live:
+            self._event("timer expired", _make_request_typed(pid, scope_id, t))
+
+    def _reaped(self, pid: int, scope_id: str) -> None:
+        self._event("kill worker process", FileTimerRequest(pid, scope_id, -1, 0))
+        if self._user_on_reap is not None:
+            self._user_on_reap(pid, scope_id)
+
+    def _event(self, name: str, request: FileTimerRequest | None) -> None:
+        try:
+            self._log_event(name, request)
+        except Exception:
+            logger.exception("log_event(%r) raised", name)
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"!")
+
+    def _join(self) -> None:
+        self._wake()
+        thread, self._watchdog_thread = self._watchdog_thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(10.0)
+            if thread.is_alive():
+                logger.warning("FileTimerServer loop did not stop within 10 s")
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        remove_if_ours(self._file_path, self._ident)
+        self._ident = None
+        for fd in (self._rfd, self._keep_wfd, self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._ep.close()
+
+
+def _make_request_typed(pid: int, scope_id: str, t: Timer) -> FileTimerRequest:
+    return FileTimerRequest(pid, scope_id, t[0], t[3] if t[3] > 0 else 0)
+
+
+def _make_request(pid: int, scope_id: str, t: Timer) -> TimerRequest:
+    return _make_request_typed(pid, scope_id, t)

@@ -1,0 +1,560 @@
+"""Timers over a Unix stream socket whose server learns each client's pid from the kernel (SO_PEERCRED).
+
+A request can only arm a timer for the process that sent it, so a client can never get another process
+killed.  The protocol is binary and small:
+
+* client -> server, one record per call: ``<BBHIid`` = kind (1 acquire, 2 release, 3 ping), flags (1 = reply
+  with an ack), scope length, sequence number, pid (0 = "the sender", anything else must equal the kernel's
+  pid for the connection), expiration (``time.time()`` seconds; negative = release); then the UTF-8 scope.
+* server -> client: ``<BBHI`` = kind (1 welcome, 2 ack, 3 refused, 4 connection rejected), 0, text length,
+  value (welcome: the client's pid as the server sees it; ack/refused: the sequence number); then the text.
+
+Delivery: on connect the server checks the peer (pid > 1, not the server, not its ancestor, same user) and
+answers *welcome* or *rejected*; the client waits for that answer, so a refused process gets a TimerError at
+its first ``acquire``.  After that, ``acquire``/``release`` are fire-and-forget writes on a blocking socket
+(back-pressure, never a drop) that cannot be refused, because they name no pid.  Requests that do name a pid
+(:meth:`SocketTimerClient.send_request`) and every request of a client made with ``ack=True`` wait for the
+server's answer; a refusal raises TimerError.  :meth:`SocketTimerClient.sync` waits until the server has
+processed everything sent before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import select
+import signal as _signal
+import socket
+import struct
+import threading
+import time
+import weakref
+from types import TracebackType
+
+from tsm.errors import TimerError
+
+from ._core import Core, Timer
+from ._fs import Ident, bind_socket, connect_socket, remove_if_ours
+from ._proc import Guard, OnReap, Reaper
+from .api import TimerClient, TimerRequest
+
+__all__ = ["SocketTimerClient", "SocketTimerServer"]
+
+logger = logging.getLogger("tsm.timer")
+
+_REQ = struct.Struct("<BBHIid")
+_REP = struct.Struct("<BBHI")
+_PEERCRED = struct.Struct("3i")
+ACQUIRE, RELEASE, PING = 1, 2, 3
+FLAG_ACK = 1
+WELCOME, ACK, REFUSED, REJECTED = 1, 2, 3, 4
+MAX_SCOPE = 4096  # bytes of UTF-8; keeps every record small
+_READ = 1 << 16
+_DRAIN_MAX = 1 << 22
+_OUT_MAX = 1 << 20
+
+_clients: weakref.WeakSet[SocketTimerClient] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for client in list(_clients):
+        client._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class SocketTimerClient(TimerClient):
+    """Client of :class:`SocketTimerServer`; one connection per process, made on first use.
+
+    ``ack=True`` makes every acquire/release wait until the server processed it (slower, one round trip);
+    by default they return once written.  A child created by ``fork`` opens its own connection, so its
+    timers are its own.  ``connect_timeout`` bounds how long the first call waits for the server to appear.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, ack: bool = False, connect_timeout: float = 10.0
+    ) -> None:
+        super().__init__()
+        self.path = os.fspath(path)
+        self._ack = ack
+        self._connect_timeout = connect_timeout
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._rbuf = b""
+        self._refusals: list[str] = []
+        #: This process's pid as the server sees it (differs from os.getpid() across pid namespaces).
+        self.server_view_pid: int | None = None
+        _clients.add(self)
+
+    # -- TimerClient ------------------------------------------------------------------------------------
+    def acquire(self, scope_id: str, expiration_time: float) -> None:
+        """Arm ``scope_id`` for this process until ``expiration_time``; TimerError if the server refuses us."""
+        exp = float(expiration_time)
+        if exp != exp:
+            raise ValueError("expiration_time is NaN")
+        self._send(ACQUIRE, scope_id, exp, 0, self._ack)
+
+    def release(self, scope_id: str) -> None:
+        """Release ``scope_id`` of this process (unknown scopes are ignored by the server)."""
+        self._send(RELEASE, scope_id, -1.0, 0, self._ack)
+
+    # -- tsm additions ----------------------------------------------------------------------------------
+    def send_request(self, request: TimerRequest) -> None:
+        """Send one request naming ``request.worker_id`` (None = this process) and wait for the answer.
+
+        The server refuses any pid other than the sender's own (and pid 1, its own pid, ...): TimerError.
+        """
+        pid = 0 if request.worker_id is None else int(request.worker_id)
+        exp = float(request.expiration_time)
+        self._send(RELEASE if exp < 0 else ACQUIRE, request.scope_id, exp, pid, True)
+
+    def sync(self) -> None:
+        """Return once the server has processed every request this client sent before; TimerError on refusals."""
+        self._send(PING, "", 0.0, 0, True)
+
+    def close(self) -> None:
+        """Close the connection (timers stay armed on the server, as with every client)."""
+        with self._lock:
+            self._drop_locked()
+
+    def __enter__(self) -> SocketTimerClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------------------------------------
+    def _send(self, kind: int, scope_id: str, exp: float, pid: int, wait: bool) -> None:
+        raw = scope_id.encode()
+        if len(raw) > MAX_SCOPE:
+            raise ValueError(f"scope_id is {len(raw)} bytes; the limit is {MAX_SCOPE}")
+        with self._lock:
+            sock = self._sock if self._sock is not None else self._connect_locked()
+            if wait:
+                self._seq = seq = (self._seq + 1) & 0xFFFFFFFF
+                data = _REQ.pack(kind, FLAG_ACK, len(raw), seq, pid, exp) + raw
+            else:
+                seq = 0
+                data = _REQ.pack(kind, 0, len(raw), 0, pid, exp) + raw
+            try:
+                sock.sendall(data, socket.MSG_NOSIGNAL)
+            except OSError as e:
+                self._drop_locked()
+                raise TimerError(f"timer server at {self.path} is gone ({e}); request not delivered") from e
+            if wait:
+                self._wait_locked(sock, seq, scope_id)
+
+    def _connect_locked(self) -> socket.socket:
+        deadline = time.monotonic() + self._connect_timeout
+        while True:
+            try:
+                sock = connect_socket(self.path, self._connect_timeout)
+                break
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                if time.monotonic() >= deadline:
+                    raise TimerError(f"no timer server at {self.path} ({e.strerror}); is it started?") from e
+                time.sleep(0.02)
+            except OSError as e:
+                raise TimerError(f"cannot connect to the timer server at {self.path}: {e}") from e
+        try:
+            kind, value, text = self._read_reply(sock)
+        except (OSError, TimerError) as e:
+            sock.close()
+            raise TimerError(f"timer server at {self.path} did not greet us: {e}") from e
+        if kind != WELCOME:
+            sock.close()
+            raise TimerError(f"timer server at {self.path} refused this process: {text}")
+        sock.settimeout(None)
+        self.server_view_pid = value
+        self._sock = sock
+        return sock
+
+    def _read_reply(self, sock: socket.socket) -> tuple[int, int, str]:
+        while True:
+            if len(self._rbuf) >= _REP.size:
+                kind, _, n, value = _REP.unpack_from(self._rbuf)
+                if len(self._rbuf) >= _REP.size + n:
+                    text = self._rbuf[_REP.size : _REP.size + n].decode(errors="replace")
+                    self._rbuf = self._rbuf[_REP.size + n :]
+                    return kind, value, text
+            chunk = sock.recv(4096)
+            if not chunk:
+                raise TimerError(f"timer server at {self.path} closed the connection")
+            self._rbuf += chunk
+
+    def _wait_locked(self, sock: socket.socket, seq: int, scope_id: str) -> None:
+        while True:
+            try:
+                kind, value, text = self._read_reply(sock)
+            except (OSError, TimerError) as e:
+                self._drop_locked()
+                raise TimerError(f"timer server at {self.path} is gone ({e}); no answer received") from e
+            if kind == REFUSED:
+                if value == seq:
+                    raise TimerError(f"timer {scope_id!r} refused by the server: {text}")
+                self._refusals.append(text)
+            elif kind == ACK and value == seq:
+                break
+        if self._refusals:
+            reasons, self._refusals = self._refusals, []
+            raise TimerError(f"timer server refused {len(reasons)} earlier request(s): {reasons[0]}")
+
+    def _drop_locked(self) -> None:
+        sock, self._sock = self._sock, None
+        self._rbuf = b""
+        if sock is not None:
+            sock.close()
+
+    def _forget_after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._rbuf = b""
+        sock, self._sock = self._sock, None
+        self.server_view_pid = None
+        if sock is not None:
+            sock.close()
+
+
+class _Conn:
+    __slots__ = ("sock", "fd", "pid", "uid", "start", "buf", "out")
+
+    def __init__(self, sock: socket.socket, pid: int, uid: int, start: int) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.pid = pid
+        self.uid = uid
+        self.start = start
+        self.buf = b""
+        self.out = b""
+
+
+class SocketTimerServer:
+    """Reaps workers whose timers expire; workers reach it through a Unix socket at ``path``.
+
+    The socket is created (mode 0600, in a directory only you or root can change; paths longer than
+    ``sun_path`` work) by the constructor, so clients may connect before :meth:`start`.  :meth:`start` runs
+    the loop in a thread (daemon unless ``daemon=False``); :meth:`stop` stops it and removes the socket.
+
+    Options: ``signal`` sent at expiry (default SIGKILL); ``term_grace`` seconds between a first SIGTERM
+    and ``signal`` (None: no SIGTERM); ``kill_group`` signals the worker's process group (never the
+    server's own); ``on_reap(pid, scope_id)`` is called in the server thread after a worker was reaped
+    (keep it short; exceptions are logged).  ``max_interval`` is accepted for torch compatibility and unused:
+    the loop sleeps exactly until the earliest deadline or the next request.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        max_interval: float = 60.0,
+        daemon: bool = True,
+        *,
+        signal: int = _signal.SIGKILL,
+        term_grace: float | None = None,
+        kill_group: bool = False,
+        on_reap: OnReap | None = None,
+        backlog: int = 512,
+    ) -> None:
+        self.path = os.fspath(path)
+        self._max_interval = max_interval
+        self._daemon = daemon
+        self._core = Core(Reaper(signal, term_grace, kill_group, on_reap, {}), Guard())
+        self._core.stats.setdefault("connections", 0)
+        self._lsock: socket.socket | None = None
+        self._ident: Ident | None = None
+        self._lsock, self._ident = bind_socket(self.path, backlog)
+        self._lsock.setblocking(False)
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._ep = select.epoll()
+        self._ep.register(self._lsock.fileno(), select.EPOLLIN)
+        self._ep.register(self._wake_r, select.EPOLLIN)
+        self._conns: dict[int, _Conn] = {}
+        self._by_pid: dict[int, list[_Conn]] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Run the server loop in a background thread."""
+        if self._closed:
+            raise TimerError("this SocketTimerServer was stopped; create a new one")
+        if self._thread is not None:
+            raise TimerError("SocketTimerServer is already started")
+        self._thread = threading.Thread(target=self._loop, name="tsm-SocketTimerServer", daemon=self._daemon)
+        self._thread.start()
+        logger.info("SocketTimerServer listening on %s", self.path)
+
+    def stop(self) -> None:
+        """Stop the loop, close every connection and remove the socket file (if it is still ours)."""
+        self._stopping = True
+        self._wake()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(10.0)
+            if thread.is_alive():
+                logger.warning("SocketTimerServer loop did not stop within 10 s")
+        self._close_all()
+        logger.info("SocketTimerServer on %s stopped", self.path)
+
+    def __enter__(self) -> SocketTimerServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- torch-style table access -----------------------------------------------------------------------
+    def register_timers(self, timer_requests: list[TimerRequest]) -> None:
+        """Apply requests from inside the server's process (pids checked as for any request)."""
+        with self._core.lock:
+            self._core.register_locked(timer_requests)
+        self._wake()
+
+    def clear_timers(self, worker_ids: set[int]) -> None:
+        """Drop every timer of these pids."""
+        with self._core.lock:
+            self._core.clear_locked(worker_ids)
+
+    def get_expired_timers(self, deadline: float) -> dict[int, list[TimerRequest]]:
+        """Armed timers with ``expiration_time <= deadline``, by pid."""
+        with self._core.lock:
+            return self._core.expired_locked(deadline, _make_request)
+
+    def arm(
+        self, worker_pid: int, scope_id: str, expiration_time: float, *, start_time: int | None = None
+    ) -> None:
+        """Arm a timer from inside the server's process (e.g. a supervisor timing a child it started).
+
+        The pid is checked like a client's (TimerError if refused); ``start_time`` defaults to the current
+        start time of the pid and is compared again before any signal is sent.
+        """
+        self._core.arm_checked(worker_pid, scope_id, expiration_time, start_time)
+        self._wake()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: requests (acquires + releases processed), acquired, released, refused, reaped, skipped, connections."""
+        with self._core.lock:
+            return dict(self._core.stats)
+
+    # -- loop ------------------------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # pipe full (a wake is pending anyway) or closed
+            os.write(self._wake_w, b"!")
+
+    def _loop(self) -> None:
+        core = self._core
+        lfd = self._lsock.fileno() if self._lsock is not None else -1
+        wake_r = self._wake_r
+        conns = self._conns
+        while not self._stopping:
+            try:
+                with core.lock:
+                    deadline = core.next_deadline_locked()
+                timeout = -1.0 if deadline is None else max(0.0, deadline - time.time())
+                events = self._ep.poll(timeout)
+                with core.lock:
+                    for fd, ev in events:
+                        if fd == lfd:
+                            self._accept_locked()
+                        elif fd == wake_r:
+                            try:
+                                while os.read(wake_r, 4096):
+                                    pass
+                            except BlockingIOError:
+                                pass
+                        else:
+                            conn = conns.get(fd)
+                            if conn is None:
+                                continue
+                            if ev & select.EPOLLOUT:
+                                self._flush_out(conn)
+                            if ev & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                                self._read_locked(conn, _READ)
+                            core.flush_locked()
+                            if core.heap and core.heap[0][0] <= time.time():
+                                core.fire_locked(time.time(), self._drain_locked)
+                    core.flush_locked()
+                    core.fire_locked(time.time(), self._drain_locked)
+                core.reaper.flush_callbacks()
+            except Exception:
+                logger.exception("error in the SocketTimerServer loop")
+                time.sleep(0.001)
+
+    def _accept_locked(self) -> None:
+        assert self._lsock is not None
+        core = self._core
+        while True:
+            try:
+                sock, _ = self._lsock.accept()
+            except BlockingIOError:
+                return
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    logger.error("cannot accept timer clients: %s", e)
+                return
+            sock.setblocking(False)
+            pid, uid, _gid = _PEERCRED.unpack(
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+            )
+            verdict = core.guard.admit(pid, uid)
+            if isinstance(verdict, str):
+                core.refuse(verdict, "<connection>")
+                text = verdict.encode()
+                with contextlib.suppress(OSError):
+                    sock.send(_REP.pack(REJECTED, 0, len(text), 0) + text)
+                sock.close()
+                continue
+            conn = _Conn(sock, pid, uid, verdict)
+            self._conns[conn.fd] = conn
+            self._by_pid.setdefault(pid, []).append(conn)
+            core.stats["connections"] += 1
+            self._ep.register(conn.fd, select.EPOLLIN)
+            self._reply(conn, _REP.pack(WELCOME, 0, 0, pid))
+
+    def _read_locked(self, conn: _Conn, limit: int) -> None:
+        total = 0
+        while total < limit:
+            try:
+                data = conn.sock.recv(_READ)
+            except BlockingIOError:
+                return
+            except OSError:
+                self._close_conn(conn)
+                return
+            if not data:
+                self._close_conn(conn)
+                return
+            total += len(data)
+            self._consume_locked(conn, data)
+
+    def _consume_locked(self, conn: _Conn, data: bytes) -> None:
+        buf = conn.buf + data if conn.buf else data
+        n = len(buf)
+        off = 0
+        hdr = _REQ.size
+        unpack = _REQ.unpack_from
+        timers = self._core.timers
+        dirty = self._core.dirty
+        seqgen = self._core.seq
+        pid = conn.pid
+        start = conn.start
+        acquired = released = 0
+        replies: list[bytes] = []
+        while n - off >= hdr:
+            kind, flags, slen, seq, rpid, exp = unpack(buf, off)
+            end = off + hdr + slen
+            if end > n:
+                break
+            scope = buf[off + hdr : end].decode("utf-8", "replace")
+            off = end
+            if rpid and rpid != pid:
+                reason = (
+                    f"pid {rpid} named by pid {pid}: a client may only arm timers for itself"
+                    if rpid > 1 and rpid != self._core.guard.own_pid
+                    else f"pid {rpid} may never be reaped (named by pid {pid})"
+                )
+                self._core.refuse(reason, scope)
+                text = reason.encode()
+                replies.append(_REP.pack(REFUSED, 0, len(text), seq) + text)
+                continue
+            if kind == ACQUIRE and exp >= 0:
+                s = next(seqgen)
+                key = (pid, scope)
+                timers[key] = (exp, s, start, 0)
+                dirty.append((exp, s, key))
+                acquired += 1
+            elif kind in (RELEASE, ACQUIRE):
+                if exp != exp:
+                    self._core.refuse("expiration_time is NaN", scope)
+                    text = b"expiration_time is NaN"
+                    replies.append(_REP.pack(REFUSED, 0, len(text), seq) + text)
+                    continue
+                timers.pop((pid, scope), None)
+                released += 1
+            elif kind != PING:
+                logger.warning("pid %d sent an unknown record kind %d; closing its connection", pid, kind)
+                self._close_conn(conn)
+                return
+            if flags & FLAG_ACK:
+                replies.append(_REP.pack(ACK, 0, 0, seq))
+        conn.buf = buf[off:] if off < n else b""
+        stats = self._core.stats
+        stats["requests"] += acquired + released
+        stats["acquired"] += acquired
+        stats["released"] += released
+        if replies:
+            self._reply(conn, b"".join(replies))
+
+    def _drain_locked(self, pids: set[int]) -> None:
+        """Read what the expiring workers already sent: a release written before the deadline wins."""
+        for pid in pids:
+            for conn in list(self._by_pid.get(pid, ())):
+                self._read_locked(conn, _DRAIN_MAX)
+
+    def _reply(self, conn: _Conn, data: bytes) -> None:
+        if conn.out:
+            conn.out += data
+        else:
+            conn.out = data
+        self._flush_out(conn)
+
+    def _flush_out(self, conn: _Conn) -> None:
+        if conn.fd not in self._conns:
+            return
+        try:
+            while conn.out:
+                sent = conn.sock.send(conn.out, socket.MSG_NOSIGNAL)
+                conn.out = conn.out[sent:]
+        except BlockingIOError:
+            if len(conn.out) > _OUT_MAX:
+                logger.warning("pid %d does not read the server's replies; closing its connection", conn.pid)
+                self._close_conn(conn)
+                return
+        except OSError:
+            self._close_conn(conn)
+            return
+        self._ep.modify(conn.fd, select.EPOLLIN | (select.EPOLLOUT if conn.out else 0))
+
+    def _close_conn(self, conn: _Conn) -> None:
+        if self._conns.pop(conn.fd, None) is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self._ep.unregister(conn.fd)
+        same = self._by_pid.get(conn.pid)
+        if same is not None:
+            same[:] = [c for c in same if c is not conn]
+            if not same:
+                del self._by_pid[conn.pid]
+        conn.sock.close()
+
+    def _close_all(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._core.lock:
+            for conn in list(self._conns.values()):
+                self._close_conn(conn)
+        if self._lsock is not None:
+            self._lsock.close()
+            self._lsock = None
+        remove_if_ours(self.path, self._ident)
+        self._ep.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True) and self._thread is None:
+            with contextlib.suppress(Exception):
+                self._close_all()
+
+
+def _make_request(pid: int, scope_id: str, t: Timer) -> TimerRequest:
+    return TimerRequest(pid, scope_id, t[0])
