@@ -49,7 +49,7 @@ def sh(
 ) -> AppDef:
     """Run a shell command line with sh -c (pipes, globs and $VARS work; quote it as for a shell).
 
-    The words are joined with spaces into one command line: ``tsm run utils.sh -- 'echo $HOSTNAME | wc'``.
+    The words are joined with spaces into one command line, e.g. tsm run utils.sh -- 'echo $HOSTNAME | wc -c'.
 
     Args:
         *args: the command line (joined with spaces)
@@ -97,7 +97,7 @@ def python(
 ) -> AppDef:
     """Run Python code: a module (-m), a string (-c) or a script (--script), given exactly one of them.
 
-    Runs ``python`` from the replica's PATH, without a shell: ``tsm run utils.python -m http.server -- 8000``.
+    Runs python from the replica's PATH, without a shell, e.g. tsm run utils.python -m http.server -- 8000.
 
     Args:
         *args: arguments for the module, code or script

@@ -1,0 +1,45 @@
+# The commands the README gives. Everything installs itself into .venv on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+BIN    := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+
+.PHONY: setup compile demo test test-fast bench lint harden clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed compile
+
+# Byte-compile tsm as an installed package would be (this also covers PYTHONDONTWRITEBYTECODE=1 shells),
+# so start-up figures measure tsm, not the compiler.
+compile: $(VENV)/.installed
+	@$(PY) -m compileall -q src/tsm
+
+# torch is needed only by the torchrun tests and the side-by-side timer benchmark: a CPU wheel, 2.13.0 only.
+$(VENV)/.torch: $(VENV)/.installed
+	$(PY) -m pip install -q torch==2.13.0
+	touch $@
+
+demo: setup
+	$(PY) examples/seed_style.py
+
+test: setup $(VENV)/.torch
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not integration"
+
+bench: setup $(VENV)/.torch
+	@for script in benchmarks/*.py; do $(PY) $$script || exit 1; done
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,406 @@
+#!/usr/bin/env python3
+"""Benchmark tsm.timer, side by side with torch.distributed.elastic.timer when torch is importable.
+
+Prints one JSON object per line:
+
+* ``import``: wall time of ``import tsm.timer`` (and of torch's module) in a fresh interpreter, with a warm
+  bytecode cache (``cold_compile_ms``: no bytecode cache at all, as under PYTHONDONTWRITEBYTECODE);
+* ``expires``: cost of one ``with expires(...)`` block, with and without ``scope``, on a no-op client (the
+  API's own overhead) and on a real socket client;
+* ``reap_latency``: time from a worker's deadline to the worker being dead, for randomised deadlines, per
+  server and ``max_interval`` (0.01 / 0.1 / 1.0);
+* ``throughput``: acquire+release pairs per second from 1 and 16 worker processes: calls returned and
+  requests processed by the server, and requests lost.
+
+Run: ``python benchmarks/timer_bench.py`` (``--quick`` for a shorter run).  Linux, ~1-2 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
+
+import tsm.timer as tt  # noqa: E402
+
+try:
+    import torch.distributed.elastic.timer as torch_timer  # noqa: E402
+
+    TORCH: str | None = None
+except ImportError as e:  # pragma: no cover - depends on the machine
+    torch_timer = None
+    TORCH = f"torch not importable ({e}); torch rows skipped"
+
+CTX = mp.get_context("fork")
+OURS = ["tsm-local", "tsm-file", "tsm-socket"]
+THEIRS = ["torch-local", "torch-file"]
+
+
+def emit(**row: Any) -> None:
+    print(json.dumps(row), flush=True)
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+# -- servers under test ----------------------------------------------------------------------------------------
+class Setup:
+    """One server of one implementation plus a factory for clients (called in the worker process)."""
+
+    def __init__(self, impl: str, max_interval: float, tmpdir: str) -> None:
+        self.impl = impl
+        path = os.path.join(tmpdir, f"{impl}-{os.getpid()}-{random.randrange(1 << 30)}")
+        self.server: Any
+        self.client: Callable[[], Any]
+        if impl == "tsm-local":
+            q = CTX.Queue()
+            self.server = tt.LocalTimerServer(q, max_interval)
+            self.client = lambda: tt.LocalTimerClient(q)
+        elif impl == "tsm-file":
+            self.server = tt.FileTimerServer(path, "bench", max_interval)
+            self.client = lambda: tt.FileTimerClient(path)
+        elif impl == "tsm-socket":
+            self.server = tt.SocketTimerServer(path, max_interval)
+            self.client = lambda: tt.SocketTimerClient(path)
+        elif impl == "torch-local":
+            assert torch_timer is not None
+            q = CTX.Queue()
+            self.server = _counting_torch_local(q, max_interval)
+            self.client = lambda: torch_timer.LocalTimerClient(q)
+        elif impl == "torch-file":
+            assert torch_timer is not None
+            self.server = torch_timer.FileTimerServer(path, "bench", max_interval)
+            # SIGTERM, not SIGKILL: torch's server sends the reaping signal to itself too (see latency_host).
+            self.client = lambda: torch_timer.FileTimerClient(path, signal=signal.SIGTERM)
+        else:
+            raise ValueError(impl)
+
+    def processed(self) -> int:
+        if self.impl.startswith("tsm"):
+            return int(self.server.stats["requests"])
+        if self.impl == "torch-local":
+            return int(self.server.count)
+        return int(self.server._request_count)
+
+
+def _counting_torch_local(q: Any, max_interval: float) -> Any:
+    assert torch_timer is not None
+
+    class Counting(torch_timer.LocalTimerServer):  # type: ignore[misc, name-defined]
+        count = 0
+
+        def register_timers(self, timer_requests: list[Any]) -> None:
+            self.count += len(timer_requests)
+            super().register_timers(timer_requests)
+
+    return Counting(q, max_interval)
+
+
+# -- reap latency ---------------------------------------------------------------------------------------------
+def latency_worker(make_client: Callable[[], Any], deadline: float) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    client = make_client()
+    client.acquire("hang", deadline)
+    time.sleep(60)
+
+
+def latency_host(impl: str, max_interval: float, n: int, tmpdir: str, out: Connection) -> None:
+    # torch's FileTimerServer signals its own process after reaping; survive that (workers reset it).
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    setup = Setup(impl, max_interval, tmpdir)
+    setup.server.start()
+    time.sleep(0.05)
+    deadlines: dict[int, float] = {}
+    procs = []
+    rng = random.Random(1234)
+    for _ in range(n):
+        deadline = time.time() + 0.25 + rng.random() * 0.35
+        p = CTX.Process(target=latency_worker, args=(setup.client, deadline), daemon=True)
+        p.start()
+        deadlines[p.sentinel] = deadline
+        procs.append(p)
+    latencies: list[float] = []
+    pending = {p.sentinel: p for p in procs}
+    end = time.time() + 0.6 + max_interval * 2 + 5
+    while pending and time.time() < end:
+        for s in wait(list(pending), timeout=0.5):
+            latencies.append(time.time() - deadlines[s])  # type: ignore[index]
+            pending.pop(s)  # type: ignore[call-overload]
+    for p in pending.values():
+        p.kill()
+    for p in procs:
+        p.join()
+    try:
+        setup.server.stop()
+    except Exception:
+        pass
+    out.send((latencies, len(pending)))
+
+
+def bench_latency(impls: list[str], intervals: list[float], n: int, tmpdir: str) -> None:
+    for impl in impls:
+        for mi in intervals:
+            here, there = CTX.Pipe()
+            host = CTX.Process(target=latency_host, args=(impl, mi, n, tmpdir, there))
+            host.start()
+            lat, missed = here.recv() if here.poll(60) else ([], n)
+            host.join(10)
+            if host.is_alive():
+                host.kill()
+            row: dict[str, Any] = {"bench": "reap_latency", "impl": impl, "max_interval": mi, "workers": n}
+            if lat:
+                row.update(
+                    median_ms=round(statistics.median(lat) * 1e3, 2),
+                    p95_ms=round(pct(lat, 0.95) * 1e3, 2),
+                    max_ms=round(max(lat) * 1e3, 2),
+                )
+            row["not_reaped"] = missed
+            emit(**row)
+
+
+# -- throughput ---------------------------------------------------------------------------------------------
+def tput_worker(make_client: Callable[[], Any], ready: Any, go: Any, t_end: Any, out: Any) -> None:
+    client = make_client()
+    if hasattr(client, "sync"):
+        client.sync()  # connect before the clock starts
+    ready.wait()
+    go.wait()
+    end = t_end.value
+    exp = time.time() + 3600
+    acquire, release = client.acquire, client.release
+    pairs = ok = failed = 0
+    while True:
+        for _ in range(64):
+            pairs += 1
+            try:
+                acquire("bench", exp)
+                ok += 1
+            except Exception:
+                failed += 1
+            try:
+                release("bench")
+                ok += 1
+            except Exception:
+                failed += 1
+        if time.time() >= end:
+            break
+    out.put((pairs, ok, failed))
+
+
+def tput_host(impl: str, clients: int, duration: float, tmpdir: str, res: Connection) -> None:
+    setup = Setup(impl, 0.1, tmpdir)
+    setup.server.start()
+    ready = CTX.Barrier(clients + 1)
+    go = CTX.Event()
+    t_end = CTX.Value("d", 0.0)
+    out = CTX.Queue()
+    procs = [
+        CTX.Process(target=tput_worker, args=(setup.client, ready, go, t_end, out), daemon=True)
+        for _ in range(clients)
+    ]
+    for p in procs:
+        p.start()
+    ready.wait()
+    time.sleep(0.1)
+    base = setup.processed()
+    t0 = time.time()
+    t_end.value = t0 + duration
+    go.set()
+    pairs = ok = failed = 0
+    for _ in procs:
+        a, b, c = out.get()
+        pairs, ok, failed = pairs + a, ok + b, failed + c
+    t_clients = time.time() - t0
+    # drain: wait until the server has processed everything that was sent (or stops making progress)
+    last, last_change, t_done = -1, time.time(), time.time()
+    while True:
+        done = setup.processed() - base
+        now = time.time()
+        if done != last:
+            last, last_change, t_done = done, now, now
+        if done >= ok or now - last_change > 3 or now - t0 > duration + 25:
+            break
+        time.sleep(0.005)
+    for p in procs:
+        p.join(5)
+    try:
+        setup.server.stop()
+    except Exception:
+        pass
+    res.send(
+        {
+            "calls_pairs_per_s": round(pairs / t_clients),
+            "processed_pairs_per_s": round(last / 2 / max(t_done - t0, 1e-9)),
+            "requests_sent": ok + failed,
+            "requests_failed_in_client": failed,
+            "requests_processed": last,
+            "requests_lost": ok + failed - last,
+        }
+    )
+
+
+def bench_throughput(impls: list[str], client_counts: list[int], duration: float, tmpdir: str) -> None:
+    for impl in impls:
+        for n in client_counts:
+            here, there = CTX.Pipe()
+            host = CTX.Process(target=tput_host, args=(impl, n, duration, tmpdir, there))
+            host.start()
+            row: dict[str, Any] = {"bench": "throughput", "impl": impl, "clients": n, "seconds": duration}
+            if here.poll(duration + 60):
+                row.update(here.recv())
+            else:
+                row["error"] = "no result"
+            host.join(10)
+            if host.is_alive():
+                host.kill()
+            emit(**row)
+
+
+# -- expires() cost ------------------------------------------------------------------------------------------
+def _time_blocks(make_cm: Callable[[], Any], n: int) -> float:
+    for _ in range(min(n, 1000)):
+        with make_cm():
+            pass
+    t = time.perf_counter()
+    for _ in range(n):
+        with make_cm():
+            pass
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def bench_expires(n: int, tmpdir: str) -> None:
+    class Null(tt.TimerClient):
+        def acquire(self, scope_id: str, expiration_time: float) -> None:
+            pass
+
+        def release(self, scope_id: str) -> None:
+            pass
+
+    null = Null()
+    for label, scope in (("no scope", None), ("scope", "step")):
+        us = _time_blocks(lambda s=scope: tt.expires(after=60, scope=s, client=null), n)
+        emit(bench="expires", impl="tsm", client="no-op", variant=label, us_per_block=round(us, 2))
+
+    # a real socket client (the server must live in another process: it refuses its own process)
+    path = os.path.join(tmpdir, "expires.sock")
+    server = tt.SocketTimerServer(path)
+    server.start()
+    here, there = CTX.Pipe()
+
+    def measure(conn: Connection) -> None:
+        client = tt.SocketTimerClient(path)
+        res = {}
+        for label, scope in (("no scope", None), ("scope", "step")):
+            res[label] = _time_blocks(lambda s=scope: tt.expires(after=60, scope=s, client=client), n)
+        client.sync()
+        conn.send(res)
+
+    p = CTX.Process(target=measure, args=(there,))
+    p.start()
+    res = here.recv()
+    p.join()
+    server.stop()
+    for label, us in res.items():
+        emit(bench="expires", impl="tsm", client="socket", variant=label, us_per_block=round(us, 2))
+
+    if torch_timer is None:
+        emit(bench="expires", impl="torch", skipped=TORCH)
+        return
+
+    class TorchNull(torch_timer.TimerClient):  # type: ignore[misc, name-defined]
+        def acquire(self, scope_id: str, expiration_time: float) -> None:
+            pass
+
+        def release(self, scope_id: str) -> None:
+            pass
+
+    tnull = TorchNull()
+    for label, scope in (("no scope", None), ("scope", "step")):
+        us = _time_blocks(lambda s=scope: torch_timer.expires(after=60, scope=s, client=tnull), max(n // 10, 500))
+        emit(bench="expires", impl="torch", client="no-op", variant=label, us_per_block=round(us, 2))
+
+
+# -- import time ---------------------------------------------------------------------------------------------
+def _import_ms(module: str, env: dict[str, str], runs: int) -> float:
+    code = f"import time; t = time.perf_counter(); import {module}; print((time.perf_counter() - t) * 1e3)"
+    out = []
+    for _ in range(runs):
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        out.append(float(r.stdout.strip()))
+    return statistics.median(out)
+
+
+def bench_import(tmpdir: str, runs: int) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    warm = dict(env, PYTHONPYCACHEPREFIX=os.path.join(tmpdir, "pyc"))
+    warm.pop("PYTHONDONTWRITEBYTECODE", None)
+    _import_ms("tsm.timer", warm, 1)  # fill the bytecode cache
+    cold = dict(env, PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=os.path.join(tmpdir, "none"))
+    emit(
+        bench="import",
+        impl="tsm",
+        module="tsm.timer",
+        ms_median=round(_import_ms("tsm.timer", warm, runs), 2),
+        cold_compile_ms=round(_import_ms("tsm.timer", cold, 3), 2),
+    )
+    if torch_timer is None:
+        emit(bench="import", impl="torch", skipped=TORCH)
+    else:
+        emit(
+            bench="import",
+            impl="torch",
+            module="torch.distributed.elastic.timer",
+            ms_median=round(_import_ms("torch.distributed.elastic.timer", env, 3), 2),
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer workers and shorter runs")
+    ap.add_argument("--no-torch", action="store_true", help="skip torch rows even if torch is importable")
+    args = ap.parse_args()
+    global torch_timer, TORCH
+    if args.no_torch:
+        torch_timer, TORCH = None, "--no-torch given"
+    impls = OURS + (THEIRS if torch_timer is not None else [])
+    emit(
+        bench="info",
+        python=sys.version.split()[0],
+        cpus=os.cpu_count(),
+        torch=None if torch_timer is None else __import__("torch").__version__,
+        note=TORCH,
+    )
+    t_start = time.time()
+    with tempfile.TemporaryDirectory(prefix="tsm-timer-bench-") as tmpdir:
+        bench_import(tmpdir, 3 if args.quick else 7)
+        bench_expires(5_000 if args.quick else 20_000, tmpdir)
+        bench_latency(impls, [0.01, 0.1, 1.0], 6 if args.quick else 10, tmpdir)
+        if torch_timer is None:
+            emit(bench="reap_latency", impl="torch", skipped=TORCH)
+        bench_throughput(impls, [1, 16], 0.5 if args.quick else 1.0, tmpdir)
+        if torch_timer is None:
+            emit(bench="throughput", impl="torch", skipped=TORCH)
+    emit(bench="done", seconds=round(time.time() - t_start, 1))
+
+
+if __name__ == "__main__":
+    main()
