@@ -8,7 +8,6 @@ supervisor RSS <= 30 MB with 256 replicas; 512 replicas run under `ulimit -n 102
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -109,9 +108,10 @@ def main() -> None:
         "SELECT sup_pid, watchdog_pid FROM local_apps WHERE app_id=?", (handle.rsplit("/", 1)[1],))[0]
 
     def rss_mb(pid: int) -> float:
-        for line in open(f"/proc/{pid}/status"):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
         return 0.0
 
     emit("supervisor RSS with 256 replicas", target="<= 30 MB",

@@ -14,10 +14,11 @@ config files (command line > project file > user file), records every app it lau
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -260,7 +261,7 @@ class Runner:
             self._history().write([("UPDATE apps SET state=?, updated=? WHERE handle=?", c) for c in changed])
         return out
 
-    def remove(self, app_handles: list[str], older_than_days: float | None = None) -> list[str]:
+    def remove(self, app_handles: Sequence[str], older_than_days: float | None = None) -> builtins.list[str]:
         """Forget ended apps and delete their scheduler-side state and logs; returns the handles removed.
 
         ``older_than_days`` adds every ended app in the history created more than that many days ago.
@@ -295,7 +296,7 @@ class Runner:
         """The run options ``scheduler`` accepts."""
         return self._scheduler(scheduler).run_opts()
 
-    def scheduler_backends(self) -> list[str]:
+    def scheduler_backends(self) -> builtins.list[str]:
         """Every scheduler name, builtins and plugins."""
         return scheduler_names()
 

@@ -44,7 +44,7 @@ def scheduler_names() -> list[str]:
     return list(_BUILTIN) + sorted(_plugin_entry_points())
 
 
-def get_scheduler_factory(name: str) -> Callable[..., "Scheduler"]:
+def get_scheduler_factory(name: str) -> Callable[..., Scheduler]:
     """The factory registered as ``name``; an unknown name errors with a did-you-mean."""
     if name in _BUILTIN:
         module, _, attr = _BUILTIN[name].partition(":")
@@ -58,6 +58,6 @@ def get_scheduler_factory(name: str) -> Callable[..., "Scheduler"]:
     )
 
 
-def get_scheduler(name: str, session_name: str = "default", **kwargs: Any) -> "Scheduler":
+def get_scheduler(name: str, session_name: str = "default", **kwargs: Any) -> Scheduler:
     """Create the scheduler ``name`` for ``session_name``."""
     return get_scheduler_factory(name)(session_name, **kwargs)

@@ -268,11 +268,11 @@ def test_double_forked_daemon_and_setsid_children_end_with_the_app(sched: LocalS
 
 
 def test_cancel_from_another_process_and_query_after_caller_exit(tmp_path: Path) -> None:
-    launcher = textwrap.dedent(f"""
+    launcher = textwrap.dedent("""
         from tsm.schedulers.local.scheduler import LocalScheduler
         from tsm.specs import AppDef, Role
         s = LocalScheduler("other")
-        print(s.submit(AppDef("owned", [Role("r", entrypoint="sleep", args=["300"], num_replicas=2)]), {{}}))
+        print(s.submit(AppDef("owned", [Role("r", entrypoint="sleep", args=["300"], num_replicas=2)]), {}))
     """)
     out = subprocess.run([PY, "-c", launcher], capture_output=True, text=True, timeout=HANG_GUARD, check=True)
     app_id = out.stdout.strip()
@@ -458,3 +458,45 @@ def test_gpu_replicas_get_cuda_visible_devices(sched: LocalScheduler, monkeypatc
     assert all("CUDA_VISIBLE_DEVICES" not in r.env for r in info.request.roles[0].replicas)
     with pytest.raises(InvalidAppError, match="GPU"):
         sched.submit_dryrun(AppDef("gpu", [Role("g", entrypoint="true", num_replicas=3, resource=Resource(gpu=2))]))
+
+
+# -- expiration timers -----------------------------------------------------------------------------
+HANGS_ONCE = """
+    import os, sys, time
+    import tsm.timer
+    marker = sys.argv[1]
+    first = not os.path.exists(marker)
+    open(marker, "a").write("x")
+    with tsm.timer.expires(after=0.5, scope="allreduce"):
+        if first:
+            time.sleep(300)  # a hung collective
+    print("done", flush=True)
+"""
+
+
+def test_replica_hung_inside_expires_is_reaped_and_retried(sched: LocalScheduler, tmp_path: Path) -> None:
+    role = py(HANGS_ONCE, max_retries=1, retry_policy=RetryPolicy.REPLICA)
+    role.args.append(str(tmp_path / "marker"))
+    app_id = run(sched, AppDef("hung", [role]))
+    desc = wait(sched, app_id)
+    assert desc.state == AppState.SUCCEEDED, desc
+    assert desc.num_restarts == 1
+    assert replica(desc, "r", 0).restarts == 1
+    assert list(sched.log_iter(app_id, "r", 0, streams=Stream.STDOUT)) == ["done\n"]
+
+
+def test_reaped_replica_records_the_expired_timer(sched: LocalScheduler, tmp_path: Path) -> None:
+    role = py(HANGS_ONCE)
+    role.args.append(str(tmp_path / "marker"))
+    app_id = run(sched, AppDef("hung", [role]))
+    desc = wait(sched, app_id)
+    assert desc.state == AppState.FAILED
+    assert replica(desc, "r", 0).error_msg == "expired timer allreduce"
+    assert "expired timer allreduce" in desc.msg
+
+
+def test_timers_can_be_turned_off(sched: LocalScheduler) -> None:
+    code = "import os; print(os.environ.get('TSM_TIMER_SOCKET', 'none'))"
+    app_id = run(sched, AppDef("notimers", [py(code)]), timers=False)
+    wait(sched, app_id)
+    assert list(sched.log_iter(app_id, "r", 0)) == ["none\n"]

@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import os
 import struct
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator

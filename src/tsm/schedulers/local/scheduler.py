@@ -70,6 +70,7 @@ class LocalRequest:
     grace_period: float
     roles: list[LocalRoleRequest]
     spec: dict[str, Any]
+    timers: bool = True
     base_env: dict[str, str] = field(default_factory=dict)
 
 
@@ -152,6 +153,11 @@ class LocalScheduler(Scheduler):
             "give each replica of a GPU role its own CUDA_VISIBLE_DEVICES slice of this machine's GPUs", default=True,
         )
         opts.add("grace_period", float, "seconds between SIGTERM and SIGKILL when stopping replicas", default=10.0)
+        opts.add(
+            "timers", bool,
+            "host an expiration-timer server for the app (TSM_TIMER_SOCKET): tsm.timer.expires() reaps hung workers",
+            default=True,
+        )
         opts.add("cwd", str, "working directory of replicas whose image is not a directory; default the current one")
         return opts
 
@@ -203,6 +209,7 @@ class LocalScheduler(Scheduler):
         req = LocalRequest(
             app_id=app_id, app_name=app.name, session=self.session_name, app_dir=app_dir, log_dir=log_dir,
             grace_period=float(cfg["grace_period"]), roles=roles, spec=app.to_dict(),  # type: ignore[arg-type]
+            timers=bool(cfg["timers"]),
         )
         return AppDryRunInfo(request=req, fmt=format_request)
 

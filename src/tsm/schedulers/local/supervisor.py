@@ -29,12 +29,12 @@ import subprocess
 import sys
 import time
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
 from tsm.schedulers.local import _os
 from tsm.schedulers.local.logs import STDERR, STDOUT, append_records, replica_dir
+
+TYPE_CHECKING = False  # keeps typing out of the supervisor's start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 # AppState values, spelled out so the supervisor does not import the specs package.
 RUNNING, SUCCEEDED, FAILED, CANCELLED = 3, 4, 5, 6
@@ -123,6 +123,9 @@ class Supervisor:
         self.log_dirty = False
         self.clients: list[socket.socket] = []
         self.sel = selectors.DefaultSelector()
+        self.timer_server: Any = None
+        self.timer_path = ""
+        self.reaped: dict[int, str] = {}  # replica pid -> scope of the timer that expired in its tree
 
     # -- setup -------------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -153,6 +156,31 @@ class Supervisor:
         self.inotify = _os.Inotify()
         self.sel.register(self.inotify.fd, selectors.EVENT_READ, "inotify")
 
+    def _start_timer_server(self) -> None:
+        """Host the app's expiration-timer server; replicas find it through ``TSM_TIMER_SOCKET``."""
+        if not self.req.get("timers", True):
+            return
+        from tsm.timer.socket_timer import SocketTimerServer
+
+        path = os.path.join(self.app_dir, "timer.sock")
+        self.timer_server = SocketTimerServer(path, on_reap=self._on_timer_reap)
+        self.timer_server.start()
+        self.timer_path = path
+
+    def _on_timer_reap(self, pid: int, scope_id: str) -> None:
+        """Timer-server thread: note which replica's tree lost a worker, and wake the main loop."""
+        pgid = pid
+        try:  # a reaped worker is at least a zombie still; its process group names the replica
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                data = f.read()
+            pgid = int(data[data.rindex(b")") + 2 :].split()[2])
+        except (OSError, ValueError, IndexError):
+            pass
+        self.reaped[pgid] = scope_id
+        self.reaped[pid] = scope_id
+        with contextlib.suppress(OSError):
+            self.sig_w.send(b"T")
+
     def _on_signal(self, signum: int, frame: object) -> None:
         self.signals.append(signum)
 
@@ -164,6 +192,8 @@ class Supervisor:
             self.by_wd[wd] = rep
         env = dict(self.base_env)
         env.update(rep.env)
+        if self.timer_path:
+            env["TSM_TIMER_SOCKET"] = self.timer_path
         for name in rep.ports:
             env[f"TSM_PORT_{name.upper()}"] = str(_free_port())
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
@@ -236,11 +266,12 @@ class Supervisor:
         self.dirty.add(id(rep))
         stopping = rep.stopping
         rep.stopping = False
+        scope = self.reaped.pop(rep.pid, None) if rep.pid is not None else None
         if code == 0:
             rep.state, rep.error = SUCCEEDED, ""
         else:
             rep.state = FAILED
-            rep.error = error or _exit_reason(code)
+            rep.error = error or (f"expired timer {scope}" if scope is not None else _exit_reason(code))
         if self.final_state is not None or stopping:
             if self.final_state is not None and rep.state == FAILED and self.final_state == CANCELLED:
                 rep.state = CANCELLED
@@ -400,6 +431,12 @@ class Supervisor:
         )])
         os.write(self.ready_fd, b"R")
         os.close(self.ready_fd)
+        try:
+            self._start_timer_server()
+        except Exception as e:  # noqa: BLE001 - the app runs without timers rather than not at all
+            self.timer_server, self.timer_path = None, ""
+            with open(os.path.join(self.app_dir, "supervisor.log"), "a") as log:
+                log.write(f"timer server not started: {e}\n")
         for rep in self.replicas:
             if self.final_state is not None:
                 break
@@ -436,6 +473,8 @@ class Supervisor:
             self._flush()
         self._kill_orphans()
         self._flush()
+        if self.timer_server is not None:
+            self.timer_server.stop()
         for conn in list(self.clients):
             self._drop(conn)
         self.listener.close()
