@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from tsm.errors import ConfigError, InvalidRunOptionError, UnknownAppError
+from tsm.errors import ConfigError, InvalidRunOptionError, UnknownAppError, did_you_mean
 from tsm.runner.config import Config, load_config
 from tsm.schedulers import DEFAULT_SCHEDULER, get_scheduler, scheduler_names
 from tsm.schedulers.api import ListAppResponse, Scheduler, Stream
@@ -74,11 +74,19 @@ class Runner:
         """Config-file run options under ``cfg``; a bad file option is reported with its file."""
         opts = self._scheduler(scheduler).run_opts()
         file_cfg = dict(self.config.scheduler_cfg.get(scheduler, {}))
-        for key in list(file_cfg):
+        for key, value in file_cfg.items():
+            origin = self.config.origin.get((scheduler, key), "config file")
+            opt = opts.get(key)
+            if opt is None:
+                raise ConfigError(
+                    f"{origin}: [scheduler.{scheduler}] unknown run option '{key}'{did_you_mean(key, dict(opts))}; "
+                    f"`tsm runopts {scheduler}` lists them"
+                )
+            alone = runopts()  # check this one option's type without demanding the required ones
+            alone.add(key, opt.type_, opt.help)
             try:
-                opts.resolve({key: file_cfg[key]})
+                alone.resolve({key: value})
             except InvalidRunOptionError as e:
-                origin = self.config.origin.get((scheduler, key), "config file")
                 raise ConfigError(f"{origin}: [scheduler.{scheduler}] {e}") from e
         file_cfg.update(cfg or {})
         return file_cfg

@@ -128,7 +128,7 @@ def _arg_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):
-        return ",".join(str(v) for v in value)
+        return ",".join(_arg_text(v) for v in value)
     if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items())
+        return ",".join(f"{k}={_arg_text(v)}" for k, v in value.items())
     return str(value)

@@ -72,7 +72,7 @@ def parse_cfg_value(name: str, text: str, type_: Any) -> CfgVal:
             out: dict[str, str] = {}
             for pair in filter(None, (s.strip() for s in text.split(","))):
                 k, sep, v = pair.partition(":")
-                if not sep or not k.strip():
+                if not sep or not k:
                     raise ValueError(pair)
                 out[k.strip()] = v.strip()
             return out

@@ -35,7 +35,8 @@ def _check_resource(res: object, where: str) -> None:
         raise InvalidAppError(f"{where} must be a tsm.Resource, got {type(res).__name__}")
     for field_name in ("cpu", "gpu", "memMB"):
         v = getattr(res, field_name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (isinstance(v, float) and not math.isfinite(v)):
+        not_finite = isinstance(v, float) and not math.isfinite(v)  # NaN compares as not < 0
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not_finite or v < 0:
             raise InvalidAppError(f"{where}.{field_name} must be a number >= 0, got {v!r}")
     if not isinstance(res.devices, dict):
         raise InvalidAppError(f"{where}.devices must be a dict of device name to count, got {res.devices!r}")

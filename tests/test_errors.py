@@ -1,0 +1,136 @@
+"""Tests for tsm.errors: the error tree drawn in the module docstring is the real class tree."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+
+import tsm.errors as errors
+from tsm.errors import ComponentArgumentError, TsmError, did_you_mean
+
+
+def _docstring_tree() -> list[tuple[str, str | None]]:
+    """(class, parent) for every class drawn in the module docstring's tree, in drawing order."""
+    doc = errors.__doc__ or ""
+    rows: list[tuple[int, str]] = []
+    for line in doc.splitlines():
+        m = re.match(r"^(?P<indent>[ │├└─]*)(?P<name>[A-Z][A-Za-z]*Error)\b", line)
+        if not m or not line.startswith("    "):
+            continue
+        depth = len(m.group("indent"))
+        rows.append((depth, m.group("name")))
+    out: list[tuple[str, str | None]] = []
+    stack: list[tuple[int, str]] = []
+    for depth, name in rows:
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        out.append((name, stack[-1][1] if stack else None))
+        stack.append((depth, name))
+    return out
+
+
+TREE = _docstring_tree()
+
+
+def test_docstring_tree_was_parsed() -> None:
+    assert TREE[0] == ("TsmError", None)
+    assert len(TREE) >= 15
+    assert ("ConfigError", "InvalidRunOptionError") in TREE
+    assert ("SubmissionError", "SchedulerError") in TREE
+    assert ("ComponentArgumentError", "ComponentError") in TREE
+
+
+@pytest.mark.parametrize(("name", "parent"), TREE)
+def test_docstring_class_exists_and_subclasses_as_drawn(name: str, parent: str | None) -> None:
+    cls = getattr(errors, name, None)
+    assert inspect.isclass(cls), f"{name} is drawn in the docstring but tsm.errors has no such class"
+    assert issubclass(cls, Exception)
+    if parent is None:
+        assert cls is TsmError
+        return
+    parent_cls = getattr(errors, parent)
+    # drawn under ``parent``: its nearest tsm ancestor is exactly that class
+    tsm_bases = [b for b in cls.__bases__ if issubclass(b, TsmError)]
+    assert tsm_bases == [parent_cls], f"{name} is drawn under {parent} but derives from {tsm_bases}"
+
+
+def test_every_error_class_is_in_the_docstring() -> None:
+    drawn = {name for name, _ in TREE}
+    defined = {
+        name
+        for name, obj in vars(errors).items()
+        if inspect.isclass(obj) and issubclass(obj, TsmError) and obj.__module__ == errors.__name__
+    }
+    assert defined == drawn
+    assert len(drawn) == len(TREE)  # nothing drawn twice
+
+
+@pytest.mark.parametrize(
+    ("name", "builtin"),
+    [
+        ("InvalidAppError", ValueError),
+        ("InvalidRunOptionError", ValueError),
+        ("ConfigError", ValueError),
+        ("MalformedAppHandleError", ValueError),
+        ("UnknownAppError", LookupError),
+        ("UnknownSchedulerError", LookupError),
+        ("UnknownResourceError", LookupError),
+        ("ComponentNotFoundError", LookupError),
+        ("ComponentImportError", ImportError),
+        ("ComponentArgumentError", ValueError),
+        ("StoreError", OSError),
+    ],
+)
+def test_builtin_bases_let_plain_handlers_catch(name: str, builtin: type[Exception]) -> None:
+    cls = getattr(errors, name)
+    assert issubclass(cls, builtin)
+    with pytest.raises(builtin):
+        raise cls("x")
+
+
+def test_every_class_has_a_docstring_and_message() -> None:
+    for name, _ in TREE:
+        cls = getattr(errors, name)
+        assert cls.__doc__ and cls.__doc__.strip()
+        if cls is ComponentArgumentError:
+            continue
+        assert str(cls("what to fix")) == "what to fix"
+
+
+def test_component_argument_error_carries_usage() -> None:
+    e = ComponentArgumentError("bad -j", usage="usage: dist.ddp [-j J]")
+    assert str(e) == "bad -j"
+    assert e.usage == "usage: dist.ddp [-j J]"
+    assert ComponentArgumentError("m").usage == ""
+
+
+def test_store_error_is_an_os_error_with_a_message() -> None:
+    e = errors.StoreError("disk full")
+    assert str(e) == "disk full"
+
+
+# -- did_you_mean -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "choices", "expected"),
+    [
+        ("grace_perod", ["grace_period", "log_dir"], " (did you mean 'grace_period'?)"),
+        ("lcoal", ["local", "slurm", "kubernetes"], " (did you mean 'local'?)"),
+        ("zzz", ["local", "slurm"], ""),
+        ("x", [], ""),
+        ("", ["a"], ""),
+        ("gpu.smal", iter(["gpu.small", "gpu.medium"]), " (did you mean 'gpu.small'?)"),
+        ("local", ["local"], " (did you mean 'local'?)"),
+    ],
+)
+def test_did_you_mean(name: str, choices: object, expected: str) -> None:
+    assert did_you_mean(name, choices) == expected  # type: ignore[arg-type]
+
+
+def test_did_you_mean_picks_the_closest() -> None:
+    assert did_you_mean("slurmm", ["slum", "slurm", "local"]) == " (did you mean 'slurm'?)"
+
+
+def test_did_you_mean_accepts_dict_keys() -> None:
+    assert did_you_mean("cpu.smal", {"cpu.small": 1, "x": 2}) == " (did you mean 'cpu.small'?)"
