@@ -500,3 +500,12 @@ def test_timers_can_be_turned_off(sched: LocalScheduler) -> None:
     app_id = run(sched, AppDef("notimers", [py(code)]), timers=False)
     wait(sched, app_id)
     assert list(sched.log_iter(app_id, "r", 0)) == ["none\n"]
+
+
+def test_partial_line_of_a_running_replica_is_held_back(sched: LocalScheduler) -> None:
+    code = "import sys, time; sys.stdout.write('whole\\npart'); sys.stdout.flush(); time.sleep(300)"
+    app_id = run(sched, AppDef("partial", [py(code)]), grace_period=0.0)
+    eventually(lambda: list(sched.log_iter(app_id, "r", 0)) == ["whole\n"])
+    assert list(sched.log_iter(app_id, "r", 0, streams=Stream.STDOUT)) == ["whole\n"]
+    sched.cancel(app_id)
+    assert list(sched.log_iter(app_id, "r", 0, streams=Stream.STDOUT)) == ["whole\n", "part"]

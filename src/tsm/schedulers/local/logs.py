@@ -146,18 +146,20 @@ def read_lines(
     since: float | None = None,
     until: float | None = None,
     wait_more: Callable[[], bool] | None = None,
+    ended: bool = True,
 ) -> Iterator[str]:
     """Every line of a replica as text with its newline (the last one possibly without).
 
-    Without ``wait_more`` the log is read once to its end. With it (tailing), after each pass the
-    reader calls ``wait_more()``, which blocks until there may be more and returns False once the
-    replica has ended; a last pass then drains what is left.
+    Without ``wait_more`` the log is read once to its end; a last line without a newline is returned
+    only when ``ended`` says the replica has ended (while it runs, that line is still being written).
+    With ``wait_more`` (tailing), after each pass the reader calls ``wait_more()``, which blocks until
+    there may be more and returns False once the replica has ended; a last pass drains what is left.
     """
     import re
 
     pattern = re.compile(regex) if regex else None
     if wait_more is None and since is None and until is None and len(streams) == 1:
-        yield from _fast_single_stream(rdir, next(iter(streams)), pattern)
+        yield from _fast_single_stream(rdir, next(iter(streams)), pattern, ended)
         return
     reader = ReplicaLogReader(rdir, streams)
     try:
@@ -172,6 +174,8 @@ def read_lines(
                     yield text
             if not more:
                 break
+        if wait_more is None and not ended:
+            return
         for t, raw in reader.finish():
             text = _decode(raw)
             if (since is not None and t < since) or (until is not None and t > until):
@@ -182,7 +186,7 @@ def read_lines(
         reader.close()
 
 
-def _fast_single_stream(rdir: str, stream: int, pattern: re.Pattern[str] | None) -> Iterator[str]:
+def _fast_single_stream(rdir: str, stream: int, pattern: re.Pattern[str] | None, ended: bool) -> Iterator[str]:
     """One whole stream, read in large blocks: the common ``tsm log`` path for an ended replica."""
     try:
         f = open(os.path.join(rdir, STREAM_FILES[stream]), "rb")  # noqa: SIM115
@@ -204,7 +208,7 @@ def _fast_single_stream(rdir: str, stream: int, pattern: re.Pattern[str] | None)
             if pattern is not None:
                 lines = [ln for ln in lines if pattern.search(ln)]
             yield from lines
-        if carry:
+        if carry and ended:
             last = _decode(carry)
             if pattern is None or pattern.search(last):
                 yield last

@@ -487,21 +487,25 @@ class LocalScheduler(Scheduler):
         return read_lines(
             rdir, codes, regex=regex,
             since=since.timestamp() if since else None, until=until.timestamp() if until else None,
-            wait_more=wait_more,
+            wait_more=wait_more, ended=should_tail or not self._replica_running(app_id, role_name, k),
         )
+
+    def _replica_running(self, app_id: str, role: str, k: int) -> bool:
+        """True while replica ``k`` of ``role`` may still write (its app and it are not terminal)."""
+        app = self._reconcile(self._app_row(app_id))
+        if app["state"] in (4, 5, 6):
+            return False
+        rows = self.store.query(
+            "SELECT state FROM local_replicas WHERE app_id=? AND role=? AND idx=?", (app_id, role, k)
+        )
+        return bool(rows) and rows[0]["state"] not in (4, 5, 6)
 
     def _tail_waiter(self, app_id: str, row: Any, role: str, k: int) -> Any:
         """A ``wait_more`` for :func:`read_lines`: blocks for the supervisor's next event."""
         state: dict[str, Any] = {"sock": self._connect(app_id, row["app_dir"]), "first": True}
 
         def replica_running() -> bool:
-            rows = self.store.query(
-                "SELECT state FROM local_replicas WHERE app_id=? AND role=? AND idx=?", (app_id, role, k)
-            )
-            app = self._reconcile(self._app_row(app_id))
-            if app["state"] in (4, 5, 6):
-                return False
-            return bool(rows) and rows[0]["state"] not in (4, 5, 6)
+            return self._replica_running(app_id, role, k)
 
         def wait_more() -> bool:
             sock: socket.socket | None = state["sock"]
