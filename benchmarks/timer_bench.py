@@ -7,21 +7,26 @@ Prints one JSON object per line:
   bytecode cache (``cold_compile_ms``: no bytecode cache at all, as under PYTHONDONTWRITEBYTECODE);
 * ``expires``: cost of one ``with expires(...)`` block, with and without ``scope``, on a no-op client (the
   API's own overhead) and on a real socket client;
-* ``reap_latency``: time from a worker's deadline to the worker being dead, for randomised deadlines, per
-  server and ``max_interval`` (0.01 / 0.1 / 1.0);
+* ``reap_latency``: time from a worker's deadline to the worker being dead (its pidfd turns readable), for
+  randomised deadlines, per server and ``max_interval`` (0.01 / 0.1 / 1.0); each worker arms its timer and
+  then execs ``sleep`` so that its teardown is negligible;
 * ``throughput``: acquire+release pairs per second from 1 and 16 worker processes: calls returned and
   requests processed by the server, and requests lost.
 
-Run: ``python benchmarks/timer_bench.py`` (``--quick`` for a shorter run).  Linux, ~1-2 minutes.
+Run: ``python benchmarks/timer_bench.py`` (``--quick`` for a shorter run, ``--only throughput`` etc. for one
+section).  Linux, about a minute.  Figures depend on load: run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
 import random
+import select
+import shutil
 import signal
 import statistics
 import subprocess
@@ -29,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -115,44 +120,54 @@ def _counting_torch_local(q: Any, max_interval: float) -> Any:
 
 
 # -- reap latency ---------------------------------------------------------------------------------------------
+SLEEP = shutil.which("sleep") or "/bin/sleep"
+
+
 def latency_worker(make_client: Callable[[], Any], deadline: float) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    """Arm a timer, then become ``sleep``: same pid and start time, but a tiny process.
+
+    Process teardown then takes microseconds, so "worker dead" measures the server, not the kernel freeing
+    a big address space (the benchmark process has torch loaded when torch rows are run).
+    """
     client = make_client()
     client.acquire("hang", deadline)
-    time.sleep(60)
+    queue = getattr(client, "_mp_queue", None)
+    if queue is not None:  # multiprocessing queues send from a feeder thread: flush before exec
+        queue.close()
+        queue.join_thread()
+    os.execv(SLEEP, ["sleep", "60"])
 
 
 def latency_host(impl: str, max_interval: float, n: int, tmpdir: str, out: Connection) -> None:
-    # torch's FileTimerServer signals its own process after reaping; survive that (workers reset it).
+    # torch's FileTimerServer signals its own process after reaping; survive that (exec resets it in workers).
     signal.signal(signal.SIGTERM, lambda *_: None)
     setup = Setup(impl, max_interval, tmpdir)
     setup.server.start()
     time.sleep(0.05)
-    deadlines: dict[int, float] = {}
-    procs = []
     rng = random.Random(1234)
+    poller = select.poll()
+    pending: dict[int, tuple[Any, float]] = {}
     for _ in range(n):
         deadline = time.time() + 0.25 + rng.random() * 0.35
         p = CTX.Process(target=latency_worker, args=(setup.client, deadline), daemon=True)
         p.start()
-        deadlines[p.sentinel] = deadline
-        procs.append(p)
+        pidfd = os.pidfd_open(p.pid)  # readable once the process has exited
+        poller.register(pidfd, select.POLLIN)
+        pending[pidfd] = (p, deadline)
     latencies: list[float] = []
-    pending = {p.sentinel: p for p in procs}
     end = time.time() + 0.6 + max_interval * 2 + 5
     while pending and time.time() < end:
-        for s in wait(list(pending), timeout=0.5):
-            latencies.append(time.time() - deadlines[s])  # type: ignore[index]
-            pending.pop(s)  # type: ignore[call-overload]
-    for p in pending.values():
+        for fd, _ev in poller.poll(500):
+            latencies.append(time.time() - pending.pop(fd)[1])
+            poller.unregister(fd)
+            os.close(fd)
+    for fd, (p, _) in pending.items():
         p.kill()
-    for p in procs:
-        p.join()
-    try:
+        os.close(fd)
+    missed = len(pending)
+    with contextlib.suppress(Exception):
         setup.server.stop()
-    except Exception:
-        pass
-    out.send((latencies, len(pending)))
+    out.send((latencies, missed))
 
 
 def bench_latency(impls: list[str], intervals: list[float], n: int, tmpdir: str) -> None:
@@ -187,22 +202,25 @@ def tput_worker(make_client: Callable[[], Any], ready: Any, go: Any, t_end: Any,
     exp = time.time() + 3600
     acquire, release = client.acquire, client.release
     pairs = ok = failed = 0
+    error = ""
     while True:
         for _ in range(64):
             pairs += 1
             try:
                 acquire("bench", exp)
                 ok += 1
-            except Exception:
+            except Exception as e:
                 failed += 1
+                error = error or f"{type(e).__name__}: {e}"[:120]
             try:
                 release("bench")
                 ok += 1
-            except Exception:
+            except Exception as e:
                 failed += 1
+                error = error or f"{type(e).__name__}: {e}"[:120]
         if time.time() >= end:
             break
-    out.put((pairs, ok, failed))
+    out.put((pairs, ok, failed, error))
 
 
 def tput_host(impl: str, clients: int, duration: float, tmpdir: str, res: Connection) -> None:
@@ -225,9 +243,12 @@ def tput_host(impl: str, clients: int, duration: float, tmpdir: str, res: Connec
     t_end.value = t0 + duration
     go.set()
     pairs = ok = failed = 0
+    errors: list[str] = []
     for _ in procs:
-        a, b, c = out.get()
+        a, b, c, err = out.get()
         pairs, ok, failed = pairs + a, ok + b, failed + c
+        if err:
+            errors.append(err)
     t_clients = time.time() - t0
     # drain: wait until the server has processed everything that was sent (or stops making progress)
     last, last_change, t_done = -1, time.time(), time.time()
@@ -241,10 +262,8 @@ def tput_host(impl: str, clients: int, duration: float, tmpdir: str, res: Connec
         time.sleep(0.005)
     for p in procs:
         p.join(5)
-    try:
+    with contextlib.suppress(Exception):
         setup.server.stop()
-    except Exception:
-        pass
     res.send(
         {
             "calls_pairs_per_s": round(pairs / t_clients),
@@ -253,6 +272,7 @@ def tput_host(impl: str, clients: int, duration: float, tmpdir: str, res: Connec
             "requests_failed_in_client": failed,
             "requests_processed": last,
             "requests_lost": ok + failed - last,
+            **({"client_error_sample": errors[0]} if errors else {}),
         }
     )
 
@@ -334,7 +354,9 @@ def bench_expires(n: int, tmpdir: str) -> None:
 
     tnull = TorchNull()
     for label, scope in (("no scope", None), ("scope", "step")):
-        us = _time_blocks(lambda s=scope: torch_timer.expires(after=60, scope=s, client=tnull), max(n // 10, 500))
+        us = _time_blocks(
+            lambda s=scope: torch_timer.expires(after=60, scope=s, client=tnull), max(n // 10, 500)
+        )
         emit(bench="expires", impl="torch", client="no-op", variant=label, us_per_block=round(us, 2))
 
 
@@ -377,7 +399,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer workers and shorter runs")
     ap.add_argument("--no-torch", action="store_true", help="skip torch rows even if torch is importable")
+    sections = ["import", "expires", "latency", "throughput"]
+    ap.add_argument("--only", action="append", choices=sections, help="run only this section (repeatable)")
     args = ap.parse_args()
+    run = set(args.only or sections)
     global torch_timer, TORCH
     if args.no_torch:
         torch_timer, TORCH = None, "--no-torch given"
@@ -391,14 +416,18 @@ def main() -> None:
     )
     t_start = time.time()
     with tempfile.TemporaryDirectory(prefix="tsm-timer-bench-") as tmpdir:
-        bench_import(tmpdir, 3 if args.quick else 7)
-        bench_expires(5_000 if args.quick else 20_000, tmpdir)
-        bench_latency(impls, [0.01, 0.1, 1.0], 6 if args.quick else 10, tmpdir)
-        if torch_timer is None:
-            emit(bench="reap_latency", impl="torch", skipped=TORCH)
-        bench_throughput(impls, [1, 16], 0.5 if args.quick else 1.0, tmpdir)
-        if torch_timer is None:
-            emit(bench="throughput", impl="torch", skipped=TORCH)
+        if "import" in run:
+            bench_import(tmpdir, 3 if args.quick else 7)
+        if "expires" in run:
+            bench_expires(5_000 if args.quick else 20_000, tmpdir)
+        if "latency" in run:
+            bench_latency(impls, [0.01, 0.1, 1.0], 6 if args.quick else 10, tmpdir)
+            if torch_timer is None:
+                emit(bench="reap_latency", impl="torch", skipped=TORCH)
+        if "throughput" in run:
+            bench_throughput(impls, [1, 16], 0.5 if args.quick else 1.0, tmpdir)
+            if torch_timer is None:
+                emit(bench="throughput", impl="torch", skipped=TORCH)
     emit(bench="done", seconds=round(time.time() - t_start, 1))
 
 

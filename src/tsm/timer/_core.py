@@ -14,7 +14,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
+import select
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from tsm.errors import TimerError
@@ -23,6 +26,26 @@ from ._proc import Guard, Reaper
 from .api import TimerRequest
 
 logger = logging.getLogger("tsm.timer")
+
+#: Waits on file descriptors round their timeout up to whole milliseconds; the last stretch before a deadline
+#: is slept precisely instead (time.sleep has nanosecond resolution), which is what keeps reaping sub-ms.
+FINE_WAIT = 0.0015
+
+
+def poll_until(ep: select.epoll, remaining: float | None) -> list[tuple[int, int]]:
+    """``ep.poll`` until ``remaining`` seconds pass (None: forever), without overshooting the deadline.
+
+    Far from the deadline it wakes up to a millisecond early (the loop comes back with a short remainder);
+    within :data:`FINE_WAIT` of it, it sleeps exactly and then collects whatever is ready.
+    """
+    if remaining is None:
+        return ep.poll(-1)
+    if remaining > FINE_WAIT:
+        return ep.poll(remaining - 0.001)
+    if remaining > 0:
+        time.sleep(remaining)
+    return ep.poll(0)
+
 
 Key = tuple[int, str]
 # expiration, seq, start_time, signal (0 = the server's default, < 0 = expire without reaping)
@@ -43,8 +66,15 @@ class Core:
         self.heap: list[tuple[float, int, Key]] = []
         self.dirty: list[tuple[float, int, Key]] = []
         self.seq = itertools.count(1)
-        #: Called (lock held) with the live expired timers of a pid just before it is reaped.
+        #: Called (lock held) with the live expired timers of a pid right after its reaping started.
         self.on_expired: Callable[[int, list[tuple[str, Timer]]], None] | None = None
+
+    def refresh_identity(self) -> None:
+        """Re-read the server's own pid, ancestors and process group (call when the loop starts: the server
+        object may have been created in a parent process)."""
+        with self.lock:
+            self.guard = Guard()
+            self.reaper.own_pgrp = os.getpgrp()
 
     # -- changing the table (lock held) -------------------------------------------------------------
     def arm_locked(self, pid: int, scope_id: str, expiration: float, start_time: int, sig: int = 0) -> None:
@@ -189,12 +219,13 @@ class Core:
                 else:
                     if any(t[3] < 0 for _scope, t in live):
                         sig = -1
-                logger.info("pid %d has expired timers %s", pid, [s for s, _ in live])
+                self.reaper.reap(pid, first[2], scope, sig)
+                if logger.isEnabledFor(logging.INFO):
+                    logger.info("pid %d had expired timers %s", pid, [s for s, _ in live])
                 if self.on_expired is not None:
                     try:
                         self.on_expired(pid, live)
                     except Exception:
                         logger.exception("on_expired hook raised")
-                self.reaper.reap(pid, first[2], scope, sig)
                 self.clear_locked([pid])
         self.reaper.run_due(now)

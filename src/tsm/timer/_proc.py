@@ -17,20 +17,29 @@ import os
 import signal as _signal
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
 logger = logging.getLogger("tsm.timer")
 
 OnReap = Callable[[int, str], None]
 
 
-class ProcStat(NamedTuple):
+def _signame(sig: int) -> str:
+    try:
+        return _signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+class ProcStat:
     """The fields of ``/proc/<pid>/stat`` the timer servers use."""
 
-    state: str
-    ppid: int
-    pgrp: int
-    start_time: int
+    __slots__ = ("state", "ppid", "pgrp", "start_time")
+
+    def __init__(self, state: str, ppid: int, pgrp: int, start_time: int) -> None:
+        self.state = state
+        self.ppid = ppid
+        self.pgrp = pgrp
+        self.start_time = start_time
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -123,14 +132,8 @@ class Guard:
         return start
 
 
-class _Pending(NamedTuple):
-    when: float
-    seq: int
-    pid: int
-    start_time: int
-    pgid: int | None
-    sig: int
-    scope_id: str
+# A final signal waiting for its grace period: (when, seq, pid, start_time, pgid or None, signal, scope_id).
+_Pending = tuple[float, int, int, int, "int | None", int, str]
 
 
 class Reaper:
@@ -158,7 +161,7 @@ class Reaper:
         self.kill_group = kill_group
         self.on_reap = on_reap
         self.stats: dict[str, int] = stats if stats is not None else {}
-        self._own_pgrp = os.getpgrp()
+        self.own_pgrp = os.getpgrp()
         self._pending: list[_Pending] = []
         self._seq = 0
         self._callbacks: list[tuple[int, str]] = []
@@ -192,20 +195,20 @@ class Reaper:
         first = sig
         if self.term_grace is not None and sig != _signal.SIGTERM:
             first = _signal.SIGTERM
+        self._send(pid, pgid, first)  # signal first, log after: nothing may delay the reap
         logger.warning(
-            "timer %r of pid %d expired: sending %s to %s",
+            "timer %r of pid %d expired: sent %s to %s",
             scope_id,
             pid,
-            _signal.Signals(first).name if first in _signal.valid_signals() else first,
+            _signame(first),
             f"process group {pgid}" if pgid is not None else f"pid {pid}",
         )
-        self._send(pid, pgid, first)
         if first != sig:
             assert self.term_grace is not None
             self._seq += 1
             heapq.heappush(
                 self._pending,
-                _Pending(time.time() + self.term_grace, self._seq, pid, start_time, pgid, sig, scope_id),
+                (time.time() + self.term_grace, self._seq, pid, start_time, pgid, sig, scope_id),
             )
         else:
             self._done(pid, scope_id)
@@ -213,23 +216,23 @@ class Reaper:
 
     def next_deadline(self) -> float | None:
         """When the earliest queued final signal is due, or None."""
-        return self._pending[0].when if self._pending else None
+        return self._pending[0][0] if self._pending else None
 
     def run_due(self, now: float) -> None:
         """Send every final signal whose grace period is over, unless the worker is gone or the pid reused."""
-        while self._pending and self._pending[0].when <= now:
-            p = heapq.heappop(self._pending)
-            st = read_stat(p.pid)
-            if st is not None and st.start_time != p.start_time:
-                logger.info("pid %d was reused during the grace period; final signal not sent", p.pid)
-            elif p.pgid is not None:
+        while self._pending and self._pending[0][0] <= now:
+            _when, _seq, pid, start_time, pgid, sig, scope_id = heapq.heappop(self._pending)
+            st = read_stat(pid)
+            if st is not None and st.start_time != start_time:
+                logger.info("pid %d was reused during the grace period; final signal not sent", pid)
+            elif pgid is not None:
                 # The group id cannot be handed to a new process while any member holds it, so a group
                 # whose leader is gone (st is None) is still the worker's group.
-                self._send(p.pid, p.pgid, p.sig)
+                self._send(pid, pgid, sig)
             elif st is not None and st.state != "Z":
-                logger.warning("pid %d outlived its SIGTERM grace period; sending signal %d", p.pid, p.sig)
-                self._send(p.pid, None, p.sig)
-            self._done(p.pid, p.scope_id)
+                self._send(pid, None, sig)
+                logger.warning("pid %d outlived its SIGTERM grace period; sent %s", pid, _signame(sig))
+            self._done(pid, scope_id)
 
     def flush_callbacks(self) -> None:
         """Call ``on_reap`` for every worker reaped since the last flush; exceptions are logged."""
@@ -243,7 +246,7 @@ class Reaper:
                 logger.exception("on_reap(%d, %r) raised", pid, scope_id)
 
     def _group_of(self, pid: int, pgrp: int) -> int | None:
-        if pgrp <= 1 or pgrp == self._own_pgrp:
+        if pgrp <= 1 or pgrp == self.own_pgrp:
             logger.warning(
                 "pid %d is in process group %d, which is the server's own (or init's); signalling the pid alone",
                 pid,

@@ -17,9 +17,15 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
 
 from tsm.errors import TimerError
+
+TYPE_CHECKING = False  # `typing` costs ~2 ms to import and is only needed by type checkers
+if TYPE_CHECKING:
+    from typing import Any, ParamSpec, TypeVar
+
+    _P = ParamSpec("_P")
+    _R = TypeVar("_R")
 
 __all__ = [
     "TimerRequest",
@@ -36,9 +42,6 @@ logger = logging.getLogger("tsm.timer")
 #: Environment variable naming a :class:`~tsm.timer.SocketTimerServer` socket; :func:`expires` uses it
 #: when :func:`configure` was never called.
 TIMER_SOCKET_ENV = "TSM_TIMER_SOCKET"
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 
 class _NotConfiguredError(TimerError, RuntimeError):

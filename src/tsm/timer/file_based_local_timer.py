@@ -25,14 +25,17 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 from tsm.errors import TimerError
 
-from ._core import Core, Timer
+from ._core import Core, Timer, poll_until
 from ._fs import Ident, make_fifo, remove_if_ours
 from ._proc import Guard, OnReap, Reaper
 from .api import TimerClient, TimerRequest
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["FileTimerClient", "FileTimerRequest", "FileTimerServer"]
 
@@ -235,6 +238,7 @@ class FileTimerServer:
             raise TimerError("this FileTimerServer was stopped; create a new one")
         if self._watchdog_thread is not None:
             raise TimerError("FileTimerServer is already started")
+        self._core.refresh_identity()
         self._watchdog_thread = threading.Thread(
             target=self._loop, name="tsm-FileTimerServer", daemon=self._daemon
         )
@@ -332,18 +336,16 @@ class FileTimerServer:
             try:
                 with self._core.lock:
                     deadline = self._core.next_deadline_locked()
-                timeout = -1.0 if deadline is None else max(0.0, deadline - time.time())
-                if self._run_once:
-                    timeout = 0.0
-                self._iterate(timeout)
+                remaining = None if deadline is None else deadline - time.time()
+                self._iterate(0.0 if self._run_once else remaining)
                 if self._run_once:
                     return
             except Exception:
                 logger.exception("error in the FileTimerServer loop (run %s)", self._run_id)
                 time.sleep(0.001)
 
-    def _iterate(self, timeout: float) -> None:
-        events = self._ep.poll(timeout)
+    def _iterate(self, remaining: float | None) -> None:
+        events = poll_until(self._ep, remaining)
         self._busy_since = time.time()
         core = self._core
         with core.lock:

@@ -14,14 +14,15 @@ import os
 import queue as _queue
 import signal as _signal
 import time
-from typing import TYPE_CHECKING, Any
 
-from ._core import Core, Timer
+from ._core import FINE_WAIT, Core, Timer
 from ._proc import Guard, OnReap, Reaper
 from .api import RequestQueue, TimerClient, TimerRequest, TimerServer
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue as MpQueue
+    from typing import Any
 
 __all__ = ["LocalTimerClient", "LocalTimerServer", "MultiprocessingRequestQueue"]
 
@@ -59,10 +60,8 @@ class LocalTimerClient(TimerClient):
 
 
 class MultiprocessingRequestQueue(RequestQueue):
-    """A :class:`RequestQueue` over a ``multiprocessing`` queue (for generic :class:`TimerServer` subclasses).
-
-    ``get`` returns as soon as at least one request arrived, with whatever else is already queued (up to
-    ``size``), instead of waiting for ``size`` requests.
+    """A :class:`RequestQueue` over a ``multiprocessing`` queue, with torch's contract: ``get(size, timeout)``
+    waits for up to ``size`` requests until ``timeout`` runs out (for generic :class:`TimerServer` subclasses).
     """
 
     def __init__(self, mp_queue: MpQueue[Any]) -> None:
@@ -73,16 +72,37 @@ class MultiprocessingRequestQueue(RequestQueue):
         """Requests waiting now."""
         return self._mp_queue.qsize()
 
-    def get(self, size: int, timeout: float | None) -> list[TimerRequest]:
-        """Up to ``size`` requests; blocks at most ``timeout`` seconds (None: until one arrives)."""
-        out: list[Any] = []
+    def get(self, size: int, timeout: float) -> list[TimerRequest]:
+        """Up to ``size`` requests, waiting at most ``timeout`` seconds in all."""
+        out: list[TimerRequest] = []
+        end = time.monotonic() + max(timeout, 0.0)
         try:
-            out.append(self._mp_queue.get(block=True, timeout=timeout))
             while len(out) < size:
-                out.append(self._mp_queue.get_nowait())
+                out.append(self._mp_queue.get(block=True, timeout=max(0.0, end - time.monotonic())))
         except _queue.Empty:
             pass
         return out
+
+
+def _fetch(mp_queue: MpQueue[Any], timeout: float | None) -> list[Any]:
+    """Wait up to about ``timeout`` (None: forever) for one item, then take whatever else is already there.
+
+    Like :func:`~tsm.timer._core.poll_until`, it never sleeps past the deadline by the queue's millisecond
+    rounding: it returns up to a millisecond early, and sleeps the last stretch precisely.
+    """
+    out: list[Any] = []
+    try:
+        if timeout is not None and timeout <= FINE_WAIT:
+            if timeout > 0:
+                time.sleep(timeout)  # the queue's own wait rounds up to whole milliseconds
+            out.append(mp_queue.get_nowait())
+        else:
+            out.append(mp_queue.get(block=True, timeout=None if timeout is None else timeout - 0.001))
+        while len(out) < _DRAIN_MAX:
+            out.append(mp_queue.get_nowait())
+    except _queue.Empty:
+        pass
+    return out
 
 
 class LocalTimerServer(TimerServer):
@@ -109,7 +129,11 @@ class LocalTimerServer(TimerServer):
         self._mp_queue = mp_queue
         self._token = os.urandom(8).hex()
         self._core = Core(Reaper(signal, term_grace, kill_group, on_reap, {}), Guard())
-        self._queue_get = MultiprocessingRequestQueue(mp_queue).get
+
+    def start(self) -> None:
+        """Run the server loop in a background thread."""
+        self._core.refresh_identity()
+        super().start()
 
     # -- torch's contract ---------------------------------------------------------------------------
     def register_timers(self, timer_requests: list[TimerRequest]) -> None:
@@ -161,8 +185,8 @@ class LocalTimerServer(TimerServer):
         core = self._core
         with core.lock:
             deadline = core.next_deadline_locked()
-        timeout = None if deadline is None else max(0.0, deadline - time.time())
-        batch = self._queue_get(_DRAIN_MAX, timeout)
+        timeout = None if deadline is None else deadline - time.time()
+        batch = _fetch(self._mp_queue, timeout)
         with core.lock:
             core.register_locked(self._requests_only(batch))
             core.fire_locked(time.time(), self._drain)

@@ -35,7 +35,7 @@ from types import TracebackType
 
 from tsm.errors import TimerError
 
-from ._core import Core, Timer
+from ._core import Core, Timer, poll_until
 from ._fs import Ident, bind_socket, connect_socket, remove_if_ours
 from ._proc import Guard, OnReap, Reaper
 from .api import TimerClient, TimerRequest
@@ -285,6 +285,7 @@ class SocketTimerServer:
             raise TimerError("this SocketTimerServer was stopped; create a new one")
         if self._thread is not None:
             raise TimerError("SocketTimerServer is already started")
+        self._core.refresh_identity()
         self._thread = threading.Thread(target=self._loop, name="tsm-SocketTimerServer", daemon=self._daemon)
         self._thread.start()
         logger.info("SocketTimerServer listening on %s", self.path)
@@ -358,8 +359,7 @@ class SocketTimerServer:
             try:
                 with core.lock:
                     deadline = core.next_deadline_locked()
-                timeout = -1.0 if deadline is None else max(0.0, deadline - time.time())
-                events = self._ep.poll(timeout)
+                events = poll_until(self._ep, None if deadline is None else deadline - time.time())
                 with core.lock:
                     for fd, ev in events:
                         if fd == lfd:
@@ -434,6 +434,8 @@ class SocketTimerServer:
                 return
             total += len(data)
             self._consume_locked(conn, data)
+            if conn.fd not in self._conns:  # closed for a protocol error
+                return
 
     def _consume_locked(self, conn: _Conn, data: bytes) -> None:
         buf = conn.buf + data if conn.buf else data

@@ -1,0 +1,77 @@
+"""The shared timer table (heap + lazy deletion + batching + compaction) against a plain-dict model."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tsm.timer._core import Core
+from tsm.timer._proc import Guard, Reaper, read_stat
+from tsm.timer.api import TimerRequest
+
+# Pids above the kernel's largest possible pid (2**22): never a real process, so reaping them is a no-op.
+PIDS = [2**22 + 1 + i for i in range(3)]
+SCOPES = ["a", "b", "c"]
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("arm"), st.sampled_from(PIDS), st.sampled_from(SCOPES), st.integers(1, 50)),
+        st.tuples(st.just("release"), st.sampled_from(PIDS), st.sampled_from(SCOPES), st.just(0)),
+        st.tuples(st.just("flush"), st.just(0), st.just(""), st.just(0)),
+        st.tuples(st.just("fire"), st.just(0), st.just(""), st.integers(0, 50)),
+    ),
+    max_size=80,
+)
+
+
+def test_fake_pids_do_not_exist() -> None:
+    assert all(read_stat(p) is None for p in PIDS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+def test_table_matches_model(operations: list[tuple[str, int, str, int]]) -> None:
+    core = Core(Reaper(), Guard())
+    model: dict[tuple[int, str], float] = {}
+    with core.lock:
+        for op, pid, scope, t in operations:
+            if op == "arm":
+                core.arm_locked(pid, scope, float(t), 0)
+                model[(pid, scope)] = float(t)
+            elif op == "release":
+                core.timers.pop((pid, scope), None)
+                model.pop((pid, scope), None)
+            elif op == "flush":
+                core.flush_locked()
+            else:
+                core.flush_locked()
+                core.fire_locked(float(t))
+                doomed = {p for (p, _s), exp in model.items() if exp <= t}
+                model = {k: v for k, v in model.items() if k[0] not in doomed}
+            expired = core.expired_locked(float("inf"), lambda p, s, tm: TimerRequest(p, s, tm[0]))
+            assert {(p, r.scope_id): r.expiration_time for p, rs in expired.items() for r in rs} == model
+        core.flush_locked()
+        assert core.next_deadline_locked() == (min(model.values()) if model else None)
+    # gone pids were skipped, never signalled
+    assert core.stats["reaped"] == 0
+
+
+def test_heap_is_compacted_when_mostly_stale() -> None:
+    core = Core(Reaper(), Guard())
+    with core.lock:
+        for i in range(5000):
+            core.arm_locked(PIDS[0], "s", 1e12 + i, 0)
+            core.flush_locked()  # one acquire per batch: each lands on the heap
+            core.timers.pop((PIDS[0], "s"))
+        assert len(core.heap) <= 1024 + 2
+        assert core.next_deadline_locked() is None
+
+
+def test_acquire_released_in_the_same_batch_never_touches_the_heap() -> None:
+    core = Core(Reaper(), Guard())
+    with core.lock:
+        for _ in range(100):
+            core.arm_locked(PIDS[0], "s", 1e12, 0)
+            core.timers.pop((PIDS[0], "s"))
+        core.flush_locked()
+        assert core.heap == []

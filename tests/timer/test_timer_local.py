@@ -1,0 +1,239 @@
+"""LocalTimerServer / LocalTimerClient over a multiprocessing queue, and a user-written TimerServer."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pytest
+
+import tsm.timer as timer
+from tsm.timer._proc import process_start_time
+
+CTX = mp.get_context("fork")
+WAIT = 30.0
+
+
+def wait_until(pred: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def spawn(target: Callable[..., None], *args: Any) -> Any:
+    p = CTX.Process(target=target, args=args, daemon=True)
+    p.start()
+    return p
+
+
+@pytest.fixture
+def queue_and_server() -> Iterator[tuple[Any, timer.LocalTimerServer]]:
+    q = CTX.Queue()
+    srv = timer.LocalTimerServer(q, max_interval=60, daemon=True)
+    srv.start()
+    yield q, srv
+    srv.stop()
+
+
+def hang(q: Any, after: float) -> None:
+    timer.configure(timer.LocalTimerClient(q))
+    with timer.expires(after=after):
+        time.sleep(60)
+
+
+def sleeper() -> None:
+    time.sleep(60)
+
+
+def canary(q: Any, after: float) -> None:
+    p = spawn(hang, q, after)
+    p.join(WAIT)
+    assert p.exitcode == -signal.SIGKILL
+
+
+def test_hung_worker_is_reaped(queue_and_server: tuple[Any, timer.LocalTimerServer]) -> None:
+    q, srv = queue_and_server
+    p = spawn(hang, q, 0.2)
+    p.join(WAIT)
+    assert p.exitcode == -signal.SIGKILL
+    wait_until(lambda: srv.stats["reaped"] == 1, "the reap to be counted")
+    assert srv.get_expired_timers(float("inf")) == {}
+
+
+def test_release_in_time_prevents_reaping(queue_and_server: tuple[Any, timer.LocalTimerServer]) -> None:
+    q, _ = queue_and_server
+    here, there = CTX.Pipe()
+
+    def released(conn: Connection) -> None:
+        with timer.expires(after=0.2, client=timer.LocalTimerClient(q)):
+            pass
+        conn.send("released")
+        time.sleep(60)
+
+    p = spawn(released, there)
+    assert here.recv() == "released"
+    canary(q, 0.5)
+    assert p.is_alive()
+    p.kill()
+    p.join()
+
+
+def test_nested_scopes(queue_and_server: tuple[Any, timer.LocalTimerServer]) -> None:
+    q, srv = queue_and_server
+    here, there = CTX.Pipe()
+
+    def nested(conn: Connection) -> None:
+        client = timer.LocalTimerClient(q)
+        with timer.expires(after=600, client=client), timer.expires(after=600, client=client):
+            conn.send("inside")
+            conn.recv()
+        with timer.expires(after=0.1, client=client):
+            time.sleep(60)
+
+    p = spawn(nested, there)
+    assert here.recv() == "inside"
+    wait_until(lambda: len(srv.get_expired_timers(float("inf")).get(p.pid, [])) == 2, "two timers armed")
+    here.send("go")
+    p.join(WAIT)
+    assert p.exitcode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("whom", ["pid1", "server", "ancestor"])
+def test_dangerous_pids_are_refused(
+    queue_and_server: tuple[Any, timer.LocalTimerServer], whom: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    q, srv = queue_and_server
+    target = {"pid1": 1, "server": os.getpid(), "ancestor": os.getppid()}[whom]
+    with caplog.at_level(logging.WARNING, logger="tsm.timer"):
+        q.put(timer.TimerRequest(target, "evil", time.time() + 600))  # far deadline: fail-safe test
+        wait_until(lambda: srv.stats["refused"] == 1, "the refusal")
+    assert target not in srv.get_expired_timers(float("inf"))
+    assert any("refused" in r.getMessage() for r in caplog.records)
+
+
+def test_client_in_server_process_cannot_get_it_killed(
+    queue_and_server: tuple[Any, timer.LocalTimerServer],
+) -> None:
+    q, srv = queue_and_server
+    with timer.expires(after=0.05, client=timer.LocalTimerClient(q)):
+        canary(q, 0.3)
+    assert srv.stats["refused"] == 1
+
+
+def test_reused_pid_is_not_signalled(queue_and_server: tuple[Any, timer.LocalTimerServer]) -> None:
+    _, srv = queue_and_server
+    p = spawn(sleeper)
+    real = process_start_time(p.pid)
+    assert real is not None
+    srv.arm(p.pid, "reused", time.time() + 0.1, start_time=real - 1)
+    wait_until(lambda: srv.stats["skipped"] == 1, "the skipped reap")
+    assert p.is_alive()
+    p.kill()
+    p.join()
+
+
+def test_sigterm_grace_then_kill() -> None:
+    q = CTX.Queue()
+    reaped: list[tuple[int, str]] = []
+    srv = timer.LocalTimerServer(q, term_grace=0.2, on_reap=lambda pid, scope: reaped.append((pid, scope)))
+    srv.start()
+    try:
+        here, there = CTX.Pipe()
+
+        def stubborn(conn: Connection) -> None:
+            signal.signal(signal.SIGTERM, lambda *_: conn.send("SIGTERM"))
+            hang(q, 0.1)
+
+        p = spawn(stubborn, there)
+        assert here.recv() == "SIGTERM"
+        p.join(WAIT)
+        assert p.exitcode == -signal.SIGKILL
+        wait_until(lambda: bool(reaped), "on_reap")
+        assert reaped[0][0] == p.pid
+    finally:
+        srv.stop()
+
+
+def pump(q: Any, pairs: int) -> None:
+    client = timer.LocalTimerClient(q)
+    for i in range(pairs):
+        client.acquire(f"s{i % 3}", time.time() + 600)
+        client.release(f"s{i % 3}")
+
+
+def test_sixteen_clients_lose_nothing(queue_and_server: tuple[Any, timer.LocalTimerServer]) -> None:
+    q, srv = queue_and_server
+    pairs = 300
+    procs = [spawn(pump, q, pairs) for _ in range(16)]
+    for p in procs:
+        p.join(WAIT)
+        assert p.exitcode == 0
+    wait_until(lambda: srv.stats["requests"] >= 16 * pairs * 2, "every request")
+    assert srv.stats["requests"] == 16 * pairs * 2
+    assert srv.get_expired_timers(float("inf")) == {}
+
+
+def test_stop_is_prompt_and_clean() -> None:
+    q = CTX.Queue()
+    srv = timer.LocalTimerServer(q, max_interval=3600)
+    srv.start()
+    thread = srv._watchdog_thread
+    srv.stop()  # woken by a marker on the queue, not after max_interval
+    assert thread is not None and not thread.is_alive()
+
+
+# -- a server written against torch's abstract API keeps working --------------------------------------------------
+class DictServer(timer.TimerServer):
+    """What a user's own TimerServer subclass looks like (torch's contract, nothing tsm-specific)."""
+
+    def __init__(self, q: Any, max_interval: float) -> None:
+        super().__init__(timer.MultiprocessingRequestQueue(q), max_interval)
+        self.timers: dict[tuple[int, str], timer.TimerRequest] = {}
+
+    def register_timers(self, timer_requests: list[timer.TimerRequest]) -> None:
+        for r in timer_requests:
+            if r.expiration_time < 0:
+                self.timers.pop((r.worker_id, r.scope_id), None)
+            else:
+                self.timers[(r.worker_id, r.scope_id)] = r
+
+    def clear_timers(self, worker_ids: set[Any]) -> None:
+        self.timers = {k: v for k, v in self.timers.items() if k[0] not in worker_ids}
+
+    def get_expired_timers(self, deadline: float) -> dict[Any, list[timer.TimerRequest]]:
+        out: dict[Any, list[timer.TimerRequest]] = {}
+        for r in self.timers.values():
+            if r.expiration_time <= deadline:
+                out.setdefault(r.worker_id, []).append(r)
+        return out
+
+    def _reap_worker(self, worker_id: Any) -> bool:
+        os.kill(worker_id, signal.SIGKILL)
+        return True
+
+
+def test_user_subclass_of_timer_server_reaps_at_the_deadline() -> None:
+    q = CTX.Queue()
+    # max_interval far beyond the test's wait: reaping must come from the deadline, not from a poll tick
+    srv = DictServer(q, max_interval=WAIT * 4)
+    srv.start()
+    try:
+        p = spawn(hang, q, 0.2)
+        p.join(WAIT)
+        assert p.exitcode == -signal.SIGKILL
+    finally:
+        # A generic queue cannot be interrupted: stop() waits for the loop's next request, so send one.
+        stopper = threading.Thread(target=srv.stop)
+        stopper.start()
+        while stopper.is_alive():
+            q.put(timer.TimerRequest(0, "wake", -1))
+            stopper.join(0.05)
