@@ -21,7 +21,7 @@ from typing import Any
 
 from tsm.errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS apps (
@@ -127,14 +127,34 @@ class Store:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            if self.conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"state store {self.path} was written by a newer tsm (schema {version} > {SCHEMA_VERSION}); "
+                    "upgrade tsm or set TSM_HOME to another directory"
+                )
+            if version != SCHEMA_VERSION:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     self.conn.execute(statement)
+                self._add_missing_columns()
                 self.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
+
+    def _add_missing_columns(self) -> None:
+        """Bring tables made by an older tsm up to date: add every column the schema has and they lack."""
+        import re
+
+        for table, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\)", _SCHEMA, re.S):
+            have = {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
+            for line in body.strip().splitlines():
+                column = line.strip().rstrip(",")
+                name = column.split()[0]
+                if name.isupper() or name in have:  # PRIMARY KEY clause, or already there
+                    continue
+                self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
 
     def _retry(self, fn: Any, *args: Any) -> Any:
         delay = 0.005
