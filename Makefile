@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 BIN    := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup compile demo test test-fast bench lint harden clean
+.PHONY: setup compile demo test test-fast bench lint slurm-up slurm-down clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,13 @@ bench: setup $(VENV)/.torch
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
+
+# A single-host Slurm cluster (4 virtual nodes, accounting) for trying `-s slurm`; the tests start it themselves.
+slurm-up:
+	scripts/slurm-up
+
+slurm-down:
+	scripts/slurm-down
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
