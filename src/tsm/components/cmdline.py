@@ -140,9 +140,9 @@ def format_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):
-        return ",".join(str(v) for v in value)
+        return ",".join(format_value(v) for v in value)
     if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items())
+        return ",".join(f"{k}={format_value(v)}" for k, v in value.items())
     if value == "":
         return "''"
     return str(value)

@@ -124,11 +124,7 @@ def load_config(cwd: str | Path | None = None) -> Config:
 
 
 def _arg_text(value: Any) -> str:
-    """A component default as the command line would spell it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return ",".join(_arg_text(v) for v in value)
-    if isinstance(value, dict):
-        return ",".join(f"{k}={_arg_text(v)}" for k, v in value.items())
-    return str(value)
+    """A component default as the command line would spell it (the components' own rendering)."""
+    from tsm.components.cmdline import format_value
+
+    return "" if value == "" else format_value(value)

@@ -229,3 +229,31 @@ class Core:
                         logger.exception("on_expired hook raised")
                 self.clear_locked([pid])
         self.reaper.run_due(now)
+
+
+class ServerExtras:
+    """What every tsm timer server adds to torch's: arming a timer from inside the server, and counters.
+
+    Mixed into the Local, File and Socket servers, which provide ``_core`` and ``_wake``.
+    """
+
+    _core: Core
+
+    def _wake(self) -> None:  # pragma: no cover - each server provides its own
+        raise NotImplementedError
+
+    def arm(self, worker_pid: int, scope_id: str, expiration_time: float, *, start_time: int | None = None) -> None:
+        """Arm a timer for ``worker_pid`` from inside the server's process (a supervisor arming a child).
+
+        The pid is checked like a client's (TimerError if refused); ``start_time`` defaults to the current
+        start time of the pid (``/proc/<pid>/stat`` field 22) and is compared again before any signal.
+        """
+        self._core.arm_checked(worker_pid, scope_id, expiration_time, start_time)
+        self._wake()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: requests, acquired, released, refused, reaped, skipped (gone or reused pids), and
+        connections for the socket server."""
+        with self._core.lock:
+            return dict(self._core.stats)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from tsm.errors import TimerError
 
-from ._core import Core, Timer, poll_until
+from ._core import Core, ServerExtras, Timer, poll_until
 from ._fs import Ident, make_fifo, remove_if_ours
 from ._proc import Guard, OnReap, Reaper
 from .api import TimerClient, TimerRequest
@@ -183,7 +183,7 @@ class FileTimerClient(TimerClient):
                 fd = self._open_locked()
 
 
-class FileTimerServer:
+class FileTimerServer(ServerExtras):
     """Reaps workers whose timers expire; workers reach it through the FIFO ``file_path``.
 
     Same constructor as torch's (``run_id`` tags log messages, ``log_event(name, request)`` receives
@@ -315,20 +315,6 @@ class FileTimerServer:
     @property
     def _request_count(self) -> int:
         return self._core.stats["requests"]
-
-    # -- tsm additions ----------------------------------------------------------------------------------
-    def arm(
-        self, worker_pid: int, scope_id: str, expiration_time: float, *, start_time: int | None = None
-    ) -> None:
-        """Arm a SIGKILL timer from inside the server's process (pid checked; TimerError if refused)."""
-        self._core.arm_checked(worker_pid, scope_id, expiration_time, start_time)
-        self._wake()
-
-    @property
-    def stats(self) -> dict[str, int]:
-        """Counters: requests, acquired, released, refused, reaped, skipped."""
-        with self._core.lock:
-            return dict(self._core.stats)
 
     # -- loop ----------------------------------------------------------------------------------------------
     def _loop(self) -> None:

@@ -15,7 +15,7 @@ import queue as _queue
 import signal as _signal
 import time
 
-from ._core import FINE_WAIT, Core, Timer
+from ._core import FINE_WAIT, Core, ServerExtras, Timer
 from ._proc import Guard, OnReap, Reaper
 from .api import RequestQueue, TimerClient, TimerRequest, TimerServer
 
@@ -105,7 +105,7 @@ def _fetch(mp_queue: MpQueue[Any], timeout: float | None) -> list[Any]:
     return out
 
 
-class LocalTimerServer(TimerServer):
+class LocalTimerServer(ServerExtras, TimerServer):
     """Reaps child-process workers whose timers expire; requests come over a ``multiprocessing`` queue.
 
     ``max_interval`` is accepted for compatibility and not used for waiting: the server sleeps until the
@@ -161,24 +161,6 @@ class LocalTimerServer(TimerServer):
             done = self._core.reaper.reap(worker_id, start, "<direct>")
         self._core.reaper.flush_callbacks()
         return done
-
-    # -- tsm additions --------------------------------------------------------------------------------
-    def arm(
-        self, worker_pid: int, scope_id: str, expiration_time: float, *, start_time: int | None = None
-    ) -> None:
-        """Arm a timer from inside the server's process (e.g. a supervisor timing a child it started).
-
-        The pid is checked like a request's; ``start_time`` defaults to the process's current start time
-        (``/proc/<pid>/stat`` field 22) and is compared again before any signal is sent.
-        """
-        self._core.arm_checked(worker_pid, scope_id, expiration_time, start_time)
-        self._wake()
-
-    @property
-    def stats(self) -> dict[str, int]:
-        """Counters: requests, acquired, released, refused, reaped, skipped (gone or reused pids)."""
-        with self._core.lock:
-            return dict(self._core.stats)
 
     # -- loop ---------------------------------------------------------------------------------------------
     def _run_watchdog(self) -> None:

@@ -35,7 +35,7 @@ from types import TracebackType
 
 from tsm.errors import TimerError
 
-from ._core import Core, Timer, poll_until
+from ._core import Core, ServerExtras, Timer, poll_until
 from ._fs import Ident, bind_socket, connect_socket, remove_if_ours
 from ._proc import Guard, OnReap, Reaper
 from .api import TimerClient, TimerRequest
@@ -233,7 +233,7 @@ class _Conn:
         self.out = b""
 
 
-class SocketTimerServer:
+class SocketTimerServer(ServerExtras):
     """Reaps workers whose timers expire; workers reach it through a Unix socket at ``path``.
 
     The socket is created (mode 0600, in a directory only you or root can change; paths longer than
@@ -327,23 +327,6 @@ class SocketTimerServer:
         """Armed timers with ``expiration_time <= deadline``, by pid."""
         with self._core.lock:
             return self._core.expired_locked(deadline, _make_request)
-
-    def arm(
-        self, worker_pid: int, scope_id: str, expiration_time: float, *, start_time: int | None = None
-    ) -> None:
-        """Arm a timer from inside the server's process (e.g. a supervisor timing a child it started).
-
-        The pid is checked like a client's (TimerError if refused); ``start_time`` defaults to the current
-        start time of the pid and is compared again before any signal is sent.
-        """
-        self._core.arm_checked(worker_pid, scope_id, expiration_time, start_time)
-        self._wake()
-
-    @property
-    def stats(self) -> dict[str, int]:
-        """Counters: requests (acquires + releases processed), acquired, released, refused, reaped, skipped, connections."""
-        with self._core.lock:
-            return dict(self._core.stats)
 
     # -- loop ------------------------------------------------------------------------------------------------
     def _wake(self) -> None:
