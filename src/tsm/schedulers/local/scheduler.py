@@ -454,6 +454,10 @@ class LocalScheduler(Scheduler):
             return
         try:
             sock.sendall(b"cancel\n")
+            # Stay connected until the supervisor exits (EOF): closing at once could race its
+            # notifications and lose the request; waiting here also means cancel returns when it's done.
+            while sock.recv(65536):
+                pass
         except OSError:
             pass
         finally:

@@ -404,7 +404,17 @@ class Supervisor:
             except BlockingIOError:
                 pass  # a wake-up is already queued for this client
             except OSError:
-                self._drop(conn)
+                # The client has gone, but what it sent before going (a cancel) is still to be read.
+                self._read_then_drop(conn)
+
+    def _read_then_drop(self, conn: socket.socket) -> None:
+        data = b""
+        with contextlib.suppress(OSError):
+            while chunk := conn.recv(4096):
+                data += chunk
+        if b"cancel" in data:
+            self._finish(CANCELLED, "cancelled by user")
+        self._drop(conn)
 
     # -- store -------------------------------------------------------------------------------------
     def _flush(self) -> None:
