@@ -21,7 +21,7 @@ TSM = str(BIN / "tsm")
 def main() -> None:
     private_home()
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}")
-    run = lambda *cmd: subprocess.run(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True)  # noqa: E731
+    run = lambda *cmd: subprocess.run(list(cmd), env=env, capture_output=True, check=True)  # noqa: E731
     run(sys.executable, "-c", "import tsm")  # warm the file cache and .pyc files
     emit("python -c pass", **median_of(lambda: timed(lambda: run(sys.executable, "-c", "pass")), 20))
     emit("import tsm", target="median <= 50 ms",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -81,6 +82,24 @@ def parse_time(text: str | None, flag: str) -> datetime | None:
         ) from None
 
 
+def start_thread(target: Callable[..., None], *args: Any) -> threading.Thread:
+    """Start a daemon thread that never takes Ctrl-C, so SIGINT always wakes the main thread.
+
+    A process-wide SIGINT goes to any thread that does not block it; landing on a worker, it would
+    leave the main thread asleep in ``select``/``join`` and Ctrl-C would do nothing. The new thread
+    inherits a mask blocking SIGINT; the caller's own mask is restored at once.
+    """
+    can_mask = hasattr(signal, "pthread_sigmask")
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if can_mask else None
+    try:
+        t = threading.Thread(target=target, args=args, daemon=True)
+        t.start()
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    return t
+
+
 def stream_logs(
     runner: Runner,
     handle: str,
@@ -103,13 +122,15 @@ def stream_logs(
 
     def pump(role: str, k: int) -> None:
         tag = f"{role}/{k} " if prefix else ""
-        own = Runner(runner.session_name, runner.config)
+        own = Runner(runner.session_name)  # log reading needs no config
         try:
             for line in own.log_lines(handle, role, k, should_tail=tail, **kwargs):
                 if not line.endswith("\n"):
                     line += "\n"
                 with lock:
                     write(tag + line)
+                    if tail:  # a follower shows each line as it comes, even through a pipe
+                        sys.stdout.flush()
         except BaseException as e:  # noqa: BLE001 - reported by the caller
             errors.append(e)
         finally:
@@ -120,9 +141,7 @@ def stream_logs(
     if len(targets) == 1:
         pump(*targets[0])
         return errors
-    threads = [threading.Thread(target=pump, args=t, daemon=True) for t in targets]
-    for t in threads:
-        t.start()
+    threads = [start_thread(pump, *t) for t in targets]
     for t in threads:
         t.join()
     return errors

@@ -27,5 +27,5 @@ def run(args: argparse.Namespace) -> int:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.created)) if a.created else "-"
         rows.append((a.app_handle or a.app_id, a.state.name, a.name or "-", created))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    sys.stdout.write("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths + [0])).rstrip() for r in rows) + "\n")
+    sys.stdout.write("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths + [0], strict=True)).rstrip() for r in rows) + "\n")
     return 0

@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Any
 
-from tsm.cli._common import add_cfg_args, parse_cfg, replica_targets, stream_logs
+from tsm.cli._common import add_cfg_args, parse_cfg, replica_targets, start_thread, stream_logs
 
 
 def add_parser(sub: Any) -> None:
@@ -73,15 +73,17 @@ def run(args: argparse.Namespace) -> int:
         if args.dryrun:
             sys.stdout.write(f"=== scheduler request ({info.scheduler}) ===\n{info}\n")
             return 0
-        if args.detach:
-            sys.stdout.write(runner.schedule(info) + "\n")
-            return 0
         held = _HeldInterrupt()
         try:
             handle = runner.schedule(info)
         except BaseException:
             held.release()
             raise
+        if args.detach:
+            sys.stdout.write(handle + "\n")
+            sys.stdout.flush()
+            held.release()  # a Ctrl-C during submission still shows the handle of what was launched
+            return 0
         sys.stderr.write(f"tsm: launched {handle}\n")
         sys.stderr.flush()
         return attach(runner, handle, held)
@@ -101,8 +103,7 @@ def attach(runner: Any, handle: str, held: _HeldInterrupt | None = None) -> int:
         def logs() -> None:
             errors.extend(stream_logs(runner, handle, targets, tail=True, prefix=True))
 
-        t = threading.Thread(target=logs, daemon=True)
-        t.start()
+        t = start_thread(logs)
         status = runner.wait(handle)
         t.join()
     except KeyboardInterrupt:
