@@ -120,6 +120,7 @@ class Supervisor:
         self.num_restarts = 0
         self.final_state: int | None = None
         self.final_msg = ""
+        self.recorded = False  # the terminal state is in the store
         self.kill_deadline: float | None = None
         self.pending_restart: list[Replica] = []
         self.dirty: set[int] = set()
@@ -429,9 +430,13 @@ class Supervisor:
                          self.app_id, rep.role, rep.idx),
                     ))
             self.dirty.clear()
-        done = self.final_state is not None and self._all_ended()
+        done = self.final_state is not None and self._all_ended() and not self.recorded
+        if done:
+            # Every process of the app is gone, reaped, before anyone is told the app has ended.
+            self._kill_orphans()
         if self.app_dirty or done:
             if done:
+                self.recorded = True
                 stmts.append((
                     "UPDATE local_apps SET state=?, ended=?, num_restarts=?, msg=? WHERE app_id=?",
                     (self.final_state, time.time(), self.num_restarts, self.final_msg, self.app_id),
@@ -503,7 +508,6 @@ class Supervisor:
                 self._index_pending()
             self._restart_ready()
             self._flush()
-        self._kill_orphans()
         self._flush()
         if self.timer_server is not None:
             self.timer_server.stop()
