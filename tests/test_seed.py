@@ -193,7 +193,8 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 t = torch.tensor([float(rank + 1)])
 dist.all_reduce(t)
-print(f"rank {rank}/{world} node {os.environ['TSM_REPLICA_ID']} sum {t.item():g}", flush=True)
+# One write per line: the node's workers share its stdout (see test_lines_of_processes_sharing_stdout_stay_whole)
+os.write(1, f"rank {rank}/{world} node {os.environ['TSM_REPLICA_ID']} sum {t.item():g}\\n".encode())
 dist.destroy_process_group()
 """
 

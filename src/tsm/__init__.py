@@ -74,32 +74,38 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from tsm.errors import (  # noqa: F401
-        ComponentNotFoundError,
-        InvalidAppError,
-        InvalidRunOptionError,
-        MalformedAppHandleError,
-        TsmError,
-        UnknownAppError,
-        UnknownSchedulerError,
+    from tsm.errors import (
+        ComponentNotFoundError as ComponentNotFoundError,
+        InvalidAppError as InvalidAppError,
+        InvalidRunOptionError as InvalidRunOptionError,
+        MalformedAppHandleError as MalformedAppHandleError,
+        TsmError as TsmError,
+        UnknownAppError as UnknownAppError,
+        UnknownSchedulerError as UnknownSchedulerError,
     )
-    from tsm.runner.api import Runner, get_runner  # noqa: F401
-    from tsm.schedulers.api import Stream  # noqa: F401
-    from tsm.seed import Application, Container, ElasticRole, RunConfig, session  # noqa: F401
-    from tsm.specs.api import (  # noqa: F401
-        NULL_IMAGE,
-        AppDef,
-        AppDryRunInfo,
-        AppState,
-        AppStatus,
-        ReplicaStatus,
-        Resource,
-        RetryPolicy,
-        Role,
-        RoleStatus,
-        is_terminal,
-        macros,
+    from tsm.runner.api import Runner as Runner, get_runner as get_runner
+    from tsm.schedulers.api import Stream as Stream
+    from tsm.seed import (
+        Application as Application,
+        Container as Container,
+        ElasticRole as ElasticRole,
+        RunConfig as RunConfig,
+        session as session,
     )
-    from tsm.specs.handles import make_app_handle, parse_app_handle  # noqa: F401
-    from tsm.specs.named_resources import get_named_resource  # noqa: F401
-    from tsm.specs.runopts import runopts  # noqa: F401
+    from tsm.specs.api import (
+        NULL_IMAGE as NULL_IMAGE,
+        AppDef as AppDef,
+        AppDryRunInfo as AppDryRunInfo,
+        AppState as AppState,
+        AppStatus as AppStatus,
+        ReplicaStatus as ReplicaStatus,
+        Resource as Resource,
+        RetryPolicy as RetryPolicy,
+        Role as Role,
+        RoleStatus as RoleStatus,
+        is_terminal as is_terminal,
+        macros as macros,
+    )
+    from tsm.specs.handles import make_app_handle as make_app_handle, parse_app_handle as parse_app_handle
+    from tsm.specs.named_resources import get_named_resource as get_named_resource
+    from tsm.specs.runopts import runopts as runopts

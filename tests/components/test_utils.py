@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tsm.components import materialize
-from tsm.components import utils as u
+from tsm.components import materialize, utils as u
 from tsm.components.base import app_name, safe_name
 from tsm.errors import ComponentArgumentError, UnknownResourceError
 from tsm.specs.api import AppDef, Resource, Role

@@ -6,8 +6,7 @@ import json
 import string
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError, MalformedAppHandleError
 from tsm.specs.api import AppDef, Resource, RetryPolicy, Role

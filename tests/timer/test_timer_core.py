@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tsm.timer._core import Core
 from tsm.timer._proc import Guard, Reaper, read_stat

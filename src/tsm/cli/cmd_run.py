@@ -26,8 +26,7 @@ def add_parser(sub: Any) -> None:
 
 
 def component_help(name: str) -> int:
-    from tsm.components import component_help as render
-    from tsm.components import get_component
+    from tsm.components import component_help as render, get_component
 
     sys.stdout.write(render(get_component(name).fn, prog=f"tsm run {name}"))
     return 0

@@ -50,12 +50,15 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs ("x as x" marks a re-export)
-    from tsm.components.cmdline import ComponentFn as ComponentFn
-    from tsm.components.cmdline import component_help as component_help
-    from tsm.components.cmdline import materialize as materialize
-    from tsm.components.cmdline import wants_help as wants_help
-    from tsm.components.finder import ComponentDef as ComponentDef
-    from tsm.components.finder import get_component as get_component
-    from tsm.components.finder import list_components as list_components
-    from tsm.components.linter import LintMessage as LintMessage
-    from tsm.components.linter import lint as lint
+    from tsm.components.cmdline import (
+        ComponentFn as ComponentFn,
+        component_help as component_help,
+        materialize as materialize,
+        wants_help as wants_help,
+    )
+    from tsm.components.finder import (
+        ComponentDef as ComponentDef,
+        get_component as get_component,
+        list_components as list_components,
+    )
+    from tsm.components.linter import LintMessage as LintMessage, lint as lint
