@@ -6,10 +6,8 @@ limits are only hang guards, never assertions.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -19,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from testutil import assert_all_end, sleep_marker
 from tsm.runner.api import get_runner
 from tsm.specs.api import AppState
 
 TSM = [sys.executable, "-m", "tsm.cli.main"]
 HANG = 120  # seconds: a guard against a hung command, never a performance claim
-_marker = itertools.count()
 
 
 def _env() -> dict[str, str]:
@@ -39,40 +37,6 @@ def tsm(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
     return subprocess.run(
         [*TSM, *args], capture_output=True, text=True, timeout=HANG, stdin=subprocess.DEVNULL, env=_env(), cwd=cwd
     )
-
-
-def sleep_marker() -> str:
-    """A ``sleep`` duration no other process uses, so a test can find the replica's processes by it."""
-    return f"1000.{os.getpid()}{next(_marker)}"
-
-
-def assert_all_end(marker: str) -> None:
-    """Every process whose command line holds ``marker`` ends by itself (waited on by pidfd; HANG is a guard)."""
-    for pid in procs_with(marker):
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue
-        try:
-            select.select([fd], [], [], HANG)
-        finally:
-            os.close(fd)
-    assert not procs_with(marker)
-
-
-def procs_with(marker: str) -> list[int]:
-    """Live processes whose command line contains ``marker``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 def first_line(handle: str, role: str, k: int = 0) -> str:

@@ -5,8 +5,6 @@ Time limits here are hang guards only, never assertions about speed.
 
 from __future__ import annotations
 
-import itertools
-import os
 import select
 import subprocess
 import sys
@@ -18,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import tsm
+from testutil import assert_all_end, procs_with, sleep_marker
 from tsm.errors import (
     ConfigError,
     InvalidAppError,
@@ -32,41 +31,6 @@ from tsm.schedulers.api import Stream
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Role
 
 HANG = 120  # seconds: a guard against a hang, never a performance claim
-_marker = itertools.count()
-
-
-def sleep_marker() -> str:
-    """A ``sleep`` duration no other process uses, so a test can find the replica's processes by it."""
-    return f"1000.{os.getpid()}{next(_marker)}"
-
-
-def assert_all_end(marker: str) -> None:
-    """Every process whose command line holds ``marker`` ends by itself (waited on by pidfd; HANG is a guard)."""
-    for pid in procs_with(marker):
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue
-        try:
-            select.select([fd], [], [], HANG)
-        finally:
-            os.close(fd)
-    assert not procs_with(marker)
-
-
-def procs_with(marker: str) -> list[int]:
-    """Live processes whose command line contains ``marker``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 def sh_app(name: str, script: str, replicas: int = 1, **env: str) -> AppDef:
@@ -470,7 +434,6 @@ def test_lines_of_processes_sharing_stdout_stay_whole(runner: Runner) -> None:
 
 def _raw_cancel(handle: str) -> None:
     """Ask the local supervisor of ``handle`` to cancel, keeping the connection open until it answers."""
-    import select
     import socket
 
     from tsm.store import tsm_home

@@ -10,7 +10,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -18,24 +18,11 @@ from typing import Any
 import pytest
 
 import tsm.timer as timer
+from testutil import spawn, wait_until
 from tsm.errors import TimerError
 
 CTX = mp.get_context("fork")
 WAIT = 30.0
-
-
-def wait_until(pred: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-def spawn(target: Callable[..., None], *args: Any) -> Any:
-    p = CTX.Process(target=target, args=args, daemon=True)
-    p.start()
-    return p
 
 
 @pytest.fixture

@@ -8,31 +8,18 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
 import pytest
 
 import tsm.timer as timer
+from testutil import spawn, wait_until
 from tsm.timer._proc import process_start_time
 
 CTX = mp.get_context("fork")
 WAIT = 30.0
-
-
-def wait_until(pred: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-def spawn(target: Callable[..., None], *args: Any) -> Any:
-    p = CTX.Process(target=target, args=args, daemon=True)
-    p.start()
-    return p
 
 
 @pytest.fixture

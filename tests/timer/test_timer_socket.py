@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -18,19 +18,12 @@ from typing import Any
 import pytest
 
 import tsm.timer as timer
+from testutil import spawn, wait_until
 from tsm.errors import TimerError
 from tsm.timer._proc import process_start_time, read_stat
 
 CTX = mp.get_context("fork")
 WAIT = 30.0  # liveness bound for waits; never a performance assertion
-
-
-def wait_until(pred: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def dead(pid: int) -> bool:
@@ -79,12 +72,6 @@ def release_in_time(path: str, after: float, ready: Connection) -> None:
 
 def sleeper() -> None:
     time.sleep(60)
-
-
-def spawn(target: Callable[..., None], *args: Any) -> Any:
-    p = CTX.Process(target=target, args=args, daemon=True)
-    p.start()
-    return p
 
 
 def reap_canary(path: str, after: float) -> None:

@@ -9,12 +9,12 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from testutil import wait_until
 from tsm.errors import InvalidAppError, SchedulerError, UnknownAppError
 from tsm.schedulers.api import Stream
 from tsm.schedulers.local import _os
@@ -49,13 +49,6 @@ def wait(sched: LocalScheduler, app_id: str):  # type: ignore[no-untyped-def]
 
 def replica(desc, role: str, k: int):  # type: ignore[no-untyped-def]
     return next(r for rs in desc.roles_statuses if rs.role == role for r in rs.replicas if r.id == k)
-
-
-def eventually(fn, timeout: float = HANG_GUARD) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not fn():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.02)
 
 
 def pid_gone(pid: int) -> bool:
@@ -230,7 +223,7 @@ def _read_pid(sched: LocalScheduler, app_id: str, role: str = "r", k: int = 0) -
         lines[:] = list(sched.log_iter(app_id, role, k, streams=Stream.STDOUT))
         return bool(lines)
 
-    eventually(ready)
+    wait_until(ready, timeout=HANG_GUARD)
     return int(lines[0].split()[1])
 
 
@@ -264,7 +257,7 @@ def test_double_forked_daemon_and_setsid_children_end_with_the_app(sched: LocalS
     assert desc.state == AppState.SUCCEEDED
     for name in ("setsid", "daemon"):
         pid = int((tmp_path / name).read_text())
-        eventually(lambda pid=pid: pid_gone(pid), timeout=10)
+        wait_until(lambda pid=pid: pid_gone(pid), timeout=10)
 
 
 def test_cancel_from_another_process_and_query_after_caller_exit(tmp_path: Path) -> None:
@@ -299,22 +292,22 @@ def test_supervisor_killed_with_sigkill_ends_replicas_and_fails_app(sched: Local
     assert desc.state == AppState.FAILED
     assert "supervisor died" in desc.msg and "SIGKILL" in desc.msg
     for p in pids:
-        eventually(lambda p=p: pid_gone(p), timeout=10)
+        wait_until(lambda p=p: pid_gone(p), timeout=10)
 
 
 def test_dead_supervisor_and_watchdog_detected_by_a_reader(sched: LocalScheduler) -> None:
     app_id = run(sched, AppDef("both", [Role("r", entrypoint="sleep", args=["300"])]))
     row = sched.store.query("SELECT sup_pid, watchdog_pid FROM local_apps WHERE app_id=?", (app_id,))[0]
-    eventually(lambda: sched.describe(app_id).roles_statuses[0].replicas[0].pid is not None)  # type: ignore[union-attr]
+    wait_until(lambda: sched.describe(app_id).roles_statuses[0].replicas[0].pid is not None, timeout=HANG_GUARD)  # type: ignore[union-attr]
     rep_pid = sched.describe(app_id).roles_statuses[0].replicas[0].pid  # type: ignore[union-attr]
     assert rep_pid is not None
     os.kill(row["watchdog_pid"], signal.SIGKILL)
     os.kill(row["sup_pid"], signal.SIGKILL)
-    eventually(lambda: pid_gone(row["sup_pid"]) and pid_gone(row["watchdog_pid"]))
+    wait_until(lambda: pid_gone(row["sup_pid"]) and pid_gone(row["watchdog_pid"]), timeout=HANG_GUARD)
     desc = sched.describe(app_id)  # a status query notices, records why, and ends the orphaned replica
     assert desc is not None and desc.state == AppState.FAILED and "supervisor died" in desc.msg
     assert replica(desc, "r", 0).error_msg == "supervisor died"
-    eventually(lambda: pid_gone(rep_pid), timeout=10)
+    wait_until(lambda: pid_gone(rep_pid), timeout=10)
 
 
 def test_wait_with_timeout_returns_current_status(sched: LocalScheduler) -> None:
@@ -505,7 +498,7 @@ def test_timers_can_be_turned_off(sched: LocalScheduler) -> None:
 def test_partial_line_of_a_running_replica_is_held_back(sched: LocalScheduler) -> None:
     code = "import sys, time; sys.stdout.write('whole\\npart'); sys.stdout.flush(); time.sleep(300)"
     app_id = run(sched, AppDef("partial", [py(code)]), grace_period=0.0)
-    eventually(lambda: list(sched.log_iter(app_id, "r", 0)) == ["whole\n"])
+    wait_until(lambda: list(sched.log_iter(app_id, "r", 0)) == ["whole\n"], timeout=HANG_GUARD)
     assert list(sched.log_iter(app_id, "r", 0, streams=Stream.STDOUT)) == ["whole\n"]
     sched.cancel(app_id)
     assert list(sched.log_iter(app_id, "r", 0, streams=Stream.STDOUT)) == ["whole\n", "part"]
