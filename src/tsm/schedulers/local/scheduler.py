@@ -34,7 +34,9 @@ from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, 
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.store import Store, tsm_home
 
-_TERMINAL_SQL = "(4, 5, 6)"
+#: terminal AppState values as stored, and as an SQL list
+_TERMINAL = tuple(int(s) for s in AppState if s.is_terminal)
+_TERMINAL_SQL = "(" + ", ".join(map(str, _TERMINAL)) + ")"
 
 
 @dataclass
@@ -308,7 +310,7 @@ class LocalScheduler(Scheduler):
         While the watchdog lives it records the reason itself (it saw how the supervisor died), so
         readers leave the row alone. Returns the current row.
         """
-        if row["state"] in (4, 5, 6):
+        if row["state"] in _TERMINAL:
             return row
         if row["sup_pid"] is None:
             if time.time() - row["created"] < 60:
@@ -413,7 +415,7 @@ class LocalScheduler(Scheduler):
             while True:
                 row = self._reconcile(self._app_row(app_id))
                 left = None if deadline is None else deadline - time.monotonic()
-                if row["state"] in (4, 5, 6) or (left is not None and left <= 0):
+                if row["state"] in _TERMINAL or (left is not None and left <= 0):
                     break
                 if sock is None:
                     sock = self._connect(app_id, row["app_dir"])
@@ -434,7 +436,7 @@ class LocalScheduler(Scheduler):
                     sock.close()
                     sock = None
                     row = self._app_row(app_id)
-                    if row["state"] not in (4, 5, 6):
+                    if row["state"] not in _TERMINAL:
                         self._wait_for_watchdog(row, left)
         finally:
             if sock is not None:
@@ -446,7 +448,7 @@ class LocalScheduler(Scheduler):
         row = self._app_row(app_id)
         if row is None:
             raise UnknownAppError(f"unknown local app '{app_id}'")
-        if row["state"] in (4, 5, 6):
+        if row["state"] in _TERMINAL:
             return
         sock = self._connect(app_id, row["app_dir"])
         if sock is None:
@@ -497,12 +499,12 @@ class LocalScheduler(Scheduler):
     def _replica_running(self, app_id: str, role: str, k: int) -> bool:
         """True while replica ``k`` of ``role`` may still write (its app and it are not terminal)."""
         app = self._reconcile(self._app_row(app_id))
-        if app["state"] in (4, 5, 6):
+        if app["state"] in _TERMINAL:
             return False
         rows = self.store.query(
             "SELECT state FROM local_replicas WHERE app_id=? AND role=? AND idx=?", (app_id, role, k)
         )
-        return bool(rows) and rows[0]["state"] not in (4, 5, 6)
+        return bool(rows) and rows[0]["state"] not in _TERMINAL
 
     def _tail_waiter(self, app_id: str, row: Any, role: str, k: int) -> Any:
         """A ``wait_more`` for :func:`read_lines`: blocks for the supervisor's next event."""
@@ -542,7 +544,7 @@ class LocalScheduler(Scheduler):
         if row is None:
             return False
         row = self._reconcile(row)
-        if row["state"] not in (4, 5, 6):
+        if row["state"] not in _TERMINAL:
             raise SubmissionError(f"local app '{app_id}' is still {AppState(row['state']).name}; cancel it first")
         for path in (row["log_dir"], row["app_dir"]):
             shutil.rmtree(path, ignore_errors=True)

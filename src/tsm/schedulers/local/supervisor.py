@@ -575,11 +575,11 @@ def _watchdog(child: int, req: dict[str, Any]) -> int:
         store.write([
             (
                 "UPDATE local_replicas SET state=?, ended=COALESCE(ended, ?), error=CASE WHEN error='' THEN ? ELSE error END "
-                "WHERE app_id=? AND state NOT IN (4, 5, 6)",
+                f"WHERE app_id=? AND state NOT IN {TERMINAL}",
                 (FAILED, now, "supervisor died", req["app_id"]),
             ),
             (
-                "UPDATE local_apps SET state=?, ended=?, msg=? WHERE app_id=? AND state NOT IN (4, 5, 6)",
+                f"UPDATE local_apps SET state=?, ended=?, msg=? WHERE app_id=? AND state NOT IN {TERMINAL}",
                 (FAILED, now, msg, req["app_id"]),
             ),
         ])
