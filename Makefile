@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 BIN    := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup compile demo test test-fast bench lint slurm-up slurm-down clean
+.PHONY: setup compile demo test test-fast bench harden lint slurm-up slurm-down clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ test-fast: setup
 
 bench: setup $(VENV)/.torch
 	@for script in benchmarks/*.py; do $(PY) $$script || exit 1; done
+
+# The hardening suite (faults, load, hostile input, security): prints JSON and rewrites README's Reliability table.
+harden: setup $(VENV)/.torch
+	$(PY) benchmarks/harden.py --readme README.md
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks examples

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,3 +35,93 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail("torch is not installed but CI must run the torch tests: make test installs torch==2.13.0")
         pytest.skip("needs torch==2.13.0 (make test installs it)")
+
+
+# -- the reliability report ------------------------------------------------------------------------------
+# A test marked ``@pytest.mark.reliability("case", expect="what must hold")`` is one row of the README's
+# "Reliability" table. It may record measured figures with the ``figure`` fixture; figures are never asserted
+# against a clock (that is the report's job: it compares them with their limit and says "met" or "missed").
+# ``pytest --reliability-report=PATH`` writes every marked test's outcome and figures to PATH as JSON;
+# ``benchmarks/harden.py`` (``make harden``) runs the marked tests that way and renders the table.
+
+_rows: list[dict[str, Any]] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reliability-report",
+        metavar="PATH",
+        default=None,
+        help="write the outcome and figures of tests marked reliability(...) to PATH as JSON",
+    )
+
+
+@dataclass
+class Figure:
+    """One measured figure of a reliability case, with the limit it is held to (if any)."""
+
+    name: str
+    value: float
+    unit: str
+    limit: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        met = None if self.limit is None else self.value <= self.limit
+        return {"name": self.name, "value": self.value, "unit": self.unit, "limit": self.limit, "met": met}
+
+
+class FigureRecorder:
+    """Records the figures of the running test: ``figure("replicas ended after", 0.12, "s", limit=1.0)``."""
+
+    def __init__(self) -> None:
+        self.figures: list[Figure] = []
+
+    def __call__(self, name: str, value: float, unit: str, limit: float | None = None) -> float:
+        self.figures.append(Figure(name, round(float(value), 4), unit, limit))
+        return value
+
+
+RECORDER_KEY = pytest.StashKey[FigureRecorder]()
+
+
+@pytest.fixture
+def figure(request: pytest.FixtureRequest) -> FigureRecorder:
+    """Record a measured figure for this test's row of the reliability report (needs the marker)."""
+    if request.node.get_closest_marker("reliability") is None:
+        raise pytest.UsageError("the figure fixture belongs to tests marked @pytest.mark.reliability(...)")
+    recorder = FigureRecorder()
+    request.node.stash[RECORDER_KEY] = recorder
+    return recorder
+
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    marker = item.get_closest_marker("reliability")
+    if marker is None:
+        return report
+    if report.when == "setup" and report.outcome != "passed" or report.when == "call":
+        recorder = item.stash.get(RECORDER_KEY, None)
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = str(crash.message) if report.failed and crash is not None else ""
+        callspec = getattr(item, "callspec", None)
+        _rows.append(
+            {
+                "case": marker.args[0] + (f" ({callspec.id})" if callspec else ""),
+                "expect": marker.kwargs.get("expect", ""),
+                "group": marker.kwargs.get("group", ""),
+                "test": item.nodeid,
+                "outcome": report.outcome,
+                "message": message.splitlines()[0] if message else "",
+                "seconds": round(report.duration, 3),
+                "figures": [f.as_dict() for f in recorder.figures] if recorder else [],
+            }
+        )
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = session.config.getoption("--reliability-report")
+    if path:
+        Path(path).write_text(json.dumps(_rows, indent=1) + "\n")

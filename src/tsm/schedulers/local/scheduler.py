@@ -284,14 +284,14 @@ class LocalScheduler(Scheduler):
             os.close(r)
         self._launchers = [p for p in self._launchers if p.poll() is None]
         self._launchers.append(proc)
-        if ready != b"R":
+        if ready not in (b"R", b"C"):  # C: cancelled by someone else before it started: not a failure
             with contextlib.suppress(OSError):
                 proc.kill()
             detail = ""
             with contextlib.suppress(OSError):
                 detail = Path(req.app_dir, "supervisor.log").read_text().strip().splitlines()[-1]
             self.store.write([(
-                "UPDATE local_apps SET state=?, msg=?, ended=? WHERE app_id=?",
+                f"UPDATE local_apps SET state=?, msg=?, ended=? WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
                 (int(AppState.FAILED), f"supervisor failed to start: {detail or 'no output'}", time.time(), req.app_id),
             )])
             raise SubmissionError(
@@ -451,9 +451,31 @@ class LocalScheduler(Scheduler):
         if row["state"] in _TERMINAL:
             return
         sock = self._connect(app_id, row["app_dir"])
-        if sock is None:
-            self._reconcile(row)
-            return
+        while sock is None:
+            if row["sup_pid"] is not None:  # the supervisor is gone: reconcile records why
+                self._reconcile(row)
+                return
+            # No supervisor yet (still starting, or its launcher died before starting it): cancel in the
+            # store. A supervisor registers only while the app is SUBMITTED, so one that starts later sees
+            # the cancellation and launches nothing; if it registered first, connect to it instead.
+            now = time.time()
+            self.store.write([
+                (
+                    f"UPDATE local_replicas SET state={int(AppState.CANCELLED)}, ended=? WHERE app_id=? "
+                    f"AND state NOT IN {_TERMINAL_SQL} AND "
+                    "(SELECT sup_pid FROM local_apps WHERE app_id=?) IS NULL",
+                    (now, app_id, app_id),
+                ),
+                (
+                    f"UPDATE local_apps SET state={int(AppState.CANCELLED)}, ended=?, msg=? "
+                    f"WHERE app_id=? AND sup_pid IS NULL AND state NOT IN {_TERMINAL_SQL}",
+                    (now, "cancelled by user before its supervisor started", app_id),
+                ),
+            ])
+            row = self._app_row(app_id)
+            if row["state"] in _TERMINAL:
+                return
+            sock = self._connect(app_id, row["app_dir"])
         try:
             sock.sendall(b"cancel\n")
             # Stay connected until the supervisor exits (EOF): closing at once could race its

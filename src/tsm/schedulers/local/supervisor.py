@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 # AppState values, spelled out so the supervisor does not import the specs package.
-RUNNING, SUCCEEDED, FAILED, CANCELLED = 3, 4, 5, 6
+SUBMITTED, RUNNING, SUCCEEDED, FAILED, CANCELLED = 1, 3, 4, 5, 6
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
 
 #: Seconds between two index passes over a busy log: bounds the index at a few hundred records a
@@ -460,11 +460,21 @@ class Supervisor:
     def run(self) -> int:
         self._setup()
         me, watchdog = os.getpid(), os.getppid()
+        # Register only while the app is still SUBMITTED: a cancel that came first (recorded in the store
+        # while no supervisor was there) wins, and then nothing is launched.
         self.store.write([(
             "UPDATE local_apps SET state=?, started=?, sup_pid=?, sup_start=?, watchdog_pid=?, watchdog_start=? "
-            "WHERE app_id=?",
-            (RUNNING, time.time(), me, _os.start_time(me), watchdog, _os.start_time(watchdog), self.app_id),
+            "WHERE app_id=? AND sup_pid IS NULL AND state=?",
+            (RUNNING, time.time(), me, _os.start_time(me), watchdog, _os.start_time(watchdog), self.app_id,
+             SUBMITTED),
         )])
+        rows = self.store.query("SELECT sup_pid FROM local_apps WHERE app_id=?", (self.app_id,))
+        if not rows or rows[0]["sup_pid"] != me:
+            os.write(self.ready_fd, b"C")
+            os.close(self.ready_fd)
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.app_dir, "sock"))
+            return 0
         os.write(self.ready_fd, b"R")
         os.close(self.ready_fd)
         try:
@@ -565,7 +575,7 @@ def _watchdog(child: int, req: dict[str, Any]) -> int:
     if code == 0:
         kill_all_children(os.getpid())
         return 0
-    reason = _exit_reason(code).replace("exited", "exited")
+    reason = _exit_reason(code)
     kill_all_children(os.getpid())
     from tsm.store import Store
 
