@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import stat
-import subprocess
 import sys
 import textwrap
 from datetime import datetime, timedelta
@@ -208,108 +205,6 @@ def test_retries_run_out(sched: LocalScheduler) -> None:
 
 
 # -- cancel and ownership ------------------------------------------------------------------------
-IGNORE_TERM = """
-    import signal, time, os
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    print("ready", os.getpid(), flush=True)
-    time.sleep(300)
-"""
-
-
-def _read_pid(sched: LocalScheduler, app_id: str, role: str = "r", k: int = 0) -> int:
-    lines = []
-
-    def ready() -> bool:
-        lines[:] = list(sched.log_iter(app_id, role, k, streams=Stream.STDOUT))
-        return bool(lines)
-
-    wait_until(ready, timeout=HANG_GUARD)
-    return int(lines[0].split()[1])
-
-
-def test_cancel_kills_replicas_that_ignore_sigterm_after_grace(sched: LocalScheduler) -> None:
-    app_id = run(sched, AppDef("stubborn", [py(IGNORE_TERM, num_replicas=2)]), grace_period=0.5)
-    pids = [_read_pid(sched, app_id, "r", k) for k in (0, 1)]
-    sched.cancel(app_id)
-    desc = sched.describe(app_id)
-    assert desc is not None and desc.state == AppState.CANCELLED
-    assert all(pid_gone(p) for p in pids)
-    assert all(r.state == AppState.CANCELLED for r in desc.roles_statuses[0].replicas)
-    sched.cancel(app_id)  # idempotent
-
-
-def test_double_forked_daemon_and_setsid_children_end_with_the_app(sched: LocalScheduler, tmp_path: Path) -> None:
-    code = f"""
-        import os, subprocess, sys, time
-        # a grandchild that escapes with setsid, and a classic double-forked daemon
-        p = subprocess.Popen([{PY!r}, "-c", "import time; time.sleep(300)"], start_new_session=True)
-        open({str(tmp_path / 'setsid')!r}, "w").write(str(p.pid))
-        if os.fork() == 0:
-            os.setsid()
-            if os.fork() == 0:
-                open({str(tmp_path / 'daemon')!r}, "w").write(str(os.getpid()))
-                time.sleep(300)
-            os._exit(0)
-        time.sleep(1)
-    """
-    app_id = run(sched, AppDef("daemons", [py(code)]))
-    desc = wait(sched, app_id)
-    assert desc.state == AppState.SUCCEEDED
-    for name in ("setsid", "daemon"):
-        pid = int((tmp_path / name).read_text())
-        wait_until(lambda pid=pid: pid_gone(pid), timeout=10)
-
-
-def test_cancel_from_another_process_and_query_after_caller_exit(tmp_path: Path) -> None:
-    launcher = textwrap.dedent("""
-        from tsm.schedulers.local.scheduler import LocalScheduler
-        from tsm.specs import AppDef, Role
-        s = LocalScheduler("other")
-        print(s.submit(AppDef("owned", [Role("r", entrypoint="sleep", args=["300"], num_replicas=2)]), {}))
-    """)
-    out = subprocess.run([PY, "-c", launcher], capture_output=True, text=True, timeout=HANG_GUARD, check=True)
-    app_id = out.stdout.strip()
-    # the launching process has exited; the app is still running and fully queryable here
-    sched = LocalScheduler("test")
-    desc = sched.wait(app_id, timeout=0.2)
-    assert desc is not None and desc.state == AppState.RUNNING
-    pids = [r.pid for r in desc.roles_statuses[0].replicas]
-    assert all(p and not pid_gone(p) for p in pids)
-    canceller = f"from tsm.schedulers.local.scheduler import LocalScheduler; LocalScheduler('x').cancel({app_id!r})"
-    subprocess.run([PY, "-c", canceller], timeout=HANG_GUARD, check=True)
-    desc = sched.describe(app_id)
-    assert desc is not None and desc.state == AppState.CANCELLED
-    assert all(pid_gone(p) for p in pids if p)
-    sched.close()
-
-
-def test_supervisor_killed_with_sigkill_ends_replicas_and_fails_app(sched: LocalScheduler) -> None:
-    app_id = run(sched, AppDef("orphan", [py(IGNORE_TERM, num_replicas=2)]))
-    pids = [_read_pid(sched, app_id, "r", k) for k in (0, 1)]
-    row = sched.store.query("SELECT sup_pid FROM local_apps WHERE app_id=?", (app_id,))[0]
-    os.kill(row["sup_pid"], signal.SIGKILL)
-    desc = wait(sched, app_id)
-    assert desc.state == AppState.FAILED
-    assert "supervisor died" in desc.msg and "SIGKILL" in desc.msg
-    for p in pids:
-        wait_until(lambda p=p: pid_gone(p), timeout=10)
-
-
-def test_dead_supervisor_and_watchdog_detected_by_a_reader(sched: LocalScheduler) -> None:
-    app_id = run(sched, AppDef("both", [Role("r", entrypoint="sleep", args=["300"])]))
-    row = sched.store.query("SELECT sup_pid, watchdog_pid FROM local_apps WHERE app_id=?", (app_id,))[0]
-    wait_until(lambda: sched.describe(app_id).roles_statuses[0].replicas[0].pid is not None, timeout=HANG_GUARD)  # type: ignore[union-attr]
-    rep_pid = sched.describe(app_id).roles_statuses[0].replicas[0].pid  # type: ignore[union-attr]
-    assert rep_pid is not None
-    os.kill(row["watchdog_pid"], signal.SIGKILL)
-    os.kill(row["sup_pid"], signal.SIGKILL)
-    wait_until(lambda: pid_gone(row["sup_pid"]) and pid_gone(row["watchdog_pid"]), timeout=HANG_GUARD)
-    desc = sched.describe(app_id)  # a status query notices, records why, and ends the orphaned replica
-    assert desc is not None and desc.state == AppState.FAILED and "supervisor died" in desc.msg
-    assert replica(desc, "r", 0).error_msg == "supervisor died"
-    wait_until(lambda: pid_gone(rep_pid), timeout=10)
-
-
 def test_wait_with_timeout_returns_current_status(sched: LocalScheduler) -> None:
     app_id = run(sched, AppDef("slow", [Role("r", entrypoint="sleep", args=["300"])]), grace_period=0.0)
     desc = sched.wait(app_id, timeout=0.1)
@@ -343,18 +238,6 @@ def test_list_and_remove(sched: LocalScheduler) -> None:
     assert not os.path.exists(log_dir)
     assert sched.describe(done) is None
     sched.cancel(live)
-
-
-def test_state_and_logs_are_private(sched: LocalScheduler, tsm_home: Path) -> None:
-    app_id = run(sched, AppDef("private", [Role("r", entrypoint="echo", args=["secret"])]))
-    wait(sched, app_id)
-    assert stat.S_IMODE(tsm_home.stat().st_mode) == 0o700
-    assert stat.S_IMODE((tsm_home / "tsm.db").stat().st_mode) == 0o600
-    log_dir = Path(sched.store.query("SELECT log_dir FROM local_apps WHERE app_id=?", (app_id,))[0]["log_dir"])
-    files = [p for p in log_dir.rglob("*") if p.is_file()]
-    assert files and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in files)
-    dirs = [p for p in log_dir.rglob("*") if p.is_dir()] + [log_dir]
-    assert all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in dirs)
 
 
 def test_log_dir_run_option(sched: LocalScheduler, tmp_path: Path) -> None:

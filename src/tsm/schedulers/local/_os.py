@@ -180,3 +180,27 @@ def unix_address(path: str) -> tuple[str, int | None]:
         return path, None
     dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     return f"/proc/self/fd/{dfd}/{os.path.basename(path)}", dfd
+
+
+def makedirs_private(path: str) -> None:
+    """Create ``path`` and each missing parent with mode 0700, whatever the caller's umask.
+
+    ``os.makedirs(mode=...)`` applies the mode to the last folder only; parents it makes get
+    ``0777 & ~umask``, which is world-writable under ``umask 0``. Existing folders are left as they are.
+    """
+    missing = []
+    p = os.path.abspath(path)
+    while not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise
+            continue
+        os.chmod(d, 0o700)  # mkdir's mode is masked by the umask; the owner's bits must all be there

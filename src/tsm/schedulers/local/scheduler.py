@@ -234,8 +234,10 @@ class LocalScheduler(Scheduler):
     def schedule(self, dryrun_info: AppDryRunInfo) -> str:
         req: LocalRequest = dryrun_info.request
         req.base_env = dict(os.environ)
-        os.makedirs(req.app_dir, mode=0o700)
-        os.makedirs(req.log_dir, mode=0o700, exist_ok=True)
+        if os.path.lexists(req.app_dir):
+            raise SubmissionError(f"{req.app_dir} already exists: app ids are unique, so something else wrote it")
+        _os.makedirs_private(req.app_dir)
+        _os.makedirs_private(req.log_dir)
         data = json.dumps(asdict(req)).encode()
         fd = os.open(os.path.join(req.app_dir, "request.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -264,15 +266,17 @@ class LocalScheduler(Scheduler):
             "from tsm.schedulers.local.supervisor import main; sys.exit(main())"
         )
         r, w = os.pipe()
+        log = os.open(os.path.join(req.app_dir, "supervisor.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-S", "-c", code, pkg_parent, req.app_dir, str(w)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=open(os.path.join(req.app_dir, "supervisor.log"), "ab"),  # noqa: SIM115
+                stderr=log,
                 start_new_session=True, pass_fds=(w,), close_fds=True,
             )
         finally:
             os.close(w)
+            os.close(log)
         try:
             ready = b""
             deadline = time.monotonic() + 30.0
