@@ -17,12 +17,13 @@ from __future__ import annotations
 import builtins
 import copy
 import json
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from tsm.errors import ConfigError, InvalidRunOptionError, UnknownAppError, did_you_mean
+from tsm.errors import ConfigError, InvalidRunOptionError, StoreError, UnknownAppError, did_you_mean
 from tsm.runner.config import Config, load_config
 from tsm.schedulers import DEFAULT_SCHEDULER, get_scheduler, scheduler_names
 from tsm.schedulers.api import ListAppResponse, Scheduler, Stream
@@ -112,14 +113,21 @@ class Runner:
         handle = make_app_handle(scheduler, self.session_name, app_id)
         app = dryrun_info.app
         now = time.time()
-        self._history().write([(
-            "INSERT OR REPLACE INTO apps (handle, scheduler, session, app_id, name, state, created, updated, spec, cfg) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                handle, scheduler, self.session_name, app_id, app.name if app else app_id, int(AppState.SUBMITTED),
-                now, now, json.dumps(app.to_dict()) if app else None, json.dumps(dryrun_info.cfg, default=str),
-            ),
-        )])
+        try:
+            self._history().write([(
+                "INSERT OR REPLACE INTO apps (handle, scheduler, session, app_id, name, state, created, updated, spec, cfg) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (
+                    handle, scheduler, self.session_name, app_id, app.name if app else app_id, int(AppState.SUBMITTED),
+                    now, now, json.dumps(app.to_dict()) if app else None, json.dumps(dryrun_info.cfg, default=str),
+                ),
+            )])
+        except StoreError as e:
+            # The app runs: losing its handle would be worse than a missing history line.
+            logging.getLogger("tsm").warning(
+                "launched %s but could not add it to tsm's history (%s); `tsm list -s %s` still shows it",
+                handle, e, scheduler,
+            )
         return handle
 
     def run(self, app: AppDef, scheduler: str | None = None, cfg: Mapping[str, CfgVal] | None = None) -> str:

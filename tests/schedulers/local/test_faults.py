@@ -6,14 +6,17 @@ real processes and recorded as figures; the only clocks in assertions are hang g
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import select
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -255,6 +258,99 @@ def test_launcher_dead_before_the_supervisor_started(sched: LocalScheduler, tmp_
     assert sched.describe(row["app_id"]).state == AppState.CANCELLED  # type: ignore[union-attr]
     wait_all_gone(procs_with(row["app_dir"]))  # the supervisor and its watchdog exit right after
     assert not ran.exists()
+
+
+# -- the disk fills up ----------------------------------------------------------------------------------
+@pytest.fixture
+def small_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_ci: bool) -> Iterator[Path]:
+    """``$TSM_HOME`` on its own 8 MB tmpfs, so the test can fill that disk without touching others."""
+    if os.geteuid() != 0:
+        if in_ci:
+            pytest.fail("needs root to mount a small tmpfs (CI runs as root)")
+        pytest.skip("needs root to mount a small tmpfs")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mnt)], check=True)
+    monkeypatch.setenv("TSM_HOME", str(mnt / "home"))
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk is full; returns it (remove it to free the space)."""
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        chunk = b"\0" * (1 << 16)
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(chunk)
+                f.flush()
+    return filler
+
+
+GATED = "import os, sys, time\nprint('started', os.getpid(), flush=True)\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.02)"
+
+
+def run_gated(sched: LocalScheduler, go: Path) -> tuple[str, int, int]:
+    """Start an app whose replica ends once ``go`` exists; returns (app id, supervisor pid, replica pid)."""
+    app_id = sched.submit(AppDef("gated", [Role("r", entrypoint=PY, args=["-c", GATED, str(go)])]), {})
+    wait_until(lambda: any(sched.log_iter(app_id, "r", 0)), "the replica to start", timeout=HANG)
+    rep = int(next(iter(sched.log_iter(app_id, "r", 0))).split()[1])
+    return app_id, int(app_row(sched, app_id)["sup_pid"]), rep  # type: ignore[call-overload]
+
+
+def check_recorded_late(sched: LocalScheduler, app_id: str, sup: int, figure, what: str) -> None:  # type: ignore[no-untyped-def]
+    freed = time.monotonic()
+    desc = sched.wait(app_id, timeout=HANG)
+    recorded = time.monotonic()
+    assert desc is not None and desc.state == AppState.SUCCEEDED, desc
+    assert desc.roles_statuses[0].replicas[0].exit_code == 0
+    wait_all_gone([sup])
+    figure(f"state recorded after {what}", recorded - freed, "s", limit=6.0)
+
+
+@pytest.mark.reliability(
+    "$TSM_HOME's disk fills up while an app runs",
+    expect="the supervisor outlives it and the app's outcome is recorded once space is freed",
+    group=FAULTS,
+)
+def test_disk_full_mid_run_loses_no_state(small_home: Path, tmp_path: Path, figure) -> None:  # type: ignore[no-untyped-def]
+    sched = LocalScheduler("full")
+    app_id, sup, rep = run_gated(sched, tmp_path / "go")
+    filler = fill(small_home)
+    (tmp_path / "go").touch()
+    wait_all_gone([rep])
+    time.sleep(0.5)  # the supervisor's attempts to record the end meet the full disk (or a reused WAL page)
+    assert not gone(sup), "the supervisor must outlive a full disk"
+    filler.unlink()
+    check_recorded_late(sched, app_id, sup, figure, "space was freed")
+    sched.close()
+
+
+@pytest.mark.reliability(
+    "the store is locked by another process when an app ends",
+    expect="the supervisor keeps the outcome, notes it in supervisor.log, and records it once the lock goes",
+    group=FAULTS,
+)
+def test_store_locked_when_the_app_ends(tmp_path: Path, tsm_home: Path, monkeypatch: pytest.MonkeyPatch, figure) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("TSM_STORE_TIMEOUT", "0.3")  # the supervisor inherits it: give up on each write quickly
+    sched = LocalScheduler("locked")
+    app_id, sup, rep = run_gated(sched, tmp_path / "go")
+    holder = sqlite3.connect(tsm_home / "tsm.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        (tmp_path / "go").touch()
+        wait_all_gone([rep])
+        log = tsm_home / "local" / app_id / "supervisor.log"
+        wait_until(lambda: "state not recorded yet" in log.read_text(), "the supervisor to note the locked store")
+        assert not gone(sup)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    check_recorded_late(sched, app_id, sup, figure, "the lock was released")
+    sched.close()
 
 
 # -- stubborn replicas ------------------------------------------------------------------------------

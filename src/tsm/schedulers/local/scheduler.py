@@ -232,16 +232,30 @@ class LocalScheduler(Scheduler):
 
     # -- schedule ----------------------------------------------------------------------------------
     def schedule(self, dryrun_info: AppDryRunInfo) -> str:
+        """Write the app's request and record, then start its supervisor.
+
+        Files come first and the record second, so a failure (a full or read-only disk, a store error)
+        leaves neither half behind: what was created is removed and the error says what to fix.
+        """
         req: LocalRequest = dryrun_info.request
         req.base_env = dict(os.environ)
         if os.path.lexists(req.app_dir):
             raise SubmissionError(f"{req.app_dir} already exists: app ids are unique, so something else wrote it")
-        _os.makedirs_private(req.app_dir)
-        _os.makedirs_private(req.log_dir)
-        data = json.dumps(asdict(req)).encode()
-        fd = os.open(os.path.join(req.app_dir, "request.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        created = [d for d in (req.app_dir, req.log_dir) if not os.path.lexists(d)]
+        try:
+            _os.makedirs_private(req.app_dir)
+            _os.makedirs_private(req.log_dir)
+            data = json.dumps(asdict(req)).encode()
+            fd = os.open(os.path.join(req.app_dir, "request.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            self._undo(created)
+            where = e.filename or req.app_dir
+            raise SubmissionError(
+                f"cannot write the files of app {req.app_id} at {where}: {e.strerror or e}; "
+                "free space or permissions there, or set TSM_HOME (or -c log_dir=) to another folder"
+            ) from e
         now = time.time()
         stmts: list[tuple[str, tuple[Any, ...]]] = [(
             "INSERT INTO local_apps (app_id, session, name, state, created, app_dir, log_dir, spec) VALUES (?,?,?,?,?,?,?,?)",
@@ -254,9 +268,19 @@ class LocalScheduler(Scheduler):
                     "INSERT INTO local_replicas (app_id, role, idx, state) VALUES (?,?,?,?)",
                     (req.app_id, role.name, rep.idx, int(AppState.SUBMITTED)),
                 ))
-        self.store.write(stmts)
+        try:
+            self.store.write(stmts)
+        except BaseException:
+            self._undo(created)
+            raise
         self._spawn_supervisor(req)
         return req.app_id
+
+    @staticmethod
+    def _undo(created: list[str]) -> None:
+        """Remove the folders a failed submission created (never one that was there before)."""
+        for d in created:
+            shutil.rmtree(d, ignore_errors=True)
 
     def _spawn_supervisor(self, req: LocalRequest) -> None:
         # The supervisor needs only the standard library and tsm, so it starts without site-packages.

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 
+from tsm.errors import StoreError
 from tsm.schedulers.local import _os
 from tsm.schedulers.local.logs import STDERR, STDOUT, append_records, replica_dir
 
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
 # AppState values, spelled out so the supervisor does not import the specs package.
 SUBMITTED, RUNNING, SUCCEEDED, FAILED, CANCELLED = 1, 3, 4, 5, 6
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
+
+#: Seconds between attempts to record state the store refused (a full disk), doubling up to the max.
+STORE_RETRY_MIN, STORE_RETRY_MAX = 0.25, 5.0
 
 #: Seconds between two index passes over a busy log: bounds the index at a few hundred records a
 #: second per replica, and is the most a follower waits for a line beyond the time it was written.
@@ -134,6 +138,9 @@ class Supervisor:
         self.log_pending: dict[int, Replica] = {}
         self.index_due: float | None = None
         self.last_index = 0.0
+        self.unwritten: list[tuple[str, tuple[Any, ...]]] = []  # state the store refused (full disk, ...)
+        self.store_retry: float | None = None  # when to try writing ``unwritten`` again
+        self.store_delay = STORE_RETRY_MIN
 
     # -- setup -------------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -338,7 +345,10 @@ class Supervisor:
                 rep.sizes[stream] = size
                 records.append((stream, size, now))
         if records:
-            append_records(rep.rdir, records)
+            try:
+                append_records(rep.rdir, records)
+            except OSError as e:  # a full disk: the index only speeds up since/until; the logs are intact
+                self._note(f"log index of {rep.role}/{rep.idx} not updated: {e}")
             self.log_dirty = True
 
     def _on_inotify(self) -> None:
@@ -446,15 +456,30 @@ class Supervisor:
                     "UPDATE local_apps SET num_restarts=? WHERE app_id=?", (self.num_restarts, self.app_id),
                 ))
             self.app_dirty = False
-        if stmts:
-            self.store.write(stmts)
-            self._notify(b"S")
+        if stmts or (self.unwritten and (self.store_retry is None or time.monotonic() >= self.store_retry)):
+            self.unwritten += stmts
+            try:
+                self.store.write(self.unwritten)
+            except StoreError as e:
+                # Keep the app running and the state in memory; write it all once the store takes it.
+                if self.store_retry is None or self.store_delay >= STORE_RETRY_MAX:
+                    self._note(f"state not recorded yet, retrying: {e}")
+                self.store_retry = time.monotonic() + self.store_delay
+                self.store_delay = min(self.store_delay * 2, STORE_RETRY_MAX)
+            else:
+                self.unwritten, self.store_retry, self.store_delay = [], None, STORE_RETRY_MIN
+                self._notify(b"S")
         if self.log_dirty:
             self.log_dirty = False
             self._notify(b"L")
 
     def _all_ended(self) -> bool:
         return all(r.ended is not None or r.pid is None for r in self.replicas)
+
+    def _note(self, text: str) -> None:
+        """A line in the app's supervisor.log (best effort: the disk may be what is failing)."""
+        with contextlib.suppress(OSError), open(os.path.join(self.app_dir, "supervisor.log"), "a") as log:
+            log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
 
     # -- main loop ---------------------------------------------------------------------------------
     def run(self) -> int:
@@ -489,8 +514,8 @@ class Supervisor:
             self._launch(rep)
         self._reap()
         self._flush()
-        while not (self.final_state is not None and self._all_ended()):
-            deadlines = [d for d in (self.kill_deadline, self.index_due) if d is not None]
+        while not (self.final_state is not None and self._all_ended() and not self.unwritten):
+            deadlines = [d for d in (self.kill_deadline, self.index_due, self.store_retry) if d is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             for key, _ in self.sel.select(timeout):
                 kind = key.data
