@@ -480,8 +480,10 @@ class LocalScheduler(Scheduler):
             return
         sock = self._connect(app_id, row["app_dir"])
         while sock is None:
-            if row["sup_pid"] is not None:  # the supervisor is gone: reconcile records why
-                self._reconcile(row)
+            if row["sup_pid"] is not None:
+                # Its supervisor is on its way out (socket closed) or dead: wait() follows it, or its
+                # watchdog, to the recorded end, so cancel never returns while the app still runs.
+                self.wait(app_id)
                 return
             # No supervisor yet (still starting, or its launcher died before starting it): cancel in the
             # store. A supervisor registers only while the app is SUBMITTED, so one that starts later sees

@@ -495,12 +495,14 @@ class Supervisor:
         )])
         rows = self.store.query("SELECT sup_pid FROM local_apps WHERE app_id=?", (self.app_id,))
         if not rows or rows[0]["sup_pid"] != me:
-            os.write(self.ready_fd, b"C")
+            with contextlib.suppress(BrokenPipeError):
+                os.write(self.ready_fd, b"C")
             os.close(self.ready_fd)
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.app_dir, "sock"))
             return 0
-        os.write(self.ready_fd, b"R")
+        with contextlib.suppress(BrokenPipeError):  # the launcher died meanwhile: the app runs on regardless
+            os.write(self.ready_fd, b"R")
         os.close(self.ready_fd)
         try:
             self._start_timer_server()
