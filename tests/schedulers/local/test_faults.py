@@ -359,6 +359,28 @@ def test_store_locked_when_the_app_ends(tmp_path: Path, tsm_home: Path, monkeypa
     sched.close()
 
 
+@pytest.mark.reliability(
+    "a half-written log-index record (a crash or full disk mid-append)",
+    expect="readers skip it, the next append drops it, every line comes back once and in order",
+    group=FAULTS,
+)
+def test_torn_index_record_is_dropped(sched: LocalScheduler, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    code = f"import os, time\nprint('a', flush=True)\nwhile not os.path.exists({str(go)!r}): time.sleep(0.02)\nprint('b', flush=True)"
+    app_id = sched.submit(AppDef("torn", [py(code)]), {})
+    wait_until(lambda: list(sched.log_iter(app_id, "r", 0)) == ["a\n"], "the first line", timeout=HANG)
+    index = Path(str(app_row(sched, app_id)["log_dir"])) / "r" / "0" / "index"
+    with open(index, "ab") as f:
+        f.write(b"\x01\xff\xfe" * 5)  # 15 bytes: part of a record, as a crash mid-append leaves it
+    assert list(sched.log_iter(app_id, "r", 0)) == ["a\n"]
+    go.touch()
+    desc = sched.wait(app_id, timeout=HANG)
+    assert desc is not None and desc.state == AppState.SUCCEEDED
+    assert list(sched.log_iter(app_id, "r", 0)) == ["a\n", "b\n"]
+    assert list(sched.log_iter(app_id, "r", 0, streams=Stream.STDOUT)) == ["a\n", "b\n"]
+    assert index.stat().st_size % 24 == 0
+
+
 # -- stubborn replicas ------------------------------------------------------------------------------
 @pytest.mark.reliability(
     "replica that ignores SIGTERM",

@@ -11,6 +11,7 @@ are read as if recorded at the file's modification time.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 
@@ -37,7 +38,20 @@ def append_records(rdir: str, records: list[tuple[int, int, float]]) -> None:
     data = b"".join(RECORD.pack(s, end, t) for s, end, t in records)
     fd = os.open(os.path.join(rdir, "index"), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, data)
+        # The supervisor is the index's only writer. A record cut short earlier (a crash, a full disk) is
+        # dropped first so every record stays aligned; a short write now is undone the same way.
+        size = os.fstat(fd).st_size
+        aligned = size - size % RECORD.size
+        if aligned != size:
+            os.ftruncate(fd, aligned)
+        try:
+            written = os.write(fd, data)
+        except OSError:
+            os.ftruncate(fd, aligned)
+            raise
+        if written != len(data):
+            os.ftruncate(fd, aligned)
+            raise OSError(errno.ENOSPC, "short write to the log index", os.path.join(rdir, "index"))
     finally:
         os.close(fd)
 
@@ -84,7 +98,7 @@ class ReplicaLogReader:
         usable = len(data) - len(data) % RECORD.size
         self._index_pos += usable
         for stream, end, t in RECORD.iter_unpack(data[:usable]):
-            if end > self._pos[stream]:
+            if stream in self._pos and end > self._pos[stream]:
                 yield _Segment(stream, self._pos[stream], end, t)
                 self._pos[stream] = end
         if drain:  # bytes the index never covered: the supervisor died or had not caught up
