@@ -209,6 +209,11 @@ def test_config_file_in_cwd_gives_run_options(workdir: Path) -> None:
     assert "grace period 1s" in r.stdout and " cli" in r.stdout  # the command line wins
 
 
+@pytest.mark.reliability(
+    "unknown run option in tsm.toml",
+    expect="one error line naming the file and the option; reading existing apps still works",
+    group="Hostile input",
+)
 def test_bad_config_file_is_one_line(workdir: Path) -> None:
     handle = launch("utils.echo", "--msg", "before")
     (workdir / "tsm.toml").write_text("[scheduler.local]\ngrace_perod = 3\n")

@@ -180,7 +180,7 @@ def test_bad_option_in_tsm_toml_names_the_file(workdir: Path) -> None:
 
 def test_default_scheduler_from_tsm_toml_did_you_mean(workdir: Path) -> None:
     (workdir / "tsm.toml").write_text('default_scheduler = "lcal"\n')
-    with get_runner() as r, pytest.raises(UnknownSchedulerError, match="did you mean 'local'"):
+    with get_runner() as r, pytest.raises(ConfigError, match=r"tsm.toml: default_scheduler: .*did you mean 'local'"):
         r.dryrun(sh_app("x", "true"))
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
+import hostile
 from tsm.errors import (
     InvalidAppError,
     InvalidRunOptionError,
@@ -53,8 +54,9 @@ from tsm.specs.api import AppDef, AppState, Resource, Role
 DATA = Path(__file__).parent / "data"
 JOBS = json.loads((DATA / "jobs_22.05.json").read_text())["apps"]
 
-#: Arguments a replica must receive exactly as given (shared with the integration tests), plus a long one.
-HOSTILE = json.loads((DATA / "hostile_args.json").read_text()) + ["x" * 100_000]
+#: Arguments and env values a replica must receive exactly as given: the shared corpus (tests/hostile.py).
+HOSTILE = hostile.args()
+HOSTILE_ENV = hostile.env()
 
 
 def two_role_app(**trainer: Any) -> AppDef:
@@ -119,10 +121,14 @@ def test_dryrun_prints_the_script_exactly(sched: SlurmScheduler) -> None:
 
 
 def test_script_is_valid_bash(sched: SlurmScheduler, tmp_path: Path) -> None:
-    req = dryrun(sched, AppDef("h", [Role("r", entrypoint="echo", args=HOSTILE)]), {"comment": "it's \"x\" #1 $(y)"})
+    app = AppDef("h", [Role("r", entrypoint="echo", args=HOSTILE, env=HOSTILE_ENV)])
+    req = dryrun(sched, app, {"comment": "it's \"x\" #1 $(y)"})
     path = tmp_path / "job.sbatch"
-    path.write_text(req.script)
+    path.write_text(req.script, errors="surrogateescape")
     subprocess.run(["bash", "-n", str(path)], check=True)
+    # sbatch reads directives up to the first command: no value of the app can add one
+    head = req.script.split("\numask 077\n")[0]
+    assert all(line.startswith(("#!", "#SBATCH --", "#SBATCH hetjob", "# ")) or not line for line in head.splitlines())
 
 
 def test_single_role_is_a_plain_job(sched: SlurmScheduler) -> None:
@@ -261,21 +267,22 @@ def test_image_directory_is_the_working_directory(sched: SlurmScheduler, tmp_pat
 
 
 def test_hostile_values_are_single_words_in_the_script(sched: SlurmScheduler) -> None:
-    app = AppDef("h", [Role("r", entrypoint="printf", args=["%s\\n", *HOSTILE], env={"E": "$(id)"})])
+    app = AppDef("h", [Role("r", entrypoint="printf", args=["%s\\n", *HOSTILE], env=HOSTILE_ENV)])
     script = dryrun(sched, app).script
     m = re.search(r"^srun (.*?) &\n_tsm_pid", script, re.S | re.M)
     assert m is not None
     assert "\r\n" not in script  # sbatch refuses scripts with DOS line breaks
     words = bash_words(m.group(1))
     assert words[-len(HOSTILE) :] == HOSTILE
-    assert "E=$(id)" in words
+    pairs = [f"{k}={v}" for k, v in HOSTILE_ENV.items()]
+    start = words.index(pairs[0])
+    assert words[start : start + len(pairs)] == pairs
 
 
 def bash_words(words: str) -> list[str]:
     """The words bash makes of ``words`` (as they would reach a command), without running any of them."""
-    proc = subprocess.run(
-        ["bash", "-c", f"set -- {words}\nprintf '%s\\0' \"$@\""], capture_output=True, check=True
-    )
+    script = f"set -- {words}\nprintf '%s\\0' \"$@\"\n".encode("utf-8", "surrogateescape")
+    proc = subprocess.run(["bash"], input=script, capture_output=True, check=True)  # on stdin: may exceed 128 KiB
     return [w.decode("utf-8", "surrogateescape") for w in proc.stdout.split(b"\0")[:-1]]
 
 
@@ -345,15 +352,18 @@ def run_locally(
     return job_dir, proc
 
 
-def test_hostile_arguments_reach_the_replica_byte_exact(
+def test_hostile_arguments_and_env_reach_the_replica_byte_exact(
     sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path
 ) -> None:
-    dump = "import json, sys; sys.stdout.write(json.dumps(sys.argv[1:]))"
-    app = AppDef("h", [Role("r", entrypoint=sys.executable, args=["-c", dump, *HOSTILE])])
+    marker = tmp_path / "pwned"
+    args, env = hostile.args(str(marker)), hostile.env(str(marker))
+    app = AppDef("h", [Role("r", entrypoint=sys.executable, args=["-c", hostile.DUMP, *args], env=env)])
     job_dir, _ = run_locally(sched, app, fake_cluster, tmp_path)
-    assert json.loads((job_dir / "r" / "0.stdout").read_text()) == HOSTILE
+    got_args, got_env = hostile.read_dump((job_dir / "r" / "0.stdout").read_text(errors="surrogateescape"))
+    assert not hostile.mismatches(got_args, got_env, args, env)
+    assert got_env.get(b"PATH") == os.fsencode(fake_cluster["PATH"])  # env(1) read "--unset=PATH" as a variable
     assert (job_dir / "r" / "0.stderr").read_text() == ""
-    assert not Path("/tmp/tsm-pwned").exists()
+    assert not marker.exists()
 
 
 def test_replica_env_and_runtime_macros(sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path) -> None:
@@ -966,3 +976,18 @@ def test_registry_creates_the_slurm_scheduler() -> None:
 
     s = get_scheduler("slurm", "sess")
     assert isinstance(s, SlurmScheduler) and s.session_name == "sess" and s.backend == "slurm"
+
+
+def test_replica_command_must_fit_arg_max_with_the_submitters_environment(
+    sched: SlurmScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job keeps the submitter's environment, so a command that fits alone may not fit with it."""
+    from tsm.specs.validate import exec_limit
+
+    args = ["x" * 100_000] * (exec_limit() // 100_000 - 2)  # fits on its own (validation passes)
+    app = AppDef("big", [Role("r", entrypoint="true", args=args)])
+    dryrun(sched, app)
+    for i in range(4):
+        monkeypatch.setenv(f"TSM_TEST_BIG_{i}", "y" * 100_000)
+    with pytest.raises(InvalidAppError, match=r"role 'r': the command line and environment take \d+ bytes.*ARG_MAX"):
+        dryrun(sched, app)

@@ -1,15 +1,18 @@
-"""Property tests (hypothesis): validation, handles and run options never fail in an unexpected way."""
+"""Property tests (hypothesis): validation, handles, run options and dry runs never fail in an unexpected way."""
 
 from __future__ import annotations
 
 import json
 import string
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tsm.errors import InvalidAppError, InvalidRunOptionError, MalformedAppHandleError
-from tsm.specs.api import AppDef, Resource, RetryPolicy, Role
+from tsm.errors import InvalidAppError, InvalidRunOptionError, MalformedAppHandleError, TsmError
+from tsm.runner.api import get_runner
+from tsm.specs.api import AppDef, AppDryRunInfo, Resource, RetryPolicy, Role
 from tsm.specs.handles import make_app_handle, parse_app_handle
 from tsm.specs.runopts import is_type, parse_cfg_value, runopts
 from tsm.specs.validate import NAME_RE, validate_app
@@ -133,7 +136,8 @@ def test_any_text_parses_or_is_malformed(text: str) -> None:
     try:
         parsed = parse_app_handle(text)
     except MalformedAppHandleError as e:
-        assert repr(text) in str(e)
+        shown = repr(text) if len(repr(text)) <= 120 else repr(text)[:80]  # a long handle is shown cut short
+        assert shown in str(e) and "\n" not in str(e)
         return
     # it parsed: the parts rebuild exactly the text, and none can climb out of a directory
     assert f"{parsed.scheduler}://{parsed.session}/{parsed.app_id}" == text
@@ -230,3 +234,79 @@ def test_list_string_form_round_trips(items: list[str]) -> None:
 def test_dict_string_form_round_trips(d: dict[str, str]) -> None:
     text = ",".join(f"{k}:{v}" for k, v in d.items())
     assert parse_cfg_value("o", text, dict[str, str]) == d
+
+
+# -- dry run on every builtin scheduler ---------------------------------------------------------------------
+BUILTIN_SCHEDULERS = ["local", "local_cwd", "slurm"]
+SCHEDULER_OPTIONS = [
+    "log_dir", "grace_period", "prepend_cwd", "timers", "cwd", "auto_set_cuda_visible_devices",
+    "partition", "time", "job_dir", "kill_grace", "comment", "sbatch_args", "srun_args", "slurm_version",
+    "pack_replicas", "exclusive", "requeue", "constraint",
+]  # fmt: skip
+run_cfgs = st.dictionaries(st.sampled_from(SCHEDULER_OPTIONS) | st.text(max_size=8), cfg_values, max_size=4)
+#: Roles that mostly pass validation, so the schedulers' own code meets hostile values: odd images and
+#: entrypoints, fractional resources, capabilities, ports, mounts and macros.
+env_names = st.text(min_size=1, max_size=8).filter(lambda k: "=" not in k and "\x00" not in k)
+plausible_roles = st.builds(
+    Role,
+    name=st.from_regex(NAME_RE, fullmatch=True),
+    image=st.sampled_from(["", "", "", ".", "..", "/", "/nonexistent", "~", "./x", "img:latest", "${img_root}"]),
+    entrypoint=st.sampled_from(["true", "true", "true", "python", "/bin/sh", "no-such-program", "./x", "${img_root}/run", "a=b", "-c"]),
+    args=st.lists(st.text(max_size=12).filter(lambda a: "\x00" not in a) | st.sampled_from(["${app_id}", "$${rank0_env}"]), max_size=4),
+    env=st.dictionaries(env_names, st.text(max_size=12).filter(lambda v: "\x00" not in v), max_size=3),
+    num_replicas=st.integers(1, 4),
+    min_replicas=st.none() | st.just(1),
+    max_retries=st.integers(0, 3),
+    retry_policy=st.sampled_from(list(RetryPolicy)),
+    resource=st.builds(
+        Resource,
+        cpu=st.integers(0, 8) | st.floats(0, 8),
+        gpu=st.integers(0, 3) | st.floats(0, 3),
+        memMB=st.integers(0, 4096) | st.floats(0, 4096),
+        capabilities=st.dictionaries(st.sampled_from(["partition", "constraint", "x"]), st.text(max_size=6) | st.integers(), max_size=2),
+    ),
+    port_map=st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,5}", fullmatch=True), st.integers(0, 65535), max_size=2),
+    mounts=st.lists(st.text(max_size=5), max_size=1),
+)
+plausible_apps = st.builds(
+    AppDef,
+    name=st.from_regex(NAME_RE, fullmatch=True),
+    roles=st.lists(plausible_roles | good_roles, min_size=1, max_size=3, unique_by=lambda r: r.name),
+)
+hostile_apps = st.one_of(apps, plausible_apps, plausible_apps, plausible_apps)
+
+
+@pytest.mark.reliability(
+    "random AppDefs and run options: dry run on local, local_cwd and slurm (no cluster)",
+    expect="an AppDryRunInfo that prints, or a TsmError; never another exception; TSM_HOME stays empty",
+    group="Hostile input",
+)
+def test_dryrun_returns_a_request_or_raises_tsm_error(tsm_home: Path, dryrun_env: None, figure: Any) -> None:
+    outcomes = {"requests": 0, "refused": 0}
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(app=hostile_apps, scheduler=st.sampled_from(BUILTIN_SCHEDULERS), cfg=run_cfgs | st.none())
+    def dry_run(app: AppDef, scheduler: str, cfg: dict[str, Any] | None) -> None:
+        with get_runner() as runner:
+            try:
+                info = runner.dryrun(app, scheduler, cfg)
+            except TsmError as e:
+                assert str(e)
+                outcomes["refused"] += 1
+            else:
+                assert isinstance(info, AppDryRunInfo)
+                assert str(info)  # a dry run is a value that prints
+                outcomes["requests"] += 1
+        assert list(tsm_home.iterdir()) == []  # a dry run writes nothing
+
+    dry_run()
+    figure("dry runs that returned a request", outcomes["requests"], "")
+    figure("dry runs refused with a TsmError", outcomes["refused"], "")
+
+
+@pytest.fixture
+def dryrun_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No config files, a private working directory, and four GPUs as far as the local scheduler can tell."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")

@@ -151,7 +151,7 @@ def test_entrypoint_nul() -> None:
 def test_args_nul() -> None:
     _fails(
         _app(_role(args=["ok", "b\x00d"])),
-        "role 'trainer': args contains a NUL byte",
+        "role 'trainer': args[1] contains a NUL byte",
         "no process can receive",
         repr("b\x00d"),
     )
@@ -292,3 +292,42 @@ def test_validate_does_not_change_the_app() -> None:
     before = app.to_dict()
     validate_app(app)
     assert app.to_dict() == before
+
+
+# -- what a process can receive ------------------------------------------------------------------------------
+def test_max_arg_bytes_is_what_linux_passes() -> None:
+    """The limit is the kernel's: a string of MAX_ARG_BYTES bytes starts a program, one byte more does not."""
+    import errno
+    import subprocess
+    import sys
+
+    from tsm.specs.validate import MAX_ARG_BYTES
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("MAX_ARG_STRLEN is Linux's")
+    subprocess.run(["true", "x" * MAX_ARG_BYTES], check=True, env={"E": "y" * (MAX_ARG_BYTES - 2)})
+    with pytest.raises(OSError) as ei:
+        subprocess.run(["true", "x" * (MAX_ARG_BYTES + 1)])
+    assert ei.value.errno == errno.E2BIG
+
+
+def test_size_limits_count_bytes_not_characters() -> None:
+    import os
+
+    from tsm.specs.validate import MAX_ARG_BYTES
+
+    validate_app(_app(_role(args=["x" * MAX_ARG_BYTES])))
+    validate_app(_app(_role(args=[os.fsdecode(b"\xff" * MAX_ARG_BYTES)])))
+    _fails(_app(_role(args=["\u00e9" * (MAX_ARG_BYTES // 2 + 1)])), "role 'trainer': args[0] is 131072 bytes long")
+    _fails(_app(_role(env={"E": "x" * (MAX_ARG_BYTES - 1)})), "role 'trainer': env entry 'E'=... is 131072 bytes")
+
+
+def test_check_exec_size_counts_the_environment() -> None:
+    from tsm.specs.validate import check_exec_size, exec_limit
+
+    half = ["x" * 100_000] * (exec_limit() // 200_000)
+    assert check_exec_size("role 'r'", ["true", *half], {}) < exec_limit()
+    with pytest.raises(InvalidAppError, match=r"role 'r': the command line and environment take \d+ bytes.*ARG_MAX"):
+        check_exec_size("role 'r'", ["true", *half], {f"E{i}": "y" * 100_000 for i in range(len(half) + 1)})
+    with pytest.raises(InvalidAppError, match=r"role 'r': env\['E'\] holds '\\ud800'"):
+        check_exec_size("role 'r'", ["true"], {"E": "\ud800"})

@@ -9,6 +9,7 @@ component argument, run option, handle, scheduler or log path) exit 2, failures 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -73,6 +74,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     argv = sys.argv[1:] if argv is None else argv
+    _bytes_out()
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not args.command:
@@ -112,8 +114,26 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - a bug, still reported as one line (--debug shows where)
         if debug:
             raise
-        sys.stderr.write(f"error: internal error: {type(e).__name__}: {_one_line(e)} (run with --debug for the traceback)\n")
+        from tsm.components.cmdline import raised_by
+
+        component = raised_by(e)
+        what = f"{component}: the component function raised" if component else "internal error:"
+        sys.stderr.write(f"error: {what} {type(e).__name__}: {_one_line(e)} (run with --debug for the traceback)\n")
         return 1
+
+
+def _bytes_out() -> None:
+    """Let stdout write back any byte the user gave (``os.fsdecode`` text), as ``ls`` or ``echo`` would.
+
+    Arguments that are not UTF-8 reach tsm as surrogate escapes; under a strict UTF-8 stdout printing
+    them (a dry run, a log line) would fail. ``surrogateescape`` writes the original bytes instead; an
+    error message on stderr shows them escaped (``backslashreplace``) rather than fail to print.
+    """
+    for stream, errors in ((sys.stdout, "surrogateescape"), (sys.stderr, "backslashreplace")):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            with contextlib.suppress(ValueError, OSError):  # a detached or closed stream stays as it is
+                reconfigure(errors=errors)
 
 
 def _usage_errors() -> tuple[type[BaseException], ...]:
@@ -134,8 +154,19 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
 
 
 def _one_line(e: BaseException) -> str:
-    """The error's message on one line (the CLI's contract: one line per error)."""
-    return " ".join(str(e).split("\n")).strip() or type(e).__name__
+    """The error's message on one line (the CLI's contract: one line per error).
+
+    Line breaks of any kind become spaces, and other characters a terminal would act on rather than show
+    (escape sequences, CR, right-to-left overrides, lone surrogates) are written as escapes. A message that
+    cannot even be made (``__str__`` raises) is replaced by the exception's type name.
+    """
+    try:
+        text = str(e)
+    except Exception:  # noqa: BLE001 - a hostile __str__ must not turn one error line into a traceback
+        text = ""
+    text = " ".join(text.splitlines()).strip()
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text or type(e).__name__
 
 
 def entry() -> NoReturn:

@@ -29,9 +29,11 @@ still wins. Abbreviated options (``--num`` for ``--num_replicas``) are refused, 
 never changes what an existing command line means.
 
 Errors never exit and never print: wrong or missing arguments raise
-:class:`~tsm.errors.ComponentArgumentError` with a one-line message and the component's usage; a
-function that cannot be a component (an unannotated or unsupported parameter, ``**kwargs``, not returning
-an AppDef) raises :class:`~tsm.errors.ComponentError`. ``--help`` is not an option of the parser (``-h`` is
+:class:`~tsm.errors.ComponentArgumentError` with a one-line message and the component's usage (a bad
+config-file default: the message alone, since no usage can fix a file); a function that cannot be a
+component (an unannotated or unsupported parameter, ``**kwargs``, not returning an AppDef, calling
+``sys.exit``) raises :class:`~tsm.errors.ComponentError`. Any other exception of the function itself
+propagates unchanged, with a note naming the component (:func:`raised_by`) so the CLI can say whose it is. ``--help`` is not an option of the parser (``-h`` is
 often a component's named resource): callers check :func:`wants_help` and print :func:`component_help`.
 """
 
@@ -46,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from tsm.components.docstring import parse_docstring
-from tsm.errors import ComponentArgumentError, ComponentError, did_you_mean
+from tsm.errors import ComponentArgumentError, ComponentError, TsmError, did_you_mean
 from tsm.specs.api import AppDef
 
 #: What a component is: any callable returning an AppDef (checked at call time, not by this alias).
@@ -278,12 +280,17 @@ class _Component:
             name = raw_name.replace("-", "_")
             if name not in by_name:
                 hint = did_you_mean(name, by_name)
-                self.parser.error(f"config default for unknown argument '{raw_name}'{hint}")
+                self._bad_default(f"config default for unknown argument '{raw_name}'{hint}")
             try:
                 out[name] = parse_value(str(text), by_name[name].ptype)
             except ValueError as e:
-                self.parser.error(f"config default for argument '{raw_name}': {e}")
+                self._bad_default(f"config default for argument '{raw_name}': {e}")
         return out
+
+    def _bad_default(self, message: str) -> NoReturn:
+        """A config file's default is wrong: one line without usage, since the fix is in the file."""
+        where = "[component] table of a config file (tsm.toml, [tool.tsm] of pyproject.toml or the user's)"
+        raise ComponentArgumentError(f"{self.prog}: {message}, in the {where}")
 
     def _add_option(self, p: _Param, doc_help: str) -> None:
         flag = f"-{p.name}" if len(p.name) == 1 else f"--{p.name}"
@@ -374,7 +381,8 @@ def materialize(
     defaults; ``prog`` names the component in usage and messages (the CLI passes ``"tsm run utils.echo"``).
     Raises :class:`ComponentArgumentError` (with ``usage``) for wrong or missing arguments, including those
     the function itself rejects by raising it, and :class:`ComponentError` when ``fn`` cannot be a
-    component or returns something other than an AppDef. Other errors of the function propagate as they are.
+    component, returns something other than an AppDef or calls ``sys.exit``. Other errors of the function
+    propagate as they are, with a note naming the component (:func:`raised_by`).
     """
     comp = _Component(fn, prog, defaults)
     positional, keyword = comp.parse(argv)
@@ -382,9 +390,41 @@ def materialize(
         app = fn(*positional, **keyword)
     except ComponentArgumentError as e:
         raise ComponentArgumentError(f"{comp.prog}: {e}", usage=e.usage or comp.parser.format_usage()) from e
+    except TsmError:
+        raise
+    except SystemExit as e:  # would otherwise end the caller, the CLI quietly with exit code 0
+        raise ComponentError(
+            f"component {comp.fn_name} called sys.exit({e.code!r}) instead of returning a tsm.AppDef"
+        ) from e
+    except Exception as e:
+        _note(e, f"{_RAISED_BY}{comp.prog}")
+        raise
     if not isinstance(app, AppDef):
         raise ComponentError(f"component {comp.fn_name} returned {type(app).__name__}, not a tsm.AppDef")
     return app
+
+
+_RAISED_BY = "raised by component "
+
+
+def _note(e: BaseException, text: str) -> None:
+    """Attach ``text`` as a PEP 678 note (``add_note`` on 3.11+, the same list by hand on 3.10)."""
+    notes = getattr(e, "__notes__", None)
+    if not isinstance(notes, list):
+        notes = []
+        try:
+            e.__notes__ = notes  # type: ignore[attr-defined]
+        except (AttributeError, TypeError):
+            return
+    notes.append(text)
+
+
+def raised_by(e: BaseException) -> str | None:
+    """The component (its ``prog``) whose function raised ``e`` inside :func:`materialize`, else None."""
+    for note in getattr(e, "__notes__", None) or []:
+        if isinstance(note, str) and note.startswith(_RAISED_BY):
+            return note[len(_RAISED_BY) :]
+    return None
 
 
 def component_help(

@@ -95,7 +95,10 @@ def _import(module_name: str, what: str) -> ModuleType:
 
 
 def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
+    try:
+        text = " ".join(str(e).split())
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises still has a type to name
+        text = ""
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 

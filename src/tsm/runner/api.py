@@ -23,7 +23,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from tsm.errors import ConfigError, InvalidRunOptionError, StoreError, UnknownAppError, did_you_mean
+from tsm.errors import (
+    ConfigError,
+    InvalidRunOptionError,
+    StoreError,
+    UnknownAppError,
+    UnknownSchedulerError,
+    did_you_mean,
+)
 from tsm.runner.config import Config, load_config
 from tsm.schedulers import DEFAULT_SCHEDULER, get_scheduler, scheduler_names
 from tsm.schedulers.api import ListAppResponse, Scheduler, Stream
@@ -97,6 +104,11 @@ class Runner:
         self, app: AppDef, scheduler: str | None = None, cfg: Mapping[str, CfgVal] | None = None
     ) -> AppDryRunInfo:
         """Validate the app and return what ``scheduler`` would submit, without submitting it."""
+        if scheduler is None and self.config.default_scheduler:
+            try:
+                self._scheduler(self.config.default_scheduler)
+            except UnknownSchedulerError as e:  # say which file named it
+                raise ConfigError(f"{self.config.default_scheduler_origin}: default_scheduler: {e}") from e
         scheduler = scheduler or self.default_scheduler
         validate_app(app)
         app = copy.deepcopy(app)

@@ -16,7 +16,8 @@ Both have the same shape::
     j = "2x1"
 
 A file that is not TOML, or holds an unknown key or a value of the wrong shape, raises
-:class:`~tsm.errors.ConfigError` naming the file.
+:class:`~tsm.errors.ConfigError` naming the file. Scheduler names are not checked here: a shared user
+file may configure schedulers installed elsewhere.
 """
 
 from __future__ import annotations
@@ -42,10 +43,14 @@ class Config:
     """Merged defaults and where each came from."""
 
     default_scheduler: str | None = None
+    #: the file that set ``default_scheduler`` (for errors about it), or None
+    default_scheduler_origin: str | None = None
     scheduler_cfg: dict[str, dict[str, Any]] = field(default_factory=dict)
     component_defaults: dict[str, dict[str, str]] = field(default_factory=dict)
     #: for error messages: (scheduler, option) -> file that set it
     origin: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: for error messages: component -> file that last set one of its argument defaults
+    component_origin: dict[str, str] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
 
 
@@ -114,12 +119,14 @@ def load_config(cwd: str | Path | None = None) -> Config:
         cfg.files.append(source)
         if "default_scheduler" in data:
             cfg.default_scheduler = data["default_scheduler"]
+            cfg.default_scheduler_origin = source
         for name, opts in (data.get("scheduler") or {}).items():
             cfg.scheduler_cfg.setdefault(name, {}).update(opts)
             for opt in opts:
                 cfg.origin[(name, opt)] = source
         for comp, args in (data.get("component") or {}).items():
             cfg.component_defaults.setdefault(comp, {}).update({k: _arg_text(v) for k, v in args.items()})
+            cfg.component_origin[comp] = source
     return cfg
 
 

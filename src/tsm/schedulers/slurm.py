@@ -23,7 +23,10 @@ fails, and ``describe`` names the failed replica and its exit code.
 Each task runs a fixed wrapper, ``bash -c "$_tsm_replica" tsm-replica <role> <n> <nenv> K=V... CMD...``:
 the wrapper's text never changes, and every value from the app (entrypoint, args, env) is one of its
 positional parameters, shell-quoted once in the script, so arguments reach the replica byte for byte
-(quotes, ``$()``, backticks, newlines, non-ASCII) and can never run as script. The wrapper exports
+(quotes, ``$()``, backticks, newlines, non-ASCII) and can never run as script. Env names that are not
+shell names are set with ``env --`` (a name like ``--unset`` stays a name, never an option), and at dry
+run every value must fit what Linux passes to one program, the submitter's environment included
+(:func:`tsm.specs.validate.check_exec_size`). The wrapper exports
 ``TSM_REPLICA_ID`` (the task's ``SLURM_PROCID`` within its role), ``TSM_ROLE_NAME``,
 ``TSM_NUM_REPLICAS``, ``TSM_APP_ID`` (the job id) and ``TSM_RANK0_HOST`` (the first node of the first
 role, resolved by name, or by its ``NodeAddr`` when the name does not resolve), substitutes the run-time
@@ -95,6 +98,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shlex
@@ -126,6 +130,7 @@ from tsm.schedulers.api import (
 )
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus, macros
 from tsm.specs.runopts import CfgVal, runopts
+from tsm.specs.validate import check_exec_size
 
 __all__ = [
     "SlurmBatchRequest",
@@ -825,7 +830,7 @@ sig=-
 trap 'sig=TERM' TERM
 trap 'sig=INT' INT
 if [ "${#odd[@]}" -gt 0 ]; then
-  env "${odd[@]}" "${cmd[@]}"
+  env -- "${odd[@]}" "${cmd[@]}"
 else
   "${cmd[@]}"
 fi
@@ -953,13 +958,13 @@ def build_script(
         else:
             lines.append(_directive("--nodes", n))
             lines.append(_directive("--ntasks-per-node", 1))
-        cpus = max(1, int(res.cpu))
+        cpus = _whole(res.cpu)
         lines.append(_directive("--cpus-per-task", cpus))
-        if res.memMB and res.memMB > 0:
+        if res.memMB and res.memMB > 0:  # rounded up: "--mem=0" would mean all of a node's memory
             if pack:
-                lines.append(_directive("--mem-per-cpu", f"{-(-int(res.memMB) // cpus)}M"))
+                lines.append(_directive("--mem-per-cpu", f"{-(-math.ceil(res.memMB) // cpus)}M"))
             else:
-                lines.append(_directive("--mem", f"{int(res.memMB)}M"))
+                lines.append(_directive("--mem", f"{math.ceil(res.memMB)}M"))
         if res.gpu and res.gpu > 0:
             per_task = pack or version is None or version >= GPUS_PER_TASK_SINCE
             lines.append(_directive("--gpus-per-task" if per_task else "--gpus-per-node", int(res.gpu)))
@@ -1013,7 +1018,7 @@ def build_script(
         )
         r = values.apply(role)
         n = r.num_replicas
-        cpus = max(1, int(r.resource.cpu))
+        cpus = _whole(r.resource.cpu)
         srun = ["srun"]
         if het:
             srun.append(f"--het-group={i}")
@@ -1045,6 +1050,11 @@ def build_script(
         ]
     lines.append(_WAIT_LOOP.rstrip("\n"))
     return "\n".join(lines) + "\n"
+
+
+def _whole(cpu: float) -> int:
+    """CPUs per task: at least one, and never fewer than asked for (2.5 is 3)."""
+    return max(1, math.ceil(cpu))
 
 
 def _kill_grace(cfg: Mapping[str, CfgVal]) -> int:
@@ -1227,6 +1237,13 @@ class SlurmScheduler(Scheduler):
                 value = (role.resource.capabilities or {}).get(key)
                 if value is not None and not isinstance(value, str):
                     raise InvalidAppError(f"role '{role.name}': resource capability '{key}' must be a string")
+            # Both programs the job starts per replica must fit ARG_MAX with the submitter's environment
+            # (the job keeps it): bash, given the wrapper, the env pairs and the command as arguments, then
+            # the command itself, given the env.
+            env_pairs = [f"{k}={v}" for k, v in role.env.items()]
+            wrapper = ["bash", "-c", REPLICA_WRAPPER, "tsm-replica", role.name, str(role.num_replicas), "0"]
+            check_exec_size(f"role '{role.name}'", [*wrapper, *env_pairs, role.entrypoint, *role.args], os.environ)
+            check_exec_size(f"role '{role.name}'", [role.entrypoint, *role.args], {**os.environ, **role.env})
         job_dir = cfg.get("job_dir")
         if job_dir is not None:
             text = str(job_dir)

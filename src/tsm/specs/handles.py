@@ -1,4 +1,9 @@
-"""App handles: ``scheduler://session/app_id``, the one string that names a launched app everywhere."""
+"""App handles: ``scheduler://session/app_id``, the one string that names a launched app everywhere.
+
+Only letters, digits, ``_``, ``-`` and ``.`` are allowed in each part (no ``/``, ``%``, spaces, control
+characters or non-ASCII), ``.`` and ``..`` are refused as a session or app id, and each part is at most
+:data:`MAX_PART` characters, so no part of a handle can climb out of a directory or smuggle a path.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,14 @@ from typing import NamedTuple
 
 from tsm.errors import MalformedAppHandleError
 
+#: The longest scheduler name, session or app id (a file name's limit on Linux).
+MAX_PART = 255
+
 # ``\Z``, not ``$``: ``$`` also matches before a trailing newline, which would let "local://s/app\n" through.
-_HANDLE_RE = re.compile(r"^(?P<scheduler>[A-Za-z0-9][A-Za-z0-9_.-]*)://(?P<session>[A-Za-z0-9_.-]*)/(?P<app_id>[A-Za-z0-9_.-]+)\Z")
+_HANDLE_RE = re.compile(
+    rf"^(?P<scheduler>[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_PART - 1}}})://"
+    rf"(?P<session>[A-Za-z0-9_.-]{{0,{MAX_PART}}})/(?P<app_id>[A-Za-z0-9_.-]{{1,{MAX_PART}}})\Z"
+)
 
 
 class ParsedAppHandle(NamedTuple):
@@ -26,12 +37,20 @@ def make_app_handle(scheduler: str, session: str, app_id: str) -> str:
     return handle
 
 
+def _brief(value: object) -> str:
+    """``repr(value)`` for a one-line message, cut short when long."""
+    text = repr(value)
+    if len(text) <= 120:
+        return text
+    return f"{text[:80]}...' ({len(value) if isinstance(value, str) else len(text)} characters)"
+
+
 def parse_app_handle(handle: str) -> ParsedAppHandle:
     """Split a handle into its parts; anything else, including ``..`` as an app id, is an error."""
     m = _HANDLE_RE.match(handle) if isinstance(handle, str) else None
     if not m or m.group("app_id") in (".", "..") or m.group("session") in (".", ".."):
         raise MalformedAppHandleError(
-            f"malformed app handle {handle!r}: expected scheduler://session/app_id "
-            "(letters, digits, '_', '-', '.'), e.g. local://default/echo-1a2b3c"
+            f"malformed app handle {_brief(handle)}: expected scheduler://session/app_id "
+            f"(letters, digits, '_', '-', '.', at most {MAX_PART} each), e.g. local://default/echo-1a2b3c"
         )
     return ParsedAppHandle(m.group("scheduler"), m.group("session"), m.group("app_id"))

@@ -8,6 +8,7 @@ given) and fills in defaults. :func:`parse_cfg_value` reads the command line's s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -65,7 +66,10 @@ def parse_cfg_value(name: str, text: str, type_: Any) -> CfgVal:
         if type_ is int:
             return int(text)
         if type_ is float:
-            return float(text)
+            value = float(text)
+            if not math.isfinite(value):  # "nan", "inf", "1e999": no option means a time or size of those
+                raise ValueError(text)
+            return value
         if type_ == list[str]:
             return [p for p in (s.strip() for s in text.split(",")) if p]
         if type_ == dict[str, str]:
@@ -86,10 +90,14 @@ def parse_cfg_value(name: str, text: str, type_: Any) -> CfgVal:
 
 
 def _as_float(name: str, value: Any) -> float:
+    """``value`` as a finite float: NaN and infinities (which TOML can spell) are refused like a wrong type."""
     try:
-        return float(value)
+        out = float(value)
     except OverflowError:
         raise InvalidRunOptionError(f"run option '{name}' expects float, got an integer too large for one") from None
+    if not math.isfinite(out):
+        raise InvalidRunOptionError(f"run option '{name}' expects a finite float, got {out}")
+    return out
 
 
 def _brief(value: Any) -> str:

@@ -1,9 +1,18 @@
-"""Checks an AppDef must pass before any scheduler sees it; each failure names the role and the field."""
+"""Checks an AppDef must pass before any scheduler sees it; each failure names the role and the field.
+
+Besides types and ranges, every string a replica receives (entrypoint, args, env) must be deliverable to a
+real process: no NUL byte, encodable as bytes (:func:`os.fsencode`; a lone surrogate that does not stand
+for a byte is not), at most :data:`MAX_ARG_BYTES` bytes each, and all of a role's together within this
+system's ``ARG_MAX`` (:func:`check_exec_size`). Failing those at dry run beats an obscure
+``Argument list too long`` or a crashed launcher later.
+"""
 
 from __future__ import annotations
 
 import math
+import os
 import re
+from collections.abc import Iterable, Mapping
 
 from tsm.errors import InvalidAppError
 from tsm.specs.api import AppDef, Resource, RetryPolicy, Role
@@ -22,12 +31,84 @@ def check_name(name: object, what: str) -> None:
         )
 
 
-def _check_str_list(values: object, where: str) -> None:
+#: Linux's limit on one argument or environment entry (``KEY=value``) of a new program: MAX_ARG_STRLEN,
+#: 32 pages of 4 KiB including the terminating NUL, so a value may hold one byte less.
+MAX_ARG_BYTES = 32 * 4096 - 1
+
+#: ``ARG_MAX`` when the system does not say (Linux's, with the default 8 MiB stack).
+DEFAULT_ARG_MAX = 2 * 1024 * 1024
+
+#: Linux never allows more than 3/4 of its 8 MiB stack default, whatever the stack limit (``ulimit -s unlimited``
+#: makes ``sysconf`` report far more).
+_KERNEL_ARG_MAX = 6 * 1024 * 1024
+
+
+def exec_limit() -> int:
+    """Bytes this system lets a program's argv and environment take together (``ARG_MAX``)."""
+    try:
+        limit = os.sysconf("SC_ARG_MAX")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows) or no such name
+        limit = -1
+    return min(limit, _KERNEL_ARG_MAX) if limit > 0 else DEFAULT_ARG_MAX
+
+
+def _brief(value: str) -> str:
+    """``repr(value)``, cut short for a one-line message."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}...' ({len(value)} characters)"
+
+
+def exec_bytes(value: str, what: str) -> int:
+    """The size ``value`` takes in a new program's memory (its bytes and a NUL); refuses what no process can receive.
+
+    ``what`` names the field in the error, e.g. ``"role 'r': args[2]"``.
+    """
+    if "\x00" in value:
+        raise InvalidAppError(f"{what} contains a NUL byte, which no process can receive: {_brief(value)}")
+    try:
+        size = len(os.fsencode(value))
+    except UnicodeEncodeError as e:
+        raise InvalidAppError(
+            f"{what} holds {value[e.start]!r} at index {e.start}, which is no byte sequence (a lone surrogate), "
+            "so no process can receive it"
+        ) from None
+    if size > MAX_ARG_BYTES:
+        raise InvalidAppError(
+            f"{what} is {size} bytes long; a program's argument or environment entry may hold at most "
+            f"{MAX_ARG_BYTES} bytes (Linux MAX_ARG_STRLEN): pass large data in a file"
+        )
+    return size + 1
+
+
+def check_exec_size(where: str, argv: Iterable[str], env: Mapping[str, str]) -> int:
+    """Check that ``argv`` and ``env`` fit one ``exec`` on this system; returns the bytes they take.
+
+    Schedulers call it with exactly what they will execute (the caller's environment included); each
+    string is checked as :func:`exec_bytes` does, and the total, pointers included, against
+    :func:`exec_limit`.
+    """
+    total = 0
+    count = 0
+    for i, a in enumerate(argv):
+        total += exec_bytes(a, f"{where}: argument {i}")
+        count += 1
+    for k, v in env.items():
+        total += exec_bytes(f"{k}={v}", f"{where}: env[{_brief(k)}]")
+        count += 1
+    total += (count + 2) * 8  # the argv and envp pointer arrays, each ending in NULL
+    limit = exec_limit()
+    if total > limit:
+        raise InvalidAppError(
+            f"{where}: the command line and environment take {total} bytes, more than this system's limit "
+            f"of {limit} bytes for one program (ARG_MAX): pass large data in a file"
+        )
+    return total
+
+
+def _check_str_list(values: object, where: str) -> int:
     if not isinstance(values, list) or not all(isinstance(a, str) for a in values):
         raise InvalidAppError(f"{where} must be a list of strings, got {values!r}")
-    for a in values:
-        if "\x00" in a:
-            raise InvalidAppError(f"{where} contains a NUL byte, which no process can receive: {a!r}")
+    return sum(exec_bytes(a, f"{where}[{i}]") for i, a in enumerate(values))
 
 
 def _check_resource(res: object, where: str) -> None:
@@ -38,6 +119,8 @@ def _check_resource(res: object, where: str) -> None:
         not_finite = isinstance(v, float) and not math.isfinite(v)  # NaN compares as not < 0
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not_finite or v < 0:
             raise InvalidAppError(f"{where}.{field_name} must be a number >= 0, got {v!r}")
+    if not isinstance(res.gpu, int):  # devices are handed out whole (schedulers slice device lists by it)
+        raise InvalidAppError(f"{where}.gpu must be a whole number of GPUs (an int), got {res.gpu!r}")
     if not isinstance(res.devices, dict):
         raise InvalidAppError(f"{where}.devices must be a dict of device name to count, got {res.devices!r}")
     for dev, n in res.devices.items():
@@ -53,16 +136,27 @@ def validate_role(role: Role) -> None:
         raise InvalidAppError(f"{where}: entrypoint is empty; set the command to run")
     if "\x00" in role.entrypoint:
         raise InvalidAppError(f"{where}: entrypoint contains a NUL byte")
-    _check_str_list(role.args, f"{where}: args")
+    size = exec_bytes(role.entrypoint, f"{where}: entrypoint")
+    if not isinstance(role.image, str) or "\x00" in role.image:
+        raise InvalidAppError(f"{where}: image must be a string without NUL bytes, got {role.image!r}")
+    size += _check_str_list(role.args, f"{where}: args")
     if not isinstance(role.env, dict):
         raise InvalidAppError(f"{where}: env must be a dict of str to str")
     for k, v in role.env.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise InvalidAppError(f"{where}: env entry {k!r}={v!r} must map str to str")
         if not k or "=" in k or "\x00" in k:
-            raise InvalidAppError(f"{where}: env name {k!r} is not allowed: it must be non-empty, without '=' or NUL")
-        if "\x00" in v:
-            raise InvalidAppError(f"{where}: env[{k!r}] contains a NUL byte, which no process can receive: {v!r}")
+            raise InvalidAppError(
+                f"{where}: env name {_brief(k)} is not allowed: it must be non-empty, without '=' or NUL"
+            )
+        exec_bytes(k, f"{where}: env name {_brief(k)}")
+        exec_bytes(v, f"{where}: env[{_brief(k)}]")
+        size += exec_bytes(f"{k}={v}", f"{where}: env entry {_brief(k)}=...")  # the limit holds for "K=V"
+    if size > exec_limit():
+        raise InvalidAppError(
+            f"{where}: entrypoint, args and env take {size} bytes, more than this system's limit of "
+            f"{exec_limit()} bytes for one program (ARG_MAX): pass large data in a file"
+        )
     if isinstance(role.num_replicas, bool) or not isinstance(role.num_replicas, int) or role.num_replicas <= 0:
         raise InvalidAppError(f"{where}: num_replicas must be an integer > 0, got {role.num_replicas!r}")
     if role.min_replicas is not None:

@@ -281,6 +281,14 @@ def small_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_ci: bool) -> 
     try:
         yield mnt
     finally:
+        # free the disk and stop whatever still runs on it, so no supervisor retries on a vanished mount
+        (mnt / "filler").unlink(missing_ok=True)
+        with contextlib.suppress(Exception):
+            s = LocalScheduler("cleanup")
+            for r in s.store.query("SELECT app_id, state FROM local_apps"):
+                if not AppState(r["state"]).is_terminal:
+                    s.cancel(r["app_id"])
+            s.close()
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 

@@ -150,7 +150,8 @@ class ReplicaLogReader:
 
 
 def _decode(line: bytes) -> str:
-    return line.decode("utf-8", "replace")
+    """Text of a log line; bytes that are not UTF-8 survive as surrogate escapes (``os.fsencode`` restores them)."""
+    return line.decode("utf-8", "surrogateescape")
 
 
 def read_lines(
@@ -217,7 +218,7 @@ def _fast_single_stream(rdir: str, stream: int, pattern: re.Pattern[str] | None,
             carry = block[cut:]
             if not cut:
                 continue
-            text = block[:cut].decode("utf-8", "replace")
+            text = _decode(block[:cut])
             lines = [s + "\n" for s in text.split("\n")[:-1]]
             if pattern is not None:
                 lines = [ln for ln in lines if pattern.search(ln)]

@@ -26,12 +26,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tsm.errors import InvalidAppError, SubmissionError, UnknownAppError
+from tsm.errors import InvalidAppError, InvalidRunOptionError, SubmissionError, UnknownAppError
 from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
 from tsm.schedulers.local import _os
 from tsm.schedulers.local.logs import STDERR, STDOUT, read_lines, replica_dir
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus, macros
 from tsm.specs.runopts import CfgVal, runopts
+from tsm.specs.validate import check_exec_size
 from tsm.store import Store, tsm_home
 
 #: terminal AppState values as stored, and as an SQL list
@@ -127,8 +128,8 @@ def assign_gpus(roles: list[Role], devices: list[str]) -> dict[tuple[str, int], 
         if role.resource.gpu <= 0:
             continue
         for i in range(role.num_replicas):
-            out[(role.name, i)] = devices[pos : pos + role.resource.gpu]
-            pos += role.resource.gpu
+            out[(role.name, i)] = devices[pos : pos + int(role.resource.gpu)]
+            pos += int(role.resource.gpu)
     return out
 
 
@@ -168,6 +169,9 @@ class LocalScheduler(Scheduler):
         grace = cfg.get("grace_period")
         if isinstance(grace, float) and grace < 0:
             raise InvalidAppError(f"grace_period must be >= 0 seconds, got {grace}")
+        cwd = cfg.get("cwd")
+        if cwd and not os.path.isdir(str(cwd)):
+            raise InvalidRunOptionError(f"run option cwd={cwd!r} is not a directory; give an existing folder")
         for role in app.roles:
             if role.image and not os.path.isdir(role.image):
                 raise InvalidAppError(
@@ -205,7 +209,10 @@ class LocalScheduler(Scheduler):
                     env["PATH"] = os.pathsep.join(path_prefix + [os.environ.get("PATH", os.defpath)])
                 if (role.name, i) in gpus:
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
-                rreq.replicas.append(LocalReplicaRequest(i, [r.entrypoint, *r.args], img_root, env))
+                cmd = [r.entrypoint, *r.args]
+                # what the supervisor will exec: the caller's environment under the replica's own
+                check_exec_size(f"role '{role.name}' replica {i}", cmd, {**os.environ, **env})
+                rreq.replicas.append(LocalReplicaRequest(i, cmd, img_root, env))
             self._check_entrypoint(role, rreq)
             roles.append(rreq)
         req = LocalRequest(
