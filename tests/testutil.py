@@ -68,3 +68,13 @@ def assert_all_end(marker: str) -> None:
         finally:
             os.close(fd)
     assert not procs_with(marker)
+
+
+def py(code: str, name: str = "r", **kw: Any) -> Any:
+    """A role running ``python -c code`` (dedented) with this interpreter; ``kw`` are further Role fields."""
+    import sys
+    import textwrap
+
+    from tsm.specs import Role
+
+    return Role(name, entrypoint=sys.executable, args=["-c", textwrap.dedent(code)], **kw)

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from testutil import HANG, procs_with, sleep_marker, wait_until
+from testutil import HANG, procs_with, py, sleep_marker, wait_until
 from tsm.runner.api import get_runner
 from tsm.schedulers.api import Stream
 from tsm.schedulers.local import _os
@@ -42,15 +42,6 @@ STUBBORN = """
 """
 
 
-@pytest.fixture
-def sched() -> LocalScheduler:
-    s = LocalScheduler("test")
-    yield s
-    s.close()
-
-
-def py(code: str, name: str = "r", **kw: object) -> Role:
-    return Role(name, entrypoint=PY, args=["-c", textwrap.dedent(code)], **kw)  # type: ignore[arg-type]
 
 
 def ready_pid(sched: LocalScheduler, app_id: str, role: str = "r", k: int = 0) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testutil import wait_until
+from testutil import py, wait_until
 from tsm.errors import InvalidAppError, SchedulerError, UnknownAppError
 from tsm.schedulers.api import Stream
 from tsm.schedulers.local import _os
@@ -22,15 +22,6 @@ PY = sys.executable
 HANG_GUARD = 60.0
 
 
-@pytest.fixture
-def sched() -> LocalScheduler:
-    s = LocalScheduler("test")
-    yield s
-    s.close()
-
-
-def py(code: str, name: str = "r", **kw: object) -> Role:
-    return Role(name, entrypoint=PY, args=["-c", textwrap.dedent(code)], **kw)  # type: ignore[arg-type]
 
 
 def run(sched: LocalScheduler, app: AppDef, **cfg: object) -> str:

@@ -13,12 +13,11 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from testutil import HANG, procs_with, sleep_marker, wait_until
+from testutil import HANG, procs_with, py, sleep_marker, wait_until
 from tsm.schedulers.api import Stream
 from tsm.schedulers.local.scheduler import LocalScheduler
 from tsm.specs import AppDef, AppState, Role
@@ -28,15 +27,6 @@ SECURITY = "Security"
 NOBODY = 65534
 
 
-@pytest.fixture
-def sched() -> Iterator[LocalScheduler]:
-    s = LocalScheduler("test")
-    yield s
-    s.close()
-
-
-def py(code: str, name: str = "r", **kw: object) -> Role:
-    return Role(name, entrypoint=PY, args=["-c", textwrap.dedent(code)], **kw)  # type: ignore[arg-type]
 
 
 def owners(sched: LocalScheduler, app_id: str) -> list[int]:
