@@ -46,9 +46,8 @@ def fmt_value(fig: dict[str, Any]) -> str:
     if unit == "s" and value < 1:
         return f"{value * 1000:.0f} ms"
     if unit == "s":
-        return f"{value:.2f} s"
-    text = f"{value:g}" if isinstance(value, float) else str(value)
-    return f"{text} {unit}".strip()
+        return f"{value:.3g} s"
+    return f"{value:.3g} {unit}".strip()
 
 
 def measured(row: dict[str, Any]) -> str:
