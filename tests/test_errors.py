@@ -8,7 +8,7 @@ import re
 import pytest
 
 import tsm.errors as errors
-from tsm.errors import ComponentArgumentError, TsmError, did_you_mean
+from tsm.errors import ComponentArgumentError, TsmError, brief, did_you_mean
 
 
 def _docstring_tree() -> list[tuple[str, str | None]]:
@@ -134,3 +134,22 @@ def test_did_you_mean_picks_the_closest() -> None:
 
 def test_did_you_mean_accepts_dict_keys() -> None:
     assert did_you_mean("cpu.smal", {"cpu.small": 1, "x": 2}) == " (did you mean 'cpu.small'?)"
+
+
+# -- brief -------------------------------------------------------------------------------------------------
+def test_brief_keeps_short_values_and_cuts_long_ones() -> None:
+    assert brief("a\nb") == "'a\\nb'"
+    long = "x" * 500
+    cut = brief(long)
+    assert cut.endswith("...' (500 characters)") and len(cut) < 80
+    assert brief(list(range(100))).endswith("...") and len(brief(list(range(100)))) == 80
+    assert len(brief(long, 120)) > len(cut)
+
+
+def test_brief_of_an_int_too_long_to_print() -> None:
+    import sys
+
+    limit = sys.get_int_max_str_digits()
+    if not limit:
+        return
+    assert brief(10 ** (limit + 1)) == "<int>"

@@ -102,6 +102,23 @@ class TimerError(TsmError):
     """An expiration-timer request was refused by the server or could not be delivered to it."""
 
 
+def brief(value: object, width: int = 80) -> str:
+    """``repr(value)`` for a one-line error message, cut to about ``width`` characters.
+
+    A long string says how long it was; a value whose repr cannot be made (an int of more digits than
+    ``sys.get_int_max_str_digits()``) is shown by its type.
+    """
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"<{type(value).__name__}>"
+    if len(text) <= width:
+        return text
+    if isinstance(value, str):
+        return f"{text[: width * 2 // 3]}...' ({len(value)} characters)"
+    return text[: width - 3] + "..."
+
+
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""`` when none is close."""
     import difflib

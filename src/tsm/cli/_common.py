@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from tsm.errors import InvalidRunOptionError, MalformedAppHandleError, TsmError
+from tsm.errors import InvalidRunOptionError, MalformedAppHandleError, TsmError, brief
 
 if TYPE_CHECKING:
     from tsm.runner.api import Runner
@@ -45,11 +45,6 @@ def add_cfg_args(parser: Any) -> None:
     parser.add_argument("-c", "--cfg", help="run options: name=value,name2=value2 (see tsm runopts)")
 
 
-def _brief(text: str) -> str:
-    """``repr(text)`` for a one-line message, cut short when long."""
-    shown = repr(text)
-    return shown if len(shown) <= 120 else f"{shown[:80]}...' ({len(text)} characters)"
-
 
 def split_handle_path(text: str) -> tuple[str, str | None, int | None]:
     """``scheduler://session/app_id[/role[/k]]`` -> (handle, role, k), each part checked before any lookup.
@@ -64,20 +59,20 @@ def split_handle_path(text: str) -> tuple[str, str | None, int | None]:
     parts = rest.split("/") if sep else []
     if not sep or len(parts) < 2 or len(parts) > 4:
         raise MalformedAppHandleError(
-            f"malformed app handle {_brief(text)}: expected scheduler://session/app_id[/role[/replica]]"
+            f"malformed app handle {brief(text, 120)}: expected scheduler://session/app_id[/role[/replica]]"
         )
     handle = f"{scheme}://{parts[0]}/{parts[1]}"
     parse_app_handle(handle)
     role = parts[2] if len(parts) > 2 and parts[2] else None
     if role is not None and not NAME_RE.match(role):
         raise MalformedAppHandleError(
-            f"malformed app handle {_brief(text)}: role {_brief(role)} is not a role name "
+            f"malformed app handle {brief(text, 120)}: role {brief(role, 120)} is not a role name "
             "(letters, digits, '-', '_')"
         )
     k = None
     if len(parts) > 3 and parts[3]:
         if not parts[3].isdigit() or not parts[3].isascii() or len(parts[3]) > 9:
-            raise MalformedAppHandleError(f"replica index {_brief(parts[3])} in {_brief(text)} must be a number")
+            raise MalformedAppHandleError(f"replica index {brief(parts[3], 120)} in {brief(text, 120)} must be a number")
         k = int(parts[3])
     return handle, role, k
 

@@ -49,8 +49,6 @@ class Config:
     component_defaults: dict[str, dict[str, str]] = field(default_factory=dict)
     #: for error messages: (scheduler, option) -> file that set it
     origin: dict[tuple[str, str], str] = field(default_factory=dict)
-    #: for error messages: component -> file that last set one of its argument defaults
-    component_origin: dict[str, str] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
 
 
@@ -126,7 +124,6 @@ def load_config(cwd: str | Path | None = None) -> Config:
                 cfg.origin[(name, opt)] = source
         for comp, args in (data.get("component") or {}).items():
             cfg.component_defaults.setdefault(comp, {}).update({k: _arg_text(v) for k, v in args.items()})
-            cfg.component_origin[comp] = source
     return cfg
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from tsm.errors import MalformedAppHandleError
+from tsm.errors import MalformedAppHandleError, brief
 
 #: The longest scheduler name, session or app id (a file name's limit on Linux).
 MAX_PART = 255
@@ -37,20 +37,13 @@ def make_app_handle(scheduler: str, session: str, app_id: str) -> str:
     return handle
 
 
-def _brief(value: object) -> str:
-    """``repr(value)`` for a one-line message, cut short when long."""
-    text = repr(value)
-    if len(text) <= 120:
-        return text
-    return f"{text[:80]}...' ({len(value) if isinstance(value, str) else len(text)} characters)"
-
 
 def parse_app_handle(handle: str) -> ParsedAppHandle:
     """Split a handle into its parts; anything else, including ``..`` as an app id, is an error."""
     m = _HANDLE_RE.match(handle) if isinstance(handle, str) else None
     if not m or m.group("app_id") in (".", "..") or m.group("session") in (".", ".."):
         raise MalformedAppHandleError(
-            f"malformed app handle {_brief(handle)}: expected scheduler://session/app_id "
+            f"malformed app handle {brief(handle, 120)}: expected scheduler://session/app_id "
             f"(letters, digits, '_', '-', '.', at most {MAX_PART} each), e.g. local://default/echo-1a2b3c"
         )
     return ParsedAppHandle(m.group("scheduler"), m.group("session"), m.group("app_id"))

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tsm.errors import InvalidRunOptionError, did_you_mean
+from tsm.errors import InvalidRunOptionError, brief, did_you_mean
 
 CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
 
@@ -100,14 +100,6 @@ def _as_float(name: str, value: Any) -> float:
     return out
 
 
-def _brief(value: Any) -> str:
-    """``repr(value)`` for an error message, cut short (and safe for ints too long to print)."""
-    try:
-        text = repr(value)
-    except ValueError:  # int of more than sys.get_int_max_str_digits() digits
-        return f"<{type(value).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."
-
 
 @dataclass(frozen=True)
 class runopt:  # noqa: N801 (mirrors the runopts container name)
@@ -187,7 +179,7 @@ class runopts:  # noqa: N801 (established name)
                     val = parse_cfg_value(name, val, opt.type_)
                 if not is_type(val, opt.type_):
                     raise InvalidRunOptionError(
-                        f"run option '{name}' expects {type_name(opt.type_)}, got {type(val).__name__} {_brief(val)}"
+                        f"run option '{name}' expects {type_name(opt.type_)}, got {type(val).__name__} {brief(val)}"
                     )
                 if opt.type_ is float:
                     val = _as_float(name, val)

@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-from tsm.errors import InvalidAppError
+from tsm.errors import InvalidAppError, brief
 from tsm.specs.api import AppDef, Resource, RetryPolicy, Role
 
 #: Names become path components, process titles and (on cluster schedulers) parts of host names, so
@@ -52,11 +52,6 @@ def exec_limit() -> int:
     return min(limit, _KERNEL_ARG_MAX) if limit > 0 else DEFAULT_ARG_MAX
 
 
-def _brief(value: str) -> str:
-    """``repr(value)``, cut short for a one-line message."""
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:60]}...' ({len(value)} characters)"
-
 
 def exec_bytes(value: str, what: str) -> int:
     """The size ``value`` takes in a new program's memory (its bytes and a NUL); refuses what no process can receive.
@@ -64,7 +59,7 @@ def exec_bytes(value: str, what: str) -> int:
     ``what`` names the field in the error, e.g. ``"role 'r': args[2]"``.
     """
     if "\x00" in value:
-        raise InvalidAppError(f"{what} contains a NUL byte, which no process can receive: {_brief(value)}")
+        raise InvalidAppError(f"{what} contains a NUL byte, which no process can receive: {brief(value)}")
     try:
         size = len(os.fsencode(value))
     except UnicodeEncodeError as e:
@@ -93,7 +88,7 @@ def check_exec_size(where: str, argv: Iterable[str], env: Mapping[str, str]) -> 
         total += exec_bytes(a, f"{where}: argument {i}")
         count += 1
     for k, v in env.items():
-        total += exec_bytes(f"{k}={v}", f"{where}: env[{_brief(k)}]")
+        total += exec_bytes(f"{k}={v}", f"{where}: env[{brief(k)}]")
         count += 1
     total += (count + 2) * 8  # the argv and envp pointer arrays, each ending in NULL
     limit = exec_limit()
@@ -134,8 +129,6 @@ def validate_role(role: Role) -> None:
     where = f"role '{role.name}'"
     if not isinstance(role.entrypoint, str) or not role.entrypoint.strip():
         raise InvalidAppError(f"{where}: entrypoint is empty; set the command to run")
-    if "\x00" in role.entrypoint:
-        raise InvalidAppError(f"{where}: entrypoint contains a NUL byte")
     size = exec_bytes(role.entrypoint, f"{where}: entrypoint")
     if not isinstance(role.image, str) or "\x00" in role.image:
         raise InvalidAppError(f"{where}: image must be a string without NUL bytes, got {role.image!r}")
@@ -147,11 +140,11 @@ def validate_role(role: Role) -> None:
             raise InvalidAppError(f"{where}: env entry {k!r}={v!r} must map str to str")
         if not k or "=" in k or "\x00" in k:
             raise InvalidAppError(
-                f"{where}: env name {_brief(k)} is not allowed: it must be non-empty, without '=' or NUL"
+                f"{where}: env name {brief(k)} is not allowed: it must be non-empty, without '=' or NUL"
             )
-        exec_bytes(k, f"{where}: env name {_brief(k)}")
-        exec_bytes(v, f"{where}: env[{_brief(k)}]")
-        size += exec_bytes(f"{k}={v}", f"{where}: env entry {_brief(k)}=...")  # the limit holds for "K=V"
+        exec_bytes(k, f"{where}: env name {brief(k)}")
+        exec_bytes(v, f"{where}: env[{brief(k)}]")
+        size += exec_bytes(f"{k}={v}", f"{where}: env entry {brief(k)}=...")  # the limit holds for "K=V"
     if size > exec_limit():
         raise InvalidAppError(
             f"{where}: entrypoint, args and env take {size} bytes, more than this system's limit of "
