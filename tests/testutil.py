@@ -56,17 +56,32 @@ def procs_with(marker: str) -> list[int]:
     return found
 
 
-def assert_all_end(marker: str) -> None:
-    """Every process whose command line holds ``marker`` ends by itself (waited on by pidfd; HANG is a guard)."""
-    for pid in procs_with(marker):
+def wait_all_gone(pids: list[int], timeout: float = HANG) -> float:
+    """Block on pidfds until every pid has exited; return when the last one went (time.monotonic())."""
+    fds = []
+    for pid in pids:
         try:
-            fd = os.pidfd_open(pid)
+            fds.append(os.pidfd_open(pid))
         except ProcessLookupError:
             continue
-        try:
-            select.select([fd], [], [], HANG)
-        finally:
+    end = time.monotonic() + timeout
+    try:
+        while fds:
+            ready, _, _ = select.select(fds, [], [], max(0.0, end - time.monotonic()))
+            if not ready:
+                raise AssertionError(f"processes {pids} still alive after {timeout}s")
+            for fd in ready:
+                fds.remove(fd)
+                os.close(fd)
+    finally:
+        for fd in fds:
             os.close(fd)
+    return time.monotonic()
+
+
+def assert_all_end(marker: str) -> None:
+    """Every process whose command line holds ``marker`` ends by itself (waited on by pidfd; HANG is a guard)."""
+    wait_all_gone(procs_with(marker))
     assert not procs_with(marker)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import select
 import signal
 import sqlite3
 import subprocess
@@ -22,7 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from testutil import HANG, procs_with, py, sleep_marker, wait_until
+from testutil import HANG, assert_all_end, procs_with, py, sleep_marker, wait_all_gone, wait_until
 from tsm.runner.api import get_runner
 from tsm.schedulers.api import Stream
 from tsm.schedulers.local import _os
@@ -58,29 +57,6 @@ def ready_pid(sched: LocalScheduler, app_id: str, role: str = "r", k: int = 0) -
 
 def gone(pid: int) -> bool:
     return _os.start_time(pid) is None
-
-
-def wait_all_gone(pids: list[int], timeout: float = HANG) -> float:
-    """Block on pidfds until every pid has exited; return when the last one went (time.monotonic())."""
-    fds = []
-    for pid in pids:
-        try:
-            fds.append(os.pidfd_open(pid))
-        except ProcessLookupError:
-            continue
-    end = time.monotonic() + timeout
-    try:
-        while fds:
-            ready, _, _ = select.select(fds, [], [], max(0.0, end - time.monotonic()))
-            if not ready:
-                raise AssertionError(f"processes {pids} still alive after {timeout}s")
-            for fd in ready:
-                fds.remove(fd)
-                os.close(fd)
-    finally:
-        for fd in fds:
-            os.close(fd)
-    return time.monotonic()
 
 
 def app_row(sched: LocalScheduler, app_id: str) -> dict[str, object]:
@@ -217,8 +193,7 @@ def test_launcher_killed_inside_run_leaves_nothing_unrecorded(tsm_home: Path, fi
     failed = [dict(r) for r in sched.store.query("SELECT app_id, msg FROM local_apps WHERE state != ?",
                                                   (int(AppState.CANCELLED),))]
     assert failed == []
-    wait_all_gone(procs_with(marker))
-    assert not procs_with(marker)
+    assert_all_end(marker)
     sched.close()
     figure("apps recorded across kills", len(rows), "")
     figure("of which supervised", len(started), "")
