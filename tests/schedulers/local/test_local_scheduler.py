@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from testutil import py, wait_until
-from tsm.errors import InvalidAppError, SchedulerError, UnknownAppError
+from tsm.errors import (
+    InvalidAppError,
+    InvalidRunOptionError,
+    SchedulerError,
+    SubmissionError,
+    UnknownAppError,
+)
 from tsm.schedulers.api import Stream
 from tsm.schedulers.local import _os
 from tsm.schedulers.local.scheduler import LocalScheduler, assign_gpus
@@ -203,6 +209,19 @@ def test_log_dir_run_option(sched: LocalScheduler, tmp_path: Path) -> None:
     app_id = run(sched, AppDef("ld", [Role("r", entrypoint="echo", args=["here"])]), log_dir=str(tmp_path))
     wait(sched, app_id)
     assert (tmp_path / app_id / "r" / "0" / "stdout").read_text() == "here\n"
+
+
+def test_unwritable_log_dir_is_a_clear_error_that_leaves_nothing(sched: LocalScheduler, tsm_home: Path) -> None:
+    app = AppDef("nolog", [Role("r", entrypoint="echo", args=["x"])])
+    with pytest.raises(SubmissionError, match=r"cannot write the files of app nolog-\w+ at /proc/tsm-nope.*log_dir="):
+        run(sched, app, log_dir="/proc/tsm-nope")
+    assert list((tsm_home / "local").iterdir()) == []  # the app's folder was removed again
+    assert sched.store.query("SELECT app_id FROM local_apps") == []
+
+
+def test_cwd_run_option_must_be_a_directory(sched: LocalScheduler, tmp_path: Path) -> None:
+    with pytest.raises(InvalidRunOptionError, match="cwd=.* is not a directory"):
+        run(sched, AppDef("c", [Role("r", entrypoint="true")]), cwd=str(tmp_path / "missing"))
 
 
 # -- logs ----------------------------------------------------------------------------------------
