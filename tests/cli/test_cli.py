@@ -274,7 +274,7 @@ def test_detached_app_status_log_list_wait_cancel_rm() -> None:
 
     r = tsm("rm", handle)
     assert r.returncode == 0 and r.stdout == f"removed {handle}\n"
-    assert "unknown app" in one_error_line(tsm("status", handle), code=1)
+    assert "unknown app" in one_error_line(tsm("status", handle), code=2)
     assert tsm("list").stdout == "no apps\n"
 
 
@@ -469,8 +469,8 @@ def test_component_argument_errors_show_usage_then_one_error(argv: list[str]) ->
 
 
 @pytest.mark.parametrize("cmd", ["status", "describe", "wait", "cancel", "log", "rm"])
-def test_unknown_app_exits_1_with_one_line(cmd: str) -> None:
-    line = one_error_line(tsm(cmd, "local://default/echo-00000000"), code=1)
+def test_unknown_app_exits_2_with_one_line(cmd: str) -> None:
+    line = one_error_line(tsm(cmd, "local://default/echo-00000000"), code=2)
     assert "unknown app local://default/echo-00000000" in line
 
 

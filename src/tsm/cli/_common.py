@@ -77,23 +77,36 @@ def split_handle_path(text: str) -> tuple[str, str | None, int | None]:
     return handle, role, k
 
 
-_REL = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_REL = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$", re.ASCII)
 
 
 def parse_time(text: str | None, flag: str) -> datetime | None:
-    """An ISO time (``2026-11-21T10:00``) or a duration ago (``30s``, ``5m``, ``2h``, ``1d``)."""
+    """An ISO time (``2026-11-21T10:00``) or a duration ago (``30s``, ``5m``, ``2h``, ``1d``), as local time.
+
+    Checked here, where the flag is parsed: a time the scheduler could not turn into a POSIX time
+    (``0001-01-01``, ``99999999d`` ago) is a usage error naming the flag, never a failure further in. A time
+    with a UTC offset is converted to local time, so it compares with the (local) times of log lines.
+    """
     if not text:
         return None
+    usage = f"{flag} {brief(text, 80)}: use an ISO time (2026-11-21T10:00:00) or a duration ago (30s, 5m, 2h, 1d)"
     m = _REL.match(text.strip())
-    if m:
-        unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[m.group(2)]
-        return datetime.now() - timedelta(**{unit: float(m.group(1))})
     try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(
-            f"{flag} {text!r}: use an ISO time (2026-11-21T10:00:00) or a duration ago (30s, 5m, 2h, 1d)"
-        ) from None
+        if m:
+            unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[m.group(2)]
+            when = datetime.now() - timedelta(**{unit: float(m.group(1))})
+        else:
+            when = datetime.fromisoformat(text.strip())
+            if when.tzinfo is not None:
+                when = when.astimezone().replace(tzinfo=None)
+        when.timestamp()  # what the scheduler does with it: a time out of its range fails here, not there
+    except ValueError as e:
+        if "out of range" not in str(e):
+            raise UsageError(usage) from None
+        raise UsageError(f"{flag} {brief(text, 80)} is out of range: use a time within the years 1 to 9999") from None
+    except (OverflowError, OSError):
+        raise UsageError(f"{flag} {brief(text, 80)} is out of range: use a time within the years 1 to 9999") from None
+    return when
 
 
 def start_thread(target: Callable[..., None], *args: Any) -> threading.Thread:

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from tsm.cli import _exits
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("describe", help="show the definition an app was launched with")
@@ -19,5 +21,7 @@ def run(args: argparse.Namespace) -> int:
 
     with get_runner(args.session) as runner:
         app = runner.describe(args.handle)
+    if app is None:  # a runner that answers "unknown" with None rather than an error
+        raise _exits.unknown_app(args.handle)
     sys.stdout.write(json.dumps(app.to_dict(), indent=2) + "\n")
-    return 0
+    return _exits.OK

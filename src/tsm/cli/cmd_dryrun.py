@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tsm.cli import _exits
 from tsm.cli._common import add_cfg_args, parse_cfg
+
+if TYPE_CHECKING:
+    from tsm.specs.api import AppDryRunInfo
+
+#: Said under every printed request: the id in it is made up for the dry run (ids are unique per
+#: submission, so a later ``tsm run`` of the same component gets a new one).
+ID_NOTE = "# the app id above is for this dry run only: `tsm run` assigns a new id when it submits"
 
 
 def add_parser(sub: Any) -> None:
@@ -17,14 +25,20 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def request_text(info: AppDryRunInfo) -> str:
+    """The dry-run output of ``tsm dryrun`` and ``tsm run --dryrun``: header, request, app-id note."""
+    return f"=== scheduler request ({info.scheduler}) ===\n{info}\n{ID_NOTE}\n"
+
+
 def run(args: argparse.Namespace) -> int:
-    from tsm.cli.cmd_run import component_help
+    from tsm.cli.cmd_run import component_help, explain_misplaced_flags
     from tsm.components import wants_help
     from tsm.runner.api import get_runner
 
     if wants_help(args.component_args):
         return component_help(args.component)
-    with get_runner(args.session) as runner:
-        info = runner.dryrun_component(args.component, args.component_args, args.scheduler, parse_cfg(args.cfg))
-    sys.stdout.write(f"=== scheduler request ({info.scheduler}) ===\n{info}\n")
-    return 0
+    cfg = parse_cfg(args.cfg)
+    with get_runner(args.session) as runner, explain_misplaced_flags("dryrun", args.component, args.component_args):
+        info = runner.dryrun_component(args.component, args.component_args, args.scheduler, cfg)
+    sys.stdout.write(request_text(info))
+    return _exits.OK

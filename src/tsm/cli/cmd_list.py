@@ -1,4 +1,8 @@
-"""``tsm list [-s SCHEDULER]``: recent apps launched through tsm (any scheduler), or one scheduler's apps."""
+"""``tsm list [-s SCHEDULER] [--limit N | --all]``: recent apps launched through tsm, or one scheduler's apps.
+
+The list is capped (newest first, 200 by default) so a long history stays quick to show; when the cap cut
+it short, one line on stderr says so and how to see more, so no app is silently left out.
+"""
 
 from __future__ import annotations
 
@@ -7,25 +11,54 @@ import sys
 import time
 from typing import Any
 
+from tsm.cli import _exits
+from tsm.errors import brief
+
+DEFAULT_LIMIT = 200
+
+
+def count(text: str) -> int:
+    """``--limit`` value: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{brief(text, 60)} is not a whole number (e.g. 50)") from None
+    if value < 1 or value > 10**9:
+        raise argparse.ArgumentTypeError(f"{brief(text, 60)}: give a number from 1 to 1000000000, or --all")
+    return value
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("list", help="list apps with their live state")
     p.add_argument("-s", "--scheduler", help="list this scheduler's apps instead of tsm's recent history")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--limit", type=count, default=DEFAULT_LIMIT, metavar="N",
+                       help=f"show the N newest apps (default {DEFAULT_LIMIT})")
+    group.add_argument("--all", action="store_true", help="show every app")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from tsm.runner.api import get_runner
 
+    limit = None if args.all else args.limit
     with get_runner(args.session) as runner:
-        apps = runner.list(args.scheduler)
+        if args.scheduler:
+            apps = runner.list(args.scheduler)
+        else:  # one more than shown tells whether the cap cut anything off
+            apps = runner.list(None, limit=None if limit is None else limit + 1)
+    capped = limit is not None and len(apps) > limit
+    apps = apps[:limit] if limit is not None else apps
     if not apps:
         sys.stdout.write("no apps\n")
-        return 0
+        return _exits.OK
     rows = [("HANDLE", "STATE", "NAME", "CREATED")]
     for a in apps:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.created)) if a.created else "-"
         rows.append((a.app_handle or a.app_id, a.state.name, a.name or "-", created))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     sys.stdout.write("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths + [0], strict=True)).rstrip() for r in rows) + "\n")
-    return 0
+    if capped:
+        sys.stdout.flush()
+        sys.stderr.write(f"tsm: showing the newest {limit} apps only; use --limit N or --all to see more\n")
+    return _exits.OK

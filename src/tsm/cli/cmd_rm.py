@@ -7,27 +7,50 @@ that is still running.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
+
+from tsm.cli import _exits
+from tsm.errors import brief
+
+
+def days(text: str) -> float:
+    """``--older-than`` value: a finite number of days >= 0 (0 means every ended app)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{brief(text, 60)} is not a number of days (e.g. 7 or 0.5)") from None
+    if not math.isfinite(value) or value < 0 or value > 1e7:
+        raise argparse.ArgumentTypeError(f"{brief(text, 60)}: give a number of days from 0 to 10000000")
+    return value
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("rm", help="remove ended apps and their logs")
     p.add_argument("handles", nargs="*", metavar="HANDLE", help="app handle(s)")
-    p.add_argument("--older-than", type=float, metavar="DAYS", help="every ended app created more than DAYS ago")
+    p.add_argument("--older-than", type=days, metavar="DAYS",
+                   help="every ended app created more than DAYS ago (0: every ended app)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from tsm.errors import InvalidRunOptionError
     from tsm.runner.api import get_runner
+    from tsm.specs.handles import parse_app_handle
 
     if not args.handles and args.older_than is None:
         raise InvalidRunOptionError("say what to remove: HANDLE... or --older-than DAYS")
+    for handle in args.handles:  # every handle checked before anything is removed
+        parse_app_handle(handle)
     with get_runner(args.session) as runner:
         removed = runner.remove(args.handles, older_than_days=args.older_than)
     for handle in removed:
         sys.stdout.write(f"removed {handle}\n")
+    missing = [h for h in args.handles if h not in removed]
+    if missing:  # a runner that skips unknown handles instead of raising: still exit 2, as everywhere
+        sys.stdout.flush()
+        raise _exits.unknown_app(missing[0])
     if not removed:
         sys.stdout.write("nothing to remove\n")
-    return 0
+    return _exits.OK

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
+from tsm.cli import _exits
 from tsm.cli._common import add_cfg_args, parse_cfg, replica_targets, start_thread, stream_logs
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "run", help="launch a component (streams logs and waits unless --detach)",
+        usage="tsm run [-s SCHEDULER] [-c CFG] [--dryrun] [--detach] COMPONENT [COMPONENT ARGS...]",
         description="Launch COMPONENT (builtin like utils.echo, an installed one, or path/file.py:function) "
-        "with its own arguments after it. `tsm run COMPONENT --help` shows the component's arguments.",
+        "with its own arguments after it. tsm run's options (-s, -c, --dryrun, --detach) go BEFORE COMPONENT; "
+        "everything after COMPONENT is the component's. `tsm run COMPONENT --help` shows the component's "
+        "arguments.",
     )
     add_cfg_args(p)
     p.add_argument("--dryrun", action="store_true", help="print the request instead of submitting it")
@@ -23,6 +29,37 @@ def add_parser(sub: Any) -> None:
     p.add_argument("component", help="component name, e.g. utils.echo or ./my.py:train")
     p.add_argument("component_args", nargs=argparse.REMAINDER, help="the component's arguments")
     p.set_defaults(func=run)
+
+
+#: tsm run's and tsm dryrun's own flags: a component that rejects one of these was most likely given it
+#: by mistake after COMPONENT.
+_OWN_FLAGS = ("--detach", "--dryrun", "-s", "--scheduler", "-c", "--cfg")
+
+
+@contextlib.contextmanager
+def explain_misplaced_flags(command: str, component: str, component_args: list[str]) -> Iterator[None]:
+    """Add "this flag goes before COMPONENT" to a component's error about one of tsm's own flags.
+
+    ``tsm run utils.echo --detach`` hands ``--detach`` to the component (everything after COMPONENT is
+    its), which rejects it; the bare "unrecognized arguments" would not say why.
+    """
+    from tsm.errors import ComponentArgumentError, brief
+
+    try:
+        yield
+    except ComponentArgumentError as e:
+        message = str(e)
+        words = {w.partition("=")[0] for w in component_args}
+        misplaced = [f for f in _OWN_FLAGS if f in words and f in message]
+        if not misplaced:
+            raise
+        flag = misplaced[0]
+        raise ComponentArgumentError(
+            f"{message}; {flag} is an option of tsm {command}, and options of tsm {command} go before "
+            f"COMPONENT (everything after COMPONENT is the component's): tsm {command} {flag} "
+            f"{'VALUE ' if flag in ('-s', '--scheduler', '-c', '--cfg') else ''}{brief(component, 60)[1:-1]} ...",
+            usage=e.usage,
+        ) from None
 
 
 def component_help(name: str) -> int:
@@ -61,6 +98,7 @@ class _HeldInterrupt:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tsm.cli.cmd_dryrun import request_text
     from tsm.components import wants_help
     from tsm.runner.api import get_runner
 
@@ -68,10 +106,11 @@ def run(args: argparse.Namespace) -> int:
         return component_help(args.component)
     cfg = parse_cfg(args.cfg)
     with get_runner(args.session) as runner:
-        info = runner.dryrun_component(args.component, args.component_args, args.scheduler, cfg)
+        with explain_misplaced_flags("run", args.component, args.component_args):
+            info = runner.dryrun_component(args.component, args.component_args, args.scheduler, cfg)
         if args.dryrun:
-            sys.stdout.write(f"=== scheduler request ({info.scheduler}) ===\n{info}\n")
-            return 0
+            sys.stdout.write(request_text(info))
+            return _exits.OK
         held = _HeldInterrupt()
         try:
             handle = runner.schedule(info)
@@ -82,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(handle + "\n")
             sys.stdout.flush()
             held.release()  # a Ctrl-C during submission still shows the handle of what was launched
-            return 0
+            return _exits.OK
         sys.stderr.write(f"tsm: launched {handle}\n")
         sys.stderr.flush()
         return attach(runner, handle, held)

@@ -1,11 +1,27 @@
-"""``tsm status HANDLE [--json]``: the app's state, restarts, message and every replica."""
+"""``tsm status HANDLE [--json]``: the app's state, restarts, message and every replica.
+
+For an app that FAILED it also says why: the replica that failed, its exit code or the signal that killed
+it, the scheduler's error message, and the last lines that replica wrote to stderr (read from its log when
+the scheduler gives no error text of its own), so the reason is on screen without a second command.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
-from typing import Any
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from tsm.cli import _exits
+
+if TYPE_CHECKING:
+    from tsm.specs.api import AppStatus, ReplicaStatus
+
+#: How many stderr lines of the failed replica are shown, and how much of each.
+TAIL_LINES = 10
+_LINE_WIDTH = 400
 
 
 def add_parser(sub: Any) -> None:
@@ -19,9 +35,85 @@ def run(args: argparse.Namespace) -> int:
     from tsm.runner.api import get_runner
 
     with get_runner(args.session) as runner:
-        status = runner.status(args.handle)
+        status = _exits.app_status(runner, args.handle)
+        failure = failure_of(runner, args.handle, status)
     if args.json:
-        sys.stdout.write(json.dumps({"handle": args.handle, **status.to_dict()}, indent=2) + "\n")
+        data = {"handle": args.handle, **status.to_dict(), "failure": failure}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
-        sys.stdout.write(f"{args.handle}\n{status.format()}\n")
-    return 0
+        sys.stdout.write(f"{args.handle}\n{status.format()}\n{format_failure(failure)}")
+    return _exits.OK
+
+
+def failed_replica(status: AppStatus) -> tuple[str, ReplicaStatus] | None:
+    """The replica to blame for a FAILED app: a FAILED one that exited on its own, else any FAILED one."""
+    from tsm.specs.api import AppState
+
+    failed = [(rs.role, r) for rs in status.roles for r in rs.replicas if r.state == AppState.FAILED]
+    # A replica stopped by tsm because a sibling failed (SIGTERM/SIGKILL) is a victim, not the cause.
+    own = [(role, r) for role, r in failed if _signal_of(r) not in ("SIGTERM", "SIGKILL")]
+    candidates = own or failed
+    return candidates[0] if candidates else None
+
+
+def _signal_of(r: ReplicaStatus) -> str | None:
+    """The name of the signal that ended the replica, if a signal did (exit code -N or 128+N)."""
+    code = r.exit_code
+    if code is None:
+        return None
+    number = -code if code < 0 else code - 128 if code > 128 and "SIG" in r.error_msg else None
+    if number is None:
+        return None
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def failure_of(runner: Any, handle: str, status: AppStatus) -> dict[str, Any] | None:
+    """Why a FAILED app failed, as plain data (None for any other state)."""
+    from tsm.specs.api import AppState
+
+    if status.state != AppState.FAILED:
+        return None
+    found = failed_replica(status)
+    out: dict[str, Any] = {
+        "replica": None, "exit_code": None, "signal": None, "message": status.msg, "stderr_tail": [],
+    }
+    if found is None:
+        return out
+    role, r = found
+    out.update(replica=f"{role}/{r.id}", exit_code=r.exit_code, signal=_signal_of(r), message=r.error_msg or status.msg)
+    if not status.structured_error_msg:
+        out["stderr_tail"] = stderr_tail(runner, handle, role, r.id)
+    return out
+
+
+def stderr_tail(runner: Any, handle: str, role: str, k: int, n: int = TAIL_LINES) -> list[str]:
+    """The last ``n`` lines replica ``role/k`` wrote to stderr; [] when its scheduler cannot say."""
+    from tsm.schedulers.api import Stream
+
+    lines: deque[str] = deque(maxlen=n)
+    try:
+        for line in runner.log_lines(handle, role, k, streams=Stream.STDERR):
+            lines.append(line.rstrip("\r\n")[:_LINE_WIDTH])
+    except Exception:  # noqa: BLE001 - logs are extra detail: a backend without them must not hide the status
+        return list(lines)
+    return list(lines)
+
+
+def format_failure(failure: dict[str, Any] | None) -> str:
+    """The text form of :func:`failure_of`: a few lines after the status, or "" when nothing failed."""
+    if failure is None or failure["replica"] is None:
+        return ""
+    how = f"killed by {failure['signal']}" if failure["signal"] else f"exit code {failure['exit_code']}"
+    lines = [f"Failed: {failure['replica']} ({how})" + (f": {failure['message']}" if failure["message"] else "")]
+    if failure["stderr_tail"]:
+        lines.append(f"Last stderr lines of {failure['replica']}:")
+        lines += [f"  | {_printable(line)}" for line in failure["stderr_tail"]]
+    return "\n".join(lines) + "\n"
+
+
+def _printable(text: str) -> str:
+    """A log line as the terminal should show it: control characters escaped, not acted on."""
+    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)

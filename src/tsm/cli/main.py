@@ -2,8 +2,10 @@
 
 Each subcommand is a module here with ``add_parser(subparsers)`` and ``run(args) -> int``; the modules
 import the runner and backends only inside ``run`` so ``tsm --help`` stays fast. Every tsm error is
-printed as one line on stderr (``--debug`` shows the traceback); usage errors (a wrong component,
-component argument, run option, handle, scheduler or log path) exit 2, failures 1, Ctrl-C 130.
+printed as one line on stderr (``--debug`` shows the traceback); the exit codes are one table
+(:mod:`tsm.cli._exits`, printed by ``tsm --help``): 0 done, 1 failed, 2 usage error or unknown app,
+3 timeout, 130 Ctrl-C. A misspelt subcommand or flag gets a "did you mean", and a flag put in the wrong
+place (a global flag after the subcommand) says where it goes.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ import argparse
 import contextlib
 import importlib
 import os
+import re
 import sys
 from typing import NoReturn
+
+from tsm.cli import _exits
 
 #: name -> one-line help; a subcommand's module is imported only when that subcommand runs.
 SUBCOMMANDS = {
@@ -32,12 +37,53 @@ SUBCOMMANDS = {
 }
 
 
+#: The global flags, which go before the subcommand.
+GLOBAL_FLAGS = ("--version", "--debug", "--session")
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)$", re.DOTALL)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line on stderr and exit code 2."""
+    """argparse that reports a usage error as one line on stderr and exit code 2, with a "did you mean"."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-        raise SystemExit(2)
+        from tsm.errors import did_you_mean
+
+        m = _INVALID_CHOICE.search(message)
+        if m:  # a misspelt subcommand or --streams value: name the closest choice
+            message += did_you_mean(m.group("value"), re.findall(r"'([^']*)'", m.group("choices")))
+        sys.stderr.write(f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+        raise SystemExit(_exits.USAGE)
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> str:
+    """The usage error for words argparse did not take: with a "did you mean" or where the flag goes."""
+    from tsm.errors import brief, did_you_mean
+
+    sub = _subparser(parser, command)
+    flags = [s for a in (sub or parser)._actions for s in a.option_strings]
+    for word in extra:
+        name = word.partition("=")[0]
+        if not name.startswith("-"):
+            continue
+        if name in GLOBAL_FLAGS and command:
+            return (
+                f"{name} is an option of tsm itself: put it before the subcommand "
+                f"(tsm {name}{' VALUE' if name == '--session' else ''} {command} ...)"
+            )
+        hint = did_you_mean(name, flags)
+        if hint:
+            return f"unrecognized option {brief(name, 60)}{hint}"
+    return "unrecognized arguments: " + " ".join(brief(w, 60)[1:-1] if len(w) > 60 else w for w in extra)
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser | None:
+    """The parser of subcommand ``command``, if there is one."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            sub: argparse.ArgumentParser = action.choices[command]
+            return sub
+    return None
 
 
 def _chosen(argv: list[str]) -> str | None:
@@ -57,7 +103,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """Global flags plus the subcommands; only the chosen one (all when ``argv`` is None) is built in full."""
     from tsm import __version__
 
-    parser = _Parser(prog="tsm", description="Training Session Manager: launch, watch, log and stop apps on any scheduler.")
+    parser = _Parser(
+        prog="tsm", description="Training Session Manager: launch, watch, log and stop apps on any scheduler.",
+        epilog=_exits.epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"tsm {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     parser.add_argument("--session", default="default", help="session name used in new app handles (default: default)")
@@ -76,10 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _bytes_out()
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        (_subparser(parser, args.command) or parser).error(_unrecognized(parser, args.command, extra))
     if not args.command:
         parser.print_help()
-        return 2
+        return _exits.USAGE
     debug = args.debug or os.environ.get("TSM_DEBUG") == "1"
     from tsm.errors import ComponentArgumentError, TsmError
 
@@ -89,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         check_name(args.session, "--session: session name")
     except TsmError as e:
         parser.error(str(e))
+    home_problem = _tsm_home_problem()
+    if home_problem:
+        sys.stderr.write(f"error: {home_problem}\n")
+        return _exits.USAGE
     try:
         return int(args.func(args))
     except ComponentArgumentError as e:
@@ -97,15 +152,15 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {_one_line(e)}\n")
         if debug:
             raise
-        return 2
+        return _exits.USAGE
     except TsmError as e:
         sys.stderr.write(f"error: {_one_line(e)}\n")
         if debug:
             raise
-        return 2 if isinstance(e, _usage_errors()) else 1
+        return _exits.USAGE if isinstance(e, _usage_errors()) else _exits.FAILED
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
-        return 130
+        return _exits.INTERRUPTED
     except BrokenPipeError:
         # The reader of our output went away (tsm log | head): not an error.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -119,7 +174,23 @@ def main(argv: list[str] | None = None) -> int:
         component = raised_by(e)
         what = f"{component}: the component function raised" if component else "internal error:"
         sys.stderr.write(f"error: {what} {type(e).__name__}: {_one_line(e)} (run with --debug for the traceback)\n")
-        return 1
+        return _exits.FAILED
+
+
+def _tsm_home_problem() -> str | None:
+    """Why ``$TSM_HOME`` (default ``~/.tsm``) cannot be used as tsm's state directory, or None.
+
+    The state store keeps paths under it as UTF-8 text, so a path with bytes that are not UTF-8 (they reach
+    Python as surrogate escapes) could never be recorded; say so up front instead of failing mid-command.
+    """
+    home = os.environ.get("TSM_HOME") or os.path.join(os.path.expanduser("~"), ".tsm")
+    try:
+        home.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(home).decode("utf-8", "backslashreplace")
+        what = "TSM_HOME" if os.environ.get("TSM_HOME") else "the default TSM_HOME (~/.tsm)"
+        return f"{what} '{shown}' is not valid UTF-8; set TSM_HOME to a directory whose path is UTF-8"
+    return None
 
 
 def _bytes_out() -> None:
@@ -143,17 +214,18 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
         ComponentNotFoundError,
         InvalidRunOptionError,
         MalformedAppHandleError,
+        UnknownAppError,
         UnknownResourceError,
         UnknownSchedulerError,
     )
 
     return (
         UsageError, ComponentNotFoundError, InvalidRunOptionError, MalformedAppHandleError, UnknownSchedulerError,
-        UnknownResourceError,
+        UnknownResourceError, UnknownAppError,
     )
 
 
-def _one_line(e: BaseException) -> str:
+def _one_line(e: BaseException | str) -> str:
     """The error's message on one line (the CLI's contract: one line per error).
 
     Line breaks of any kind become spaces, and other characters a terminal would act on rather than show

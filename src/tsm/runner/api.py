@@ -257,8 +257,9 @@ class Runner:
             raise self._unknown(app_handle)
         return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams)
 
-    def list(self, scheduler: str | None = None) -> list[ListAppResponse]:
-        """Apps newest first: one scheduler's own list, or (None) recent apps launched through tsm anywhere.
+    def list(self, scheduler: str | None = None, limit: int | None = LIST_LIMIT) -> list[ListAppResponse]:
+        """Apps newest first: one scheduler's own list, or (None) the ``limit`` newest apps launched through
+        tsm anywhere (``limit=None``: all of them).
 
         Without a scheduler, live states come from one ``list()`` call per scheduler involved, not one
         query per app; an unreachable scheduler leaves the last recorded state.
@@ -267,7 +268,7 @@ class Runner:
             return self._scheduler(scheduler).list()
         rows = self._history().query(
             "SELECT handle, scheduler, app_id, name, state, created FROM apps ORDER BY created DESC LIMIT ?",
-            (LIST_LIMIT,),
+            (-1 if limit is None else limit,),
         )
         live: dict[str, dict[str, AppState]] = {}
         for sched_name in {r["scheduler"] for r in rows if not AppState(r["state"]).is_terminal}:
