@@ -33,8 +33,8 @@ from tsm.errors import (
     SubmissionError,
     UnknownAppError,
 )
-from tsm.schedulers import slurm
 from tsm.schedulers.api import Stream
+from tsm.schedulers.common.quoting import shell_quote
 from tsm.schedulers.slurm import (
     SlurmBatchRequest,
     SlurmQueries,
@@ -46,9 +46,10 @@ from tsm.schedulers.slurm import (
     parse_squeue_text,
     parse_version,
     read_status,
-    shell_quote,
     slurm_state,
 )
+from tsm.schedulers.slurm import cli as slurm_cli
+from tsm.schedulers.slurm.scheduler import _index_dir
 from tsm.specs.api import AppDef, AppState, Resource, Role
 
 DATA = Path(__file__).parent / "data"
@@ -162,8 +163,8 @@ def test_version_is_asked_lazily_and_once(monkeypatch: pytest.MonkeyPatch, sched
         calls.append(args)
         return subprocess.CompletedProcess(args, 0, "slurm 23.11.4\n", "")
 
-    monkeypatch.setattr(slurm, "_run", fake_run)
-    monkeypatch.setattr(slurm, "_version", None)
+    monkeypatch.setattr(slurm_cli, "run", fake_run)
+    monkeypatch.setattr(slurm_cli, "_version", None)
     sched.submit_dryrun(AppDef("c", [Role("w", entrypoint="true")]))
     assert calls == []  # no GPU: no need to know the version
     gpu_app = AppDef("g", [Role("w", entrypoint="true", resource=Resource(gpu=1))])
@@ -560,8 +561,8 @@ def test_slurm_without_json_is_read_from_text_columns() -> None:
     q = SlurmQueries(runner=runner)
     assert q.job(JOBS["running"])[0].state == AppState.RUNNING  # type: ignore[index]
     assert q.json is False
-    q._squeue = {}
-    q._squeue_at = time.monotonic()
+    q._snapshot = {}
+    q._snapshot_at = time.monotonic()
     failed = q.job(JOBS["failed"], max_age=60)
     assert failed is not None and failed[0].state == AppState.FAILED
     assert [c[0] for c in calls] == ["squeue", "squeue", "sacct"]
@@ -656,7 +657,7 @@ def test_sacct_batches_every_recently_wanted_id() -> None:
     q.job("1001", max_age=0)
     q.job("1002", max_age=0)
     time.sleep(0.01)
-    q._sacct_at.clear()  # as if both were last asked long ago
+    q._lookup_at.clear()  # as if both were last asked long ago
     q.job("1003", max_age=0)
     assert fake.calls[-1][-1] == "1001,1002,1003"
 
@@ -700,7 +701,7 @@ def write_job_dir(s: SlurmScheduler, app: AppDef, app_id: str, tmp_path: Path) -
     (job_dir / "app.json").write_text(req.app_json)
     for role in req.roles:
         (job_dir / role).mkdir()
-    index = slurm._index_dir()
+    index = _index_dir()
     index.mkdir(parents=True, exist_ok=True)
     (index / app_id).write_text(str(job_dir) + "\n")
     return job_dir
@@ -768,7 +769,7 @@ def replicas_of(desc: Any) -> list[Any]:
 def test_wait_backs_off(monkeypatch: pytest.MonkeyPatch) -> None:
     s = SlurmScheduler("t", queries_=SlurmQueries(runner=FakeSlurm()))
     sleeps: list[float] = []
-    monkeypatch.setattr(slurm.time, "sleep", sleeps.append)
+    monkeypatch.setattr(time, "sleep", sleeps.append)
     states = iter([AppState.PENDING] * 10 + [AppState.SUCCEEDED])
 
     def describe(app_id: str, max_age: float = 1.0) -> Any:
@@ -796,7 +797,7 @@ def test_cancel_is_idempotent(monkeypatch: pytest.MonkeyPatch) -> None:
         calls.append(args)
         return next(answers)
 
-    monkeypatch.setattr(slurm, "_run", fake_run)
+    monkeypatch.setattr(slurm_cli, "run", fake_run)
     s = SlurmScheduler("t", queries_=SlurmQueries(runner=FakeSlurm()))
     for _ in range(3):
         s.cancel("5")
@@ -824,7 +825,7 @@ def test_schedule_writes_private_files_and_indexes_the_job(monkeypatch: pytest.M
         seen.update(args=args, **kw)
         return subprocess.CompletedProcess(args, 0, "777;cluster\n", "")
 
-    monkeypatch.setattr(slurm, "_run", fake_run)
+    monkeypatch.setattr(slurm_cli, "run", fake_run)
     s = SlurmScheduler("t", queries_=SlurmQueries(runner=FakeSlurm()))
     info = s.submit_dryrun(two_role_app(), {"slurm_version": "22.05"})
     assert s.schedule(info) == "777"
@@ -835,7 +836,7 @@ def test_schedule_writes_private_files_and_indexes_the_job(monkeypatch: pytest.M
     assert (job_dir.stat().st_mode & 0o777) == 0o700
     assert (job_dir.parent.stat().st_mode & 0o777) == 0o700
     assert ((job_dir / "app.json").stat().st_mode & 0o777) == 0o600
-    assert (slurm._index_dir() / "777").read_text().strip() == str(job_dir)
+    assert (_index_dir() / "777").read_text().strip() == str(job_dir)
     with pytest.raises(SubmissionError, match="already holds an app"):
         s.schedule(info)
 
@@ -844,7 +845,7 @@ def test_sbatch_refusal_is_a_submission_error(monkeypatch: pytest.MonkeyPatch, t
     def fake_run(args: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(args, 1, "", "sbatch: error: Batch job submission failed: Requested node configuration is not available\n")
 
-    monkeypatch.setattr(slurm, "_run", fake_run)
+    monkeypatch.setattr(slurm_cli, "run", fake_run)
     s = SlurmScheduler("t")
     with pytest.raises(SubmissionError, match="Requested node configuration is not available"):
         s.submit(two_role_app(), {"slurm_version": "22.05", "job_dir": str(tmp_path / "j")})
@@ -858,7 +859,7 @@ def test_remove_deletes_only_what_tsm_wrote(tmp_path: Path) -> None:
     (job_dir / "ps" / "mine.txt").write_text("user file")
     assert s.remove("9002") is True
     assert sorted(p.relative_to(job_dir).as_posix() for p in job_dir.rglob("*")) == ["ps", "ps/mine.txt"]
-    assert not (slurm._index_dir() / "9002").exists()
+    assert not (_index_dir() / "9002").exists()
     assert s.remove("9002") is False  # nothing of ours is left
 
 
@@ -894,7 +895,7 @@ def test_log_iter_streams_and_regex(tmp_path: Path) -> None:
 
 def test_log_iter_found_from_another_directory_via_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     s, job_dir = logs_app(tmp_path)
-    (slurm._index_dir() / "9001").unlink()  # another TSM_HOME: only Slurm's WorkDir leads there
+    (_index_dir() / "9001").unlink()  # another TSM_HOME: only Slurm's WorkDir leads there
     squeue = squeue_with("9001", current_working_directory=str(job_dir))
     s2 = SlurmScheduler("t", queries_=SlurmQueries(runner=FakeSlurm(squeue=squeue)))
     monkeypatch.chdir(tmp_path)

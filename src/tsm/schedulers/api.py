@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import abc
 import enum
-import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Generic, TypeVar
 
+# the log helpers every backend uses, importable from the interface module as well as from the kit
+from tsm.schedulers.common.logs import (
+    filter_regex as filter_regex,
+    split_lines as split_lines,
+    split_lines_iterator as split_lines_iterator,
+)
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, RoleStatus
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import validate_app
@@ -56,11 +62,25 @@ class ListAppResponse:
     created: float | None = None
 
 
-class Scheduler(abc.ABC):
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # a default (PEP 696) lets a plain ``Scheduler`` mean "any request" to type checkers
+    from typing import Any
+
+    from typing_extensions import TypeVar as _TypeVarWithDefault
+
+    #: The type of the request a scheduler builds at dry run and submits unchanged (``SlurmBatchRequest``).
+    RequestT = _TypeVarWithDefault("RequestT", default=Any)
+else:
+    RequestT = TypeVar("RequestT")
+
+
+class Scheduler(abc.ABC, Generic[RequestT]):
     """A backend that runs apps: local processes, Slurm, Kubernetes, Ray, ...
 
-    Subclasses set ``backend`` and implement the abstract methods; ``submit`` and ``exists`` are built
-    on them. ``cancel`` must be idempotent: cancelling an ended app is not an error.
+    Generic over its request type: ``class SlurmScheduler(Scheduler[SlurmBatchRequest])``. Subclasses set
+    ``backend`` and implement the abstract methods; ``submit`` and ``exists`` are built on them. The
+    contract every backend keeps is a test, ``tests/schedulers/conformance.py``: among others, ``describe``
+    of an unknown id is None and ``cancel`` is idempotent (cancelling an ended or unknown app does nothing).
     """
 
     backend: str = ""
@@ -70,7 +90,7 @@ class Scheduler(abc.ABC):
         self.session_name = session_name
 
     # -- requests ----------------------------------------------------------------------------------
-    def submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal] | None = None) -> AppDryRunInfo:
+    def submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal] | None = None) -> AppDryRunInfo[RequestT]:
         """Validate ``app`` and ``cfg`` and return the request this scheduler would submit, unsubmitted."""
         validate_app(app)
         resolved = self.run_opts().resolve(cfg)
@@ -89,11 +109,11 @@ class Scheduler(abc.ABC):
         """Backend-specific checks before the request is built; raise InvalidAppError."""
 
     @abc.abstractmethod
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo:
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RequestT]:
         """Build the request for a validated app and resolved cfg."""
 
     @abc.abstractmethod
-    def schedule(self, dryrun_info: AppDryRunInfo) -> str:
+    def schedule(self, dryrun_info: AppDryRunInfo[RequestT]) -> str:
         """Submit the request in ``dryrun_info`` unchanged; return the app id."""
 
     @abc.abstractmethod
@@ -133,22 +153,13 @@ class Scheduler(abc.ABC):
     def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
         """Block until the app is terminal or ``timeout`` passes; return its description.
 
-        The default backs off from 0.1 s to 5 s between :meth:`describe` calls; backends with an event
-        (the local scheduler) override it.
+        The default polls :meth:`describe`, backing off from 0.1 s to 5 s
+        (:func:`tsm.schedulers.common.polling.poll_until_terminal`); backends with an event (the local
+        scheduler) override it.
         """
-        import time
+        from tsm.schedulers.common.polling import poll_until_terminal
 
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = 0.1
-        while True:
-            desc = self.describe(app_id)
-            if desc is None or desc.state.is_terminal:
-                return desc
-            if deadline is not None and time.monotonic() >= deadline:
-                return desc
-            pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
-            time.sleep(pause)
-            delay = min(delay * 1.5, 5.0)
+        return poll_until_terminal(lambda _pause: self.describe(app_id), timeout)
 
     @abc.abstractmethod
     def cancel(self, app_id: str) -> None:
@@ -163,23 +174,3 @@ class Scheduler(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release clients and connections; the scheduler is not used after this."""
-
-
-def filter_regex(regex: str | None, lines: Iterable[str]) -> Iterator[str]:
-    """Yield the lines that contain a match of ``regex`` (all lines when None)."""
-    if not regex:
-        yield from lines
-        return
-    pattern = re.compile(regex)
-    for line in lines:
-        if pattern.search(line):
-            yield line
-
-
-def split_lines(text: str) -> list[str]:
-    """Split on ``\\n`` only, keeping the newline; a last line without one is kept as is."""
-    parts = text.split("\n")
-    out = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        out.append(parts[-1])
-    return out

@@ -1,0 +1,54 @@
+"""Private files and directories for what a backend keeps of an app (requests, records, logs).
+
+Everything tsm writes about an app may hold secrets from its env, so directories are made 0700 and files
+0600 whatever the umask; cleaning up never fails on what is already gone or not ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+
+def make_private_dirs(path: Path) -> None:
+    """``mkdir -p`` where every directory made is 0700 (``Path.mkdir(parents=True)`` leaves parents 0755)."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700, exist_ok=True)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (created 0600, truncated); surrogate escapes are written as their bytes."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(text)
+
+
+def read_text(path: Path) -> str | None:
+    """The file's text, or None when it cannot be read."""
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def unlink(path: Path) -> bool:
+    """Delete a file; True when it was there and is gone."""
+    try:
+        path.unlink()
+        return True
+    except OSError:
+        return False
+
+
+def rmdir(path: Path) -> None:
+    """Remove a directory if it is empty; a non-empty (someone else's files) or missing one stays as is."""
+    with contextlib.suppress(OSError):
+        path.rmdir()

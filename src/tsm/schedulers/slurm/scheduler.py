@@ -1,0 +1,506 @@
+"""The Slurm scheduler: submit, describe, list, cancel, remove and read logs of apps run as sbatch jobs.
+
+The package docstring (:mod:`tsm.schedulers.slurm`) is the manual; this module ties the pieces together:
+:mod:`.script` builds the request, :mod:`.cli` runs Slurm's commands, :mod:`.queries` shares their answers
+and :mod:`.parse` reads them; the job directory fills in what Slurm does not keep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+
+from tsm.errors import (
+    InvalidAppError,
+    InvalidRunOptionError,
+    SchedulerUnavailableError,
+    SubmissionError,
+    UnknownAppError,
+)
+from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from tsm.schedulers.common.errors import cli_message
+from tsm.schedulers.common.files import make_private_dirs, read_text, rmdir, unlink, write_private
+from tsm.schedulers.common.logs import (
+    check_replica,
+    file_reader,
+    filter_regex,
+    follow,
+    read_files,
+    stream_names,
+)
+from tsm.schedulers.common.polling import poll_until_terminal
+from tsm.schedulers.common.quoting import is_shell_name
+from tsm.schedulers.common.record import AppRecord, role_replicas
+from tsm.schedulers.common.status import attribute_failure
+from tsm.schedulers.slurm import cli
+from tsm.schedulers.slurm.parse import WAITING_REASONS, SlurmJob, expand_hostlist, id_key, read_status
+from tsm.schedulers.slurm.queries import SlurmQueries, queries
+from tsm.schedulers.slurm.script import (
+    REPLICA_WRAPPER,
+    SlurmBatchRequest,
+    SlurmOptions,
+    build_script,
+    directive_safe,
+    format_request,
+)
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus
+from tsm.specs.runopts import CfgVal, runopts
+from tsm.specs.validate import check_exec_size
+
+
+def _default_job_dir(app_name: str) -> str:
+    from tsm.store import tsm_home
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return str(tsm_home() / "slurm" / "jobs" / f"{app_name}-{stamp}-{os.urandom(3).hex()}")
+
+
+def _index_dir() -> Path:
+    from tsm.store import tsm_home
+
+    return tsm_home() / "slurm" / "index"
+
+
+
+class SlurmScheduler(Scheduler[SlurmBatchRequest]):
+    """Runs apps as Slurm heterogeneous batch jobs; see the module docstring for the whole picture."""
+
+    def __init__(
+        self, session_name: str, backend: str = "slurm", queries_: SlurmQueries | None = None
+    ) -> None:
+        super().__init__(backend, session_name)
+        self._queries = queries_
+
+    @property
+    def queries(self) -> SlurmQueries:
+        """The status batcher this scheduler reads through (the process-wide one by default)."""
+        return self._queries or queries()
+
+    # -- run options --------------------------------------------------------------------------------------
+    def run_opts(self) -> runopts:
+        """The sbatch options tsm exposes (declared once, typed, in :class:`SlurmOptions`)."""
+        return SlurmOptions.runopts()
+
+    # -- requests -----------------------------------------------------------------------------------------
+    def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+        """Reject what Slurm cannot carry: mounts, odd env names with an '=' in the entrypoint, bad paths."""
+        for role in app.roles:
+            if role.mounts:
+                raise InvalidAppError(
+                    f"role '{role.name}': the slurm scheduler has no mounts; replicas see the nodes' own filesystems"
+                )
+            odd = [k for k in role.env if not is_shell_name(k)]
+            if odd and "=" in role.entrypoint:
+                raise InvalidAppError(
+                    f"role '{role.name}': env names {odd} are not shell names, so they are set with env(1), "
+                    "which would read the entrypoint (it holds '=') as another variable"
+                )
+            for key in ("partition", "constraint"):
+                value = (role.resource.capabilities or {}).get(key)
+                if value is not None and not isinstance(value, str):
+                    raise InvalidAppError(f"role '{role.name}': resource capability '{key}' must be a string")
+            # Both programs the job starts per replica must fit ARG_MAX with the submitter's environment
+            # (the job keeps it): bash, given the wrapper, the env pairs and the command as arguments, then
+            # the command itself, given the env.
+            env_pairs = [f"{k}={v}" for k, v in role.env.items()]
+            wrapper = ["bash", "-c", REPLICA_WRAPPER, "tsm-replica", role.name, str(role.num_replicas), "0"]
+            check_exec_size(f"role '{role.name}'", [*wrapper, *env_pairs, role.entrypoint, *role.args], os.environ)
+            check_exec_size(f"role '{role.name}'", [role.entrypoint, *role.args], {**os.environ, **role.env})
+        SlurmOptions.from_cfg(cfg)  # refuses bad values before the app's own checks are paid for
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[SlurmBatchRequest]:
+        """Build the batch script; asks ``sbatch --version`` only when a role wants GPUs."""
+        opts = SlurmOptions.from_cfg(cfg)
+        job_dir = os.path.abspath(os.path.expanduser(opts.job_dir or _default_job_dir(app.name)))
+        if "%" in job_dir or not directive_safe(job_dir):
+            raise InvalidRunOptionError(f"job_dir {job_dir!r} must not hold '%', backslashes or line breaks")
+        version = opts.version
+        if version is None and any(r.resource.gpu and r.resource.gpu > 0 for r in app.roles):
+            version = cli.slurm_version()
+        submit_dir = os.getcwd()
+        record = AppRecord(
+            scheduler="slurm", session=self.session_name, app=app, submit_dir=submit_dir, details={"job_dir": job_dir}
+        )
+        request = SlurmBatchRequest(
+            script=build_script(app, opts, job_dir, submit_dir, version),
+            job_dir=job_dir,
+            app_name=app.name,
+            roles=[r.name for r in app.roles],
+            app_json=record.to_json(),
+        )
+        return AppDryRunInfo(request=request, fmt=format_request)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:
+        """Make the job directory, save the script and app, ``sbatch`` the script unchanged; returns the job id."""
+        req = dryrun_info.request
+        if not isinstance(req, SlurmBatchRequest):
+            raise SubmissionError(f"the slurm scheduler cannot submit a {type(req).__name__} request")
+        job_dir = Path(req.job_dir)
+        try:
+            make_private_dirs(job_dir)
+            if (job_dir / "app.json").exists():
+                raise SubmissionError(f"job_dir {job_dir} already holds an app: choose another directory")
+            for role in req.roles:
+                (job_dir / role).mkdir(mode=0o700, exist_ok=True)
+            write_private(job_dir / "app.json", req.app_json)
+            write_private(job_dir / "job.sbatch", req.script)
+        except OSError as e:
+            raise SubmissionError(f"cannot prepare the job directory {job_dir}: {e.strerror or e}") from e
+        try:
+            # umask 077: files Slurm creates for the job before its script runs (batch.out) are private too
+            proc = cli.run(["sbatch", *req.sbatch_args, str(job_dir / "job.sbatch")], cwd=str(job_dir), umask=0o077)
+            if proc.returncode != 0:
+                err = cli_message(proc)
+                if cli.unreachable(proc):
+                    raise SchedulerUnavailableError(f"sbatch: the Slurm controller cannot be reached ({err})")
+                raise SubmissionError(f"sbatch refused the job: {err}")
+            job_id = proc.stdout.strip().splitlines()[-1].split(";")[0].strip() if proc.stdout.strip() else ""
+            if not job_id.isdigit():
+                raise SubmissionError(
+                    f"sbatch gave no job id: {proc.stdout.strip()!r} {proc.stderr.strip()!r}"
+                )
+        except BaseException:
+            _remove_job_files(job_dir, req.roles)  # nothing was submitted: leave no half-made job behind
+            raise
+        try:
+            write_private(job_dir / "job_id", job_id + "\n")
+            index = _index_dir()
+            make_private_dirs(index)
+            write_private(index / job_id, str(job_dir) + "\n")
+        except OSError:
+            pass  # the job's WorkDir still leads to the job directory
+        self.queries.submitted(job_id)
+        return job_id
+
+    # -- queries ------------------------------------------------------------------------------------------
+    @staticmethod
+    def _indexed_job_dir(app_id: str) -> Path | None:
+        """The job directory this ``$TSM_HOME`` recorded for ``app_id`` at submission, if any."""
+        try:
+            text = read_text(_index_dir() / app_id) if re.fullmatch(r"\d+", app_id) else None
+        except Exception:  # noqa: BLE001 - an unusable TSM_HOME only loses the index
+            return None
+        path = Path(text.strip()) if text and text.strip() else None
+        return path if path is not None and (path / "app.json").is_file() else None
+
+    def _job_dir(self, app_id: str, recs: list[SlurmJob] | None) -> Path | None:
+        """The app's job directory: from this TSM_HOME's index, else from the job's WorkDir."""
+        indexed = self._indexed_job_dir(app_id)
+        if indexed is not None:
+            return indexed
+        for r in recs or []:
+            if r.work_dir and (Path(r.work_dir) / "app.json").is_file():
+                return Path(r.work_dir)
+        return None
+
+    @staticmethod
+    def _load_app(job_dir: Path | None) -> AppDef | None:
+        """The app as submitted, from the job directory's record (None when it is gone or unreadable)."""
+        record = AppRecord.load(job_dir / "app.json") if job_dir is not None else None
+        return record.app if record is not None else None
+
+    @staticmethod
+    def _rebuild_app(recs: list[SlurmJob]) -> AppDef:
+        """An app shaped like the job when its app.json is gone: roles named after the components."""
+        app_name = recs[0].name.rsplit(".", 1)[0] if recs else "unknown"
+        roles = []
+        for r in recs:
+            role_name = r.name.rsplit(".", 1)[-1] if "." in r.name else f"role{r.offset}"
+            roles.append(Role(name=role_name, entrypoint="?", num_replicas=max(1, r.num_tasks or 1)))
+        return AppDef(name=app_name or "unknown", roles=roles)
+
+    def describe(self, app_id: str, max_age: float = 1.0) -> DescribeAppResponse | None:
+        """The app's state, per role and replica, from squeue/sacct refined by the job directory.
+
+        ``max_age`` is how old (seconds) a shared squeue answer may be; see :class:`SlurmQueries`.
+        """
+        if not re.fullmatch(r"\d+", app_id):
+            return None
+        recs = self.queries.job(app_id, max_age=max_age)
+        job_dir = self._job_dir(app_id, recs)
+        if not recs:
+            return self._describe_from_files(app_id, job_dir)
+        app = self._load_app(job_dir)
+        if app is None or len(app.roles) != len(recs):
+            app = self._rebuild_app(recs)
+        leader = recs[0]
+        state = leader.state
+        restarts = leader.restarts
+        if job_dir is not None and leader.source == "sacct" and not restarts:
+            text = read_text(job_dir / "restarts")
+            restarts = int(text.strip()) if text and text.strip().isdigit() else 0
+        roles_statuses: list[RoleStatus] = []
+        for role, rec in zip(app.roles, recs, strict=False):
+            hosts = expand_hostlist(rec.nodes) if rec.nodes else []
+            replicas = [self._replica_status(role, k, rec, hosts, job_dir, restarts) for k in range(role.num_replicas)]
+            roles_statuses.append(RoleStatus(role=role.name, replicas=replicas))
+        # the others were stopped because of the first failure: they did not fail themselves
+        failure = attribute_failure(roles_statuses)
+        if not failure and state == AppState.FAILED and leader.state_name != "FAILED":
+            # Slurm ended the job (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED...): every replica it
+            # stopped failed with it.
+            for rs_role in roles_statuses:
+                for r in rs_role.replicas:
+                    if r.state in (AppState.CANCELLED, AppState.RUNNING, AppState.FAILED):
+                        r.state = AppState.FAILED
+                        r.error_msg = f"job ended by Slurm: {leader.state_name}" + (
+                            f" ({r.error_msg})" if r.error_msg else ""
+                        )
+        msg = self._message(leader, state, failure)
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=restarts,
+            msg=msg,
+            structured_error_msg=failure,
+            roles_statuses=roles_statuses,
+            app=app,
+            created=leader.submit_time,
+        )
+
+    @staticmethod
+    def _message(leader: SlurmJob, state: AppState, failure: str) -> str:
+        reason = leader.reason if leader.reason and leader.reason != "None" else ""
+        if state != AppState.PENDING and reason in WAITING_REASONS:
+            reason = ""  # a stale pending reason (sacct keeps the last one) says nothing about the end
+        parts = [leader.state_name]
+        if reason:
+            parts.append(f"reason: {reason}")
+        if leader.description:
+            parts.append(leader.description)
+        if state == AppState.FAILED:
+            if failure:
+                parts.append(failure)
+            elif leader.exit_code:
+                parts.append(f"exit code {leader.exit_code}")
+            elif leader.signal:
+                parts.append(f"signal {leader.signal}")
+        return "; ".join(parts)
+
+    @staticmethod
+    def _replica_status(
+        role: Role,
+        k: int,
+        rec: SlurmJob,
+        hosts: list[str],
+        job_dir: Path | None,
+        restarts: int,
+    ) -> ReplicaStatus:
+        comp_state = rec.state
+        host = hosts[k] if k < len(hosts) and rec.num_tasks in (None, len(hosts)) else ""
+        rs = ReplicaStatus(id=k, role=role.name, state=comp_state, hostname=host, restarts=restarts)
+        if comp_state == AppState.PENDING or job_dir is None:
+            return rs
+        f = read_status(job_dir / role.name / f"{k}.status")
+        if f is None or f.attempt != restarts:
+            return rs  # not started in this attempt (or files not shared): the role's state stands
+        rs.hostname = f.host or rs.hostname
+        if f.running:
+            rs.state = AppState.RUNNING if not comp_state.is_terminal else comp_state
+            return rs
+        rs.exit_code = f.exit_code
+        if f.exit_code == 0:
+            rs.state = AppState.SUCCEEDED
+        elif f.signal:
+            # stopped by tsm (another role failed) or by Slurm (scancel, time limit): not its own failure
+            rs.state = AppState.CANCELLED
+            rs.error_msg = f"stopped by SIG{f.signal} (exit code {f.exit_code})"
+        else:
+            rs.state = AppState.FAILED
+            rs.error_msg = f"exited with code {f.exit_code}"
+        return rs
+
+    def _describe_from_files(self, app_id: str, job_dir: Path | None) -> DescribeAppResponse | None:
+        """Slurm forgot the job (no accounting): its job directory's ``exit`` file still tells how it ended."""
+        if job_dir is None:
+            return None
+        app = self._load_app(job_dir)
+        code = (read_text(job_dir / "exit") or "").strip()
+        if code.isdigit():
+            state = AppState.SUCCEEDED if code == "0" else AppState.FAILED
+            msg = "ended (Slurm no longer lists the job)" + (f"; exit code {code}" if code != "0" else "")
+        else:
+            state, msg = AppState.UNKNOWN, "Slurm no longer lists the job and it left no exit code"
+        roles_statuses = []
+        for role in app.roles if app else []:
+            reps = []
+            for k in range(role.num_replicas):
+                f = read_status(job_dir / role.name / f"{k}.status")
+                st = state
+                if f is not None and not f.running:
+                    st = AppState.SUCCEEDED if f.exit_code == 0 else AppState.FAILED
+                reps.append(
+                    ReplicaStatus(
+                        id=k,
+                        role=role.name,
+                        state=st,
+                        hostname=f.host if f else "",
+                        exit_code=f.exit_code if f else None,
+                    )
+                )
+            roles_statuses.append(RoleStatus(role=role.name, replicas=reps))
+        return DescribeAppResponse(
+            app_id=app_id, state=state, msg=msg, roles_statuses=roles_statuses, app=app
+        )
+
+    def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
+        """Block until the app is terminal or ``timeout`` passes; return its last description.
+
+        Polls :meth:`describe` starting every 0.5 s and backing off by 1.5x to every 5 s; the polls go
+        through the shared :class:`SlurmQueries`, so many apps waited on in threads share their squeue
+        calls (about one a second in all) instead of each asking the controller.
+        """
+        return poll_until_terminal(
+            lambda pause: self.describe(app_id, max_age=min(pause, 1.0)), timeout, initial=0.5, cap=5.0
+        )
+
+    def list(self) -> list[ListAppResponse]:
+        """This user's jobs: those ``squeue`` shows and those ``sacct`` recorded in the last 7 days."""
+        found: dict[str, list[SlurmJob]] = {}
+        found.update(self.queries.recent())
+        found.update(self.queries.queue())
+        me = _user_name()
+        out = []
+        for app_id, recs in found.items():
+            leader = recs[0]
+            if me and leader.user and leader.user != me:
+                continue  # 22.05's squeue --json ignores --me, and root's sacct shows everyone
+            out.append(
+                ListAppResponse(
+                    app_id=app_id,
+                    state=leader.state,
+                    app_handle=f"{self.backend}://{self.session_name}/{app_id}",
+                    name=leader.name.rsplit(".", 1)[0] if "." in leader.name else leader.name,
+                    created=leader.submit_time,
+                )
+            )
+        out.sort(key=lambda r: (r.created or 0, id_key(r.app_id)), reverse=True)
+        return out
+
+    def cancel(self, app_id: str) -> None:
+        """``scancel`` the job (every role); cancelling an ended or unknown job is not an error."""
+        if not re.fullmatch(r"\d+", app_id):
+            return
+        proc = cli.run(["scancel", app_id])
+        if proc.returncode != 0:
+            err = proc.stderr.lower()
+            if "already completing or completed" in err or "invalid job id" in err:
+                return
+            cli.check(proc, f"scancel {app_id}")
+        self.queries.invalidate()
+
+    def remove(self, app_id: str) -> bool:
+        """Delete the files tsm wrote for an ended app (its job directory and index entry).
+
+        Only the files tsm and Slurm write there are deleted, and then the directories if that leaves
+        them empty, so a ``job_dir`` that held other files keeps them. Slurm's own records stay.
+        """
+        if not re.fullmatch(r"\d+", app_id):
+            return False
+        job_dir = self._indexed_job_dir(app_id)
+        if job_dir is None:
+            job_dir = self._job_dir(app_id, self.queries.job(app_id))
+        removed = False
+        if job_dir is not None:
+            app = self._load_app(job_dir)
+            removed = _remove_job_files(job_dir, [r.name for r in app.roles] if app else [])
+        with contextlib.suppress(Exception):  # an unusable TSM_HOME has no index to clean
+            removed |= unlink(_index_dir() / app_id)
+        return removed
+
+    # -- logs ---------------------------------------------------------------------------------------------
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterator[str]:
+        """Lines of replica ``k`` of ``role_name`` from its files in the job directory.
+
+        See the module docstring for what COMBINED, ``since``/``until`` and ``should_tail`` mean here.
+        """
+        job_dir = None
+        if re.fullmatch(r"\d+", app_id):
+            job_dir = self._indexed_job_dir(app_id) or self._job_dir(app_id, self.queries.job(app_id))
+        if job_dir is None:
+            raise UnknownAppError(
+                f"no job directory found for slurm app '{app_id}' (not submitted by tsm, or its files are gone)"
+            )
+        app = self._load_app(job_dir)
+        check_replica(app_id, role_replicas(app), role_name, k)
+        assert app is not None  # check_replica refused an app without roles
+        role = next(r for r in app.roles if r.name == role_name)
+        paths = [job_dir / role_name / f"{k}.{name}" for name in stream_names(streams)]
+        status_path = job_dir / role_name / f"{k}.status"
+        if since is not None or until is not None:
+            paths = [p for p in paths if _file_in_window(p, status_path, since, until)]
+        if not should_tail:
+            return filter_regex(regex, read_files(paths))
+        ended = self._tail_end_check(app_id, role, status_path)
+        return filter_regex(regex, follow([file_reader(p) for p in paths], ended))
+
+    def _tail_end_check(self, app_id: str, role: Role, status_path: Path) -> Callable[[], bool]:
+        """A callable that is True once the replica is done for good (no retry left) or the job has ended."""
+        last_check = [0.0]
+
+        def ended() -> bool:
+            f = read_status(status_path)
+            if f is not None and not f.running and (f.exit_code == 0 or f.attempt >= role.max_retries):
+                return True
+            now = time.monotonic()
+            if now - last_check[0] < 2.0:
+                return False
+            last_check[0] = now
+            recs = self.queries.job(app_id, max_age=2.0)
+            return recs is None or bool(recs) and recs[0].state.is_terminal
+
+        return ended
+
+
+def _remove_job_files(job_dir: Path, roles: list[str]) -> bool:
+    """Delete the files tsm and Slurm write in a job directory, then the directories left empty."""
+    removed = False
+    for role in roles:
+        for f in (job_dir / role).glob("*"):
+            if re.fullmatch(r"\d+\.(stdout|stderr|status)", f.name):
+                removed |= unlink(f)
+        rmdir(job_dir / role)
+    for name in ("job.sbatch", "batch.out", "exit", "restarts", "job_id", "app.json"):
+        removed |= unlink(job_dir / name)
+    rmdir(job_dir)
+    return removed
+
+
+def _user_name() -> str:
+    """This process's user name, as Slurm reports job owners ("" when it cannot be told)."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return os.environ.get("USER", "")
+
+
+def _file_in_window(path: Path, status_path: Path, since: datetime | None, until: datetime | None) -> bool:
+    """Whole-file time filter: Slurm's log lines carry no time of their own."""
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        return True
+    if since is not None and mtime < since.timestamp():
+        return False
+    if until is not None:
+        f = read_status(status_path)
+        if f is not None and f.started is not None and f.started > until.timestamp():
+            return False
+    return True
