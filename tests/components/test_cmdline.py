@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional  # noqa: UP035 (TorchX components use these spellings)
 
 import pytest
 
@@ -116,9 +116,40 @@ def test_bool_negation_sets_false() -> None:
     }
 
 
-def test_bool_takes_no_value() -> None:
-    with pytest.raises(ComponentArgumentError, match="ignored explicit argument"):
-        materialize(with_defaults, ["--verbose=true"])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--verbose"], True),
+        (["--verbose", "True"], True),  # TorchX's spelling
+        (["--verbose", "False"], False),
+        (["--verbose", "false"], False),
+        (["--verbose=no"], False),
+        (["--verbose=TRUE"], True),
+        (["--no-verbose"], False),
+        (["--verbose", "False", "--msg", "m"], False),
+    ],
+)
+def test_bool_takes_true_false_or_no_value(argv: list[str], expected: bool) -> None:
+    assert called(materialize(with_defaults, argv))["verbose"] is expected
+
+
+def test_a_word_after_a_bare_bool_flag_is_not_its_value() -> None:
+    def flagged(*args: str, debug: bool = False) -> AppDef:
+        """A flag before a pass-through list."""
+        return _app(*args, debug=debug)
+
+    assert called(materialize(flagged, ["--debug", "train.py", "x"])) == {
+        "args": ["train.py", "x"],
+        "debug": True,
+    }
+    assert called(materialize(flagged, ["--debug", "False", "true"])) == {"args": ["true"], "debug": False}
+
+
+def test_negated_bool_takes_no_value() -> None:
+    with pytest.raises(ComponentArgumentError, match="argument --no-verbose: takes no value"):
+        materialize(with_defaults, ["--no-verbose=true"])
+    with pytest.raises(ComponentArgumentError, match="invalid bool value 'maybe'"):
+        materialize(with_defaults, ["--verbose=maybe"])
 
 
 @pytest.mark.parametrize(
@@ -181,8 +212,15 @@ def test_bool_parsing_rejects_other_words() -> None:
         (Optional[int], ParamType(int, optional=True)),  # noqa: UP045
         (int | None, ParamType(int, optional=True)),
         (None | list[str], ParamType(list, optional=True)),
-        (list[int], None),
-        (dict[str, int], None),
+        (list[int], ParamType(list, item=int)),
+        (List[float], ParamType(list, item=float)),  # noqa: UP006 (typing spellings must work)
+        (dict[str, int], ParamType(dict, item=int)),
+        (Dict[int, str], ParamType(dict, key=int)),  # noqa: UP006
+        (Optional[List[int]], ParamType(list, optional=True, item=int)),  # noqa: UP006, UP045
+        (Dict[str, List[str]], ParamType(dict, item_list=True)),  # noqa: UP006
+        (list[bool], None),
+        (list[list[str]], None),
+        (dict[str, dict[str, str]], None),
         (list, None),
         (int | str, None),
         (Optional[int | str], None),  # noqa: UP045
@@ -280,10 +318,19 @@ def test_help_shows_config_defaults() -> None:
 
 
 # -- names: -x, --name, --name-with-dashes -----------------------------------------------------------
-def test_single_letter_parameters_are_short_options() -> None:
+def test_single_letter_parameters_take_one_or_two_dashes() -> None:
     assert called(materialize(varargs, ["-n", "5"]))["n"] == 5
-    with pytest.raises(ComponentArgumentError, match="unrecognized arguments: --n"):
-        materialize(varargs, ["--n", "5"])
+    assert called(materialize(varargs, ["--n", "6"]))["n"] == 6  # TorchX registers both
+    assert called(materialize(varargs, ["--n=7"]))["n"] == 7
+    assert called(materialize(optionals, ["--c", "x,y", "--e", "false"])) | {} == {
+        "args": [],
+        "a": None,
+        "b": None,
+        "c": ["x", "y"],
+        "d": None,
+        "e": False,
+        "f": None,
+    }
 
 
 def test_underscored_names_also_accept_dashes() -> None:
@@ -303,9 +350,15 @@ def test_everything_after_double_dash_goes_to_varargs_verbatim() -> None:
     assert called(app) == {"args": ["--prefix", "-n", "--", "$(x)", "a b"], "prefix": "p", "n": 1}
 
 
-def test_positional_leftovers_go_to_varargs_before_the_double_dash_ones() -> None:
-    app = materialize(varargs, ["a", "--prefix", "p", "b", "--", "c"])
-    assert called(app) == {"args": ["a", "b", "c"], "prefix": "p", "n": 1}
+def test_words_from_the_first_positional_on_are_passed_through_not_parsed() -> None:
+    app = materialize(varargs, ["--prefix", "p", "a", "--prefix", "q", "-n", "b", "--", "c"])
+    assert called(app) == {"args": ["a", "--prefix", "q", "-n", "b", "--", "c"], "prefix": "p", "n": 1}
+
+
+def test_option_values_may_look_like_words_or_negative_numbers() -> None:
+    app = materialize(varargs, ["--prefix", "a b", "-n", "-3", "x"])
+    assert called(app) == {"args": ["x"], "prefix": "a b", "n": -3}
+    assert called(materialize(varargs, ["--prefix=-v", "x"]))["prefix"] == "-v"
 
 
 def test_parameters_before_varargs_are_passed_positionally() -> None:
@@ -343,12 +396,12 @@ def test_bad_int() -> None:
 
 
 def test_bad_float() -> None:
-    with pytest.raises(ComponentArgumentError, match=r"argument -f: invalid float value 'x'"):
+    with pytest.raises(ComponentArgumentError, match=r"argument -f/--f: invalid float value 'x'"):
         materialize(optionals, ["-f", "x"])
 
 
 def test_bad_dict() -> None:
-    with pytest.raises(ComponentArgumentError, match=r"argument -d: invalid dict value 'oops'"):
+    with pytest.raises(ComponentArgumentError, match=r"argument -d/--d: invalid dict value 'oops'"):
         materialize(optionals, ["-d", "oops"])
 
 
@@ -378,7 +431,7 @@ def test_argument_error_raised_by_the_component_gets_prog_and_usage() -> None:
 
     with pytest.raises(ComponentArgumentError, match=r"^picky: -x must be even$") as info:
         materialize(picky, ["-x", "3"])
-    assert info.value.usage.startswith("usage: picky [-x X]")
+    assert info.value.usage == "usage: picky [options]   ('picky --help' lists the options)\n"
 
 
 def test_other_errors_of_the_component_propagate() -> None:
@@ -410,11 +463,11 @@ def test_unannotated_parameter() -> None:
 
 
 def test_unsupported_parameter_type() -> None:
-    def f(x: list[int]) -> AppDef:
+    def f(x: list[bytes]) -> AppDef:
         """Doc."""
         return _app()
 
-    with pytest.raises(ComponentError, match=r"parameter 'x' has unsupported type list\[int\]"):
+    with pytest.raises(ComponentError, match=r"parameter 'x' has unsupported type list\[bytes\]"):
         materialize(f, [])
 
 
@@ -452,7 +505,7 @@ def test_component_help_has_usage_description_and_argument_docs() -> None:
     assert "Parameters with defaults." in text
     assert "the message, 100% literal (str, default: hello)" in text  # '%' survives argparse's formatting
     assert "how many (int, default: 1)" in text
-    assert "--verbose, --no-verbose" in text
+    assert "--verbose [true|false], --no-verbose" in text
     assert "talk more (bool, default: false)" in text
     assert "also be spelled with dashes" in text
 
@@ -470,3 +523,71 @@ def test_wants_help_only_before_double_dash() -> None:
     assert not wants_help(["--msg", "x"])
     assert not wants_help(["-h", "gpu.small"])  # -h is a component's named resource, not help
     assert not wants_help(["--", "--help"])  # belongs to the app
+
+
+# -- TorchX's container types -----------------------------------------------------------------------------
+def containers(
+    ints: List[int],  # noqa: UP006
+    weights: Dict[str, int],  # noqa: UP006
+    ranks: Optional[List[int]] = None,  # noqa: UP006, UP045
+    groups: Optional[Dict[str, List[str]]] = None,  # noqa: UP006, UP045
+) -> AppDef:
+    """The container types TorchX components use.
+
+    Args:
+        ints: numbers
+        weights: name to weight
+        ranks: which ranks
+        groups: name to members
+    """
+    return _app(ints=ints, weights=weights, ranks=ranks, groups=groups)
+
+
+def test_container_types_of_torchx_components() -> None:
+    argv = ["--ints", "1,2,3", "--weights", "a=1,b=-2", "--groups", "x=h1;h2,y=h3", "--ranks", "0"]
+    assert called(materialize(containers, argv)) == {
+        "args": [],
+        "ints": [1, 2, 3],
+        "weights": {"a": 1, "b": -2},
+        "ranks": [0],
+        "groups": {"x": ["h1", "h2"], "y": ["h3"]},
+    }
+    app = materialize(containers, ["--ints", "", "--weights", "a=1;b=2", "--groups", "x=h1,h2,y=h3"])
+    assert called(app)["groups"] == {"x": ["h1", "h2"], "y": ["h3"]}
+    assert called(app)["weights"] == {"a": 1, "b": 2}
+    assert called(app)["ranks"] is None
+    assert "(dict[str, list[str]], default: None)" in component_help(containers)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--ints", "1,x", "--weights", ""], "argument --ints: invalid int value 'x' in list"),
+        (["--ints", "1", "--weights", "a=one"], "argument --weights: invalid int value 'one' for a"),
+    ],
+)
+def test_container_items_are_checked(argv: list[str], message: str) -> None:
+    with pytest.raises(ComponentArgumentError, match=message):
+        materialize(containers, argv)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("FOO=v1;v2;BAR=v3", {"FOO": "v1;v2", "BAR": "v3"}),  # ';' separates pairs too, as in TorchX
+        ("FOO=''", {"FOO": ""}),
+        ('FOO=""', {"FOO": ""}),
+    ],
+)
+def test_dict_parsing_torchx_forms(text: str, expected: dict[str, str]) -> None:
+    assert parse_value(text, ParamType(dict)) == expected
+
+
+def test_missing_required_argument_is_a_usage_error_with_one_usage_line() -> None:
+    with pytest.raises(ComponentArgumentError) as info:
+        materialize(containers, [], prog="tsm run c")
+    assert str(info.value) == "tsm run c: the following arguments are required: --ints, --weights"
+    assert (
+        info.value.usage
+        == "usage: tsm run c --ints INTS --weights WEIGHTS [options]   ('tsm run c --help' lists the options)\n"
+    )

@@ -65,17 +65,23 @@ def make_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Mak
     uid = uuid.uuid4().hex[:8]
     made: list[str] = []
 
-    def make(entry_points: str, modules: dict[str, str], dist: str = "tsm-test-plugin") -> str:
+    def make(
+        entry_points: str,
+        modules: dict[str, str],
+        dist: str = "tsm-test-plugin",
+        group: str = "tsm.components",
+    ) -> str:
         root = tmp_path / f"site-{len(made)}"
         root.mkdir()
         for name, source in modules.items():
             module = name.format(uid=uid)
-            made.append(module)
+            made.append(module.replace("/", ".").removesuffix(".__init__"))
+            (root / f"{module}.py").parent.mkdir(parents=True, exist_ok=True)
             (root / f"{module}.py").write_text(source.replace("{uid}", uid))
         info = root / f"{dist.replace('-', '_')}-1.0.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-        (info / "entry_points.txt").write_text("[tsm.components]\n" + entry_points.format(uid=uid))
+        (info / "entry_points.txt").write_text(f"[{group}]\n" + entry_points.format(uid=uid))
         monkeypatch.syspath_prepend(str(root))
         return uid
 
@@ -315,3 +321,67 @@ def test_file_with_syntax_error(tmp_path: Path) -> None:
     path.write_text("def f(:\n")
     with pytest.raises(ComponentImportError, match="SyntaxError"):
         get_component(f"{path}:f")
+
+
+# -- TorchX's entry-point group, fn_name, validation_errors ---------------------------------------------
+def test_torchx_group_is_read_after_tsms_with_torchx_naming(make_plugin: MakePlugin) -> None:
+    make_plugin(
+        "team = tpkg{uid}\n_1 = flat{uid}\n",
+        {
+            "tpkg{uid}/__init__": COMPONENT_MODULE,
+            "tpkg{uid}/sub/__init__": "",
+            "tpkg{uid}/sub/jobs": COMPONENT_MODULE.replace("def train(", "def deep("),
+            "flat{uid}": COMPONENT_MODULE.replace("def train(", "def flat("),
+        },
+        dist="torchx-team",
+        group="torchx.components",
+    )
+    make_plugin("team = tsmteam{uid}\n", {"tsmteam{uid}": COMPONENT_MODULE.replace("Train a model", "tsm's")})
+    found = list_components()
+    assert {"team.sub.jobs.deep", "flat", "team.train"} <= set(found)
+    assert found["team.train"].description == "tsm's."  # tsm's group wins a name both give
+    assert get_component("team.sub.jobs.deep").source == "entry point torchx-team"
+    assert get_component("flat").fn.__name__ == "flat"
+    app = materialize(get_component("team.sub.jobs.deep").fn, ["--lr", "2"])
+    assert app.roles[0].args == ["--lr", "2.0"]
+
+
+def test_a_torchx_plugin_that_imports_torchx_is_reported_not_fatal(make_plugin: MakePlugin) -> None:
+    make_plugin(
+        "old = needs_torchx{uid}\n", {"needs_torchx{uid}": "import torchx.specs\n"}, group="torchx.components"
+    )
+    errors: list[ComponentError] = []
+    assert set(list_components(errors)) >= BUILTINS
+    assert len(errors) == 1 and "No module named 'torchx'" in str(errors[0])
+
+
+BAD_SOURCE = '''
+from tsm.specs.api import AppDef
+
+
+def loose(x, y: int = 1) -> AppDef:
+    """x has no annotation."""
+    raise AssertionError
+'''
+
+
+def test_component_def_has_fn_name_and_validation_errors(tmp_path: Path) -> None:
+    comp = get_component("utils.echo")
+    assert (comp.fn_name, comp.validation_errors) == ("echo", [])
+    path = tmp_path / "c.py"
+    path.write_text(BAD_SOURCE)
+    with pytest.raises(
+        ComponentError, match=r"component '.*c.py:loose' is not valid: .*parameter 'x' has no type"
+    ):
+        get_component(f"{path}:loose")
+
+
+def test_invalid_plugin_component_is_refused_at_lookup_and_left_out_of_the_list(
+    make_plugin: MakePlugin,
+) -> None:
+    make_plugin("bad = loose{uid}\n", {"loose{uid}": BAD_SOURCE})
+    with pytest.raises(ComponentError, match="component 'bad.loose' is not valid"):
+        get_component("bad.loose")
+    errors: list[ComponentError] = []
+    assert "bad.loose" not in list_components(errors)
+    assert any("bad.loose" in str(e) for e in errors)

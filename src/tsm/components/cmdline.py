@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -58,32 +59,51 @@ _EMPTY = inspect.Parameter.empty
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _UNSET: Any = object()  # argparse's default: tells "not on the command line" from any real value
 _SCALARS: dict[Any, str] = {str: "str", int: "int", float: "float", bool: "bool"}
+_ITEMS = (str, int, float)  # what a list element, a dict key or a dict value element may be
+_NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?|-\.\d+")  # a negative number is a value, not a flag
 _TRUE = frozenset({"1", "true", "yes", "on", "y", "t"})
 _FALSE = frozenset({"0", "false", "no", "off", "n", "f"})
+_PIECE_RE = re.compile(r"([,;])")
 
 #: The annotations a component parameter may have, as the linter and error messages name them.
-SUPPORTED_TYPES = "str, int, float, bool, list[str], dict[str, str], or Optional[one of those]"
+SUPPORTED_TYPES = (
+    "str, int, float, bool, list[T], dict[K, T] or dict[K, list[T]] (K and T: str, int or float), "
+    "or Optional[one of those]"
+)
 
 
 @dataclass(frozen=True)
 class ParamType:
-    """A supported parameter type: ``base`` is str, int, float, bool, list or dict; ``optional`` if ``| None``."""
+    """A supported parameter type.
+
+    ``base`` is str, int, float, bool, list or dict; ``optional`` if ``| None``. For a list, ``item`` is
+    the element type; for a dict, ``key`` is the key type, ``item`` the value type, and ``item_list`` says
+    the values are lists of ``item`` (``dict[str, list[str]]``).
+    """
 
     base: type
     optional: bool = False
+    item: type = str
+    key: type = str
+    item_list: bool = False
 
     @property
     def label(self) -> str:
-        """The type as help text shows it (``list[str]``), without the Optional."""
+        """The type as help text shows it (``list[int]``), without the Optional."""
         if self.base is list:
-            return "list[str]"
+            return f"list[{self.item.__name__}]"
         if self.base is dict:
-            return "dict[str, str]"
+            value = f"list[{self.item.__name__}]" if self.item_list else self.item.__name__
+            return f"dict[{self.key.__name__}, {value}]"
         return self.base.__name__
 
 
 def param_type(annotation: Any) -> ParamType | None:
-    """The :class:`ParamType` of a resolved annotation, or None when components cannot take that type."""
+    """The :class:`ParamType` of a resolved annotation, or None when components cannot take that type.
+
+    ``typing.List``/``typing.Dict``/``Optional`` and the builtin ``list``/``dict``/``X | None`` spellings
+    are the same type.
+    """
     optional = False
     origin = typing.get_origin(annotation)
     if origin is typing.Union or origin is types.UnionType:
@@ -95,11 +115,53 @@ def param_type(annotation: Any) -> ParamType | None:
         origin = typing.get_origin(annotation)
     if annotation in _SCALARS:
         return ParamType(annotation, optional)
-    if origin is list and typing.get_args(annotation) == (str,):
-        return ParamType(list, optional)
-    if origin is dict and typing.get_args(annotation) == (str, str):
-        return ParamType(dict, optional)
+    args = typing.get_args(annotation)
+    if origin is list and len(args) == 1 and args[0] in _ITEMS:
+        return ParamType(list, optional, item=args[0])
+    if origin is dict and len(args) == 2 and args[0] in _ITEMS:
+        value = args[1]
+        if value in _ITEMS:
+            return ParamType(dict, optional, item=value, key=args[0])
+        if typing.get_origin(value) is list and len(typing.get_args(value)) == 1:
+            item = typing.get_args(value)[0]
+            if item in _ITEMS:
+                return ParamType(dict, optional, item=item, key=args[0], item_list=True)
     return None
+
+
+def _scalar(text: str, tp: type, what: str) -> Any:
+    if tp is str:
+        return text
+    try:
+        return tp(text.strip())
+    except ValueError:
+        raise ValueError(f"invalid {tp.__name__} value {text!r}{what}") from None
+
+
+def _pairs(text: str) -> dict[str, str]:
+    """``k=v,k2=v2`` (``;`` also separates) into raw strings; a piece without ``=`` continues the value.
+
+    ``A=0,1;2,B=3`` is ``{A: "0,1;2", B: "3"}`` (the delimiter is kept inside a value); a value of ``''``
+    or ``""`` is the empty string, as in TorchX.
+    """
+    out: dict[str, str] = {}
+    key: str | None = None
+    delim = ""
+    for token in _PIECE_RE.split(text):
+        if token in (",", ";"):
+            delim = token
+            continue
+        if not token:
+            continue
+        k, sep, v = token.partition("=")
+        if sep and k.strip():
+            key = k.strip()
+            out[key] = v
+        elif key is not None and not sep:
+            out[key] += delim + token
+        else:
+            raise ValueError(f"invalid dict value {text!r} (use key=value,key2=value2)")
+    return {k: "" if v in ("''", '""') else v for k, v in out.items()}
 
 
 def parse_value(text: str, ptype: ParamType) -> Any:
@@ -115,25 +177,17 @@ def parse_value(text: str, ptype: ParamType) -> Any:
             return False
         raise ValueError(f"invalid bool value {text!r} (use true or false)")
     if base is int or base is float:
-        try:
-            return base(text.strip())
-        except ValueError:
-            raise ValueError(f"invalid {base.__name__} value {text!r}") from None
+        return _scalar(text, base, "")
     if base is list:
-        return [part.strip() for part in text.split(",") if part.strip()]
-    out: dict[str, str] = {}
-    key: str | None = None
-    for piece in text.split(","):
-        if not piece:
-            continue
-        k, sep, v = piece.partition("=")
-        if sep and k.strip():
-            key = k.strip()
-            out[key] = v
-        elif key is not None and not sep:
-            out[key] += "," + piece
+        return [_scalar(p.strip(), ptype.item, " in list") for p in text.split(",") if p.strip()]
+    out: dict[Any, Any] = {}
+    for k, v in _pairs(text).items():
+        key = _scalar(k, ptype.key, " (dict key)")
+        if ptype.item_list:
+            items = re.split(r"[,;]", v)
+            out[key] = [_scalar(p.strip(), ptype.item, f" in {k}") for p in items if p.strip()]
         else:
-            raise ValueError(f"invalid dict value {text!r} (use key=value,key2=value2)")
+            out[key] = _scalar(v, ptype.item, f" for {k}")
     return out
 
 
@@ -162,7 +216,13 @@ def wants_help(argv: Sequence[str]) -> bool:
 
 # -- the parser ------------------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser that raises ComponentArgumentError instead of printing and exiting."""
+    """An ArgumentParser that raises ComponentArgumentError instead of printing and exiting.
+
+    The error carries :attr:`short_usage` (one line: the required options, ``[options]`` and a pointer to
+    ``--help``), so an argument error costs two short lines on a terminal, not a page of option names.
+    """
+
+    short_usage = ""
 
     def error(self, message: str) -> NoReturn:
         prefix = "unrecognized arguments: "
@@ -170,17 +230,33 @@ class _Parser(argparse.ArgumentParser):
             unknown = message[len(prefix) :].split(" ", 1)[0].split("=", 1)[0]
             options = [o for o in self._option_string_actions if o.startswith("-")]
             message += did_you_mean(unknown, options)
-        raise ComponentArgumentError(f"{self.prog}: {message}", usage=self.format_usage())
+        raise ComponentArgumentError(f"{self.prog}: {message}", usage=self.short_usage or self.format_usage())
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         self.error((message or f"exit {status}").strip())
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows a bool option as ``--flag [true|false], --no-flag`` (``--no-flag`` takes no value)."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if isinstance(action, _BoolAction):
+            return ", ".join(
+                o if o.startswith("--no-") else f"{o} [true|false]" for o in action.option_strings
+            )
+        return super()._format_action_invocation(action)
+
+
 class _BoolAction(argparse.Action):
-    """``--flag`` sets True and ``--no-flag`` sets False; neither takes a value."""
+    """``--flag`` or ``--flag true`` sets True; ``--flag false`` or ``--no-flag`` sets False.
+
+    The value is optional (``nargs="?"``); :meth:`_Component._split` joins a following ``true``/``false``
+    word to the flag (``--flag=false``) so that any other word after a bare flag is never taken as its
+    value. ``--no-flag`` takes no value.
+    """
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, **kwargs)
+        super().__init__(option_strings, dest, nargs="?", **kwargs)
 
     def __call__(
         self,
@@ -189,7 +265,16 @@ class _BoolAction(argparse.Action):
         values: str | Sequence[Any] | None,
         option_string: str | None = None,
     ) -> None:
-        setattr(namespace, self.dest, not (option_string or "").startswith("--no-"))
+        negated = (option_string or "").startswith("--no-")
+        if values is None:
+            setattr(namespace, self.dest, not negated)
+            return
+        if negated:
+            parser.error(f"argument {option_string}: takes no value (got {values!r})")
+        try:
+            setattr(namespace, self.dest, parse_value(str(values), ParamType(bool)))
+        except ValueError as e:
+            parser.error(f"argument {option_string}: {e}")
 
     def format_usage(self) -> str:
         return " | ".join(self.option_strings)
@@ -218,7 +303,7 @@ class _Component:
             epilog=self._epilog(),
             add_help=False,
             allow_abbrev=False,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=_HelpFormatter,
         )
         self.defaults = self._resolve_defaults(defaults or {})
         self.aliases: dict[str, str] = {}
@@ -229,6 +314,20 @@ class _Component:
             self.parser.add_argument(
                 self.varargs.name, nargs="*", metavar=self.varargs.name, help=_escape(help_text)
             )
+        self.parser.short_usage = self._short_usage()
+
+    def _short_usage(self) -> str:
+        """One usage line: the required options spelled out, the rest as ``[options]``."""
+        words = [f"usage: {self.prog}"]
+        for p in self.params:
+            if self.defaults[p.name] is _EMPTY:
+                flag = f"-{p.name}" if len(p.name) == 1 else f"--{p.name}"
+                words.append(flag if p.ptype.base is bool else f"{flag} {p.name.upper()}")
+        if len(words) - 1 < len(self.params):
+            words.append("[options]")
+        if self.varargs is not None:
+            words.append(f"[{self.varargs.name} ...]")
+        return " ".join(words) + f"   ('{self.prog} --help' lists the options)\n"
 
     # -- reading the function ------------------------------------------------------------------------
     def _bad(self, message: str) -> NoReturn:
@@ -293,15 +392,21 @@ class _Component:
         raise ComponentArgumentError(f"{self.prog}: {message}, in the {where}")
 
     def _add_option(self, p: _Param, doc_help: str) -> None:
-        flag = f"-{p.name}" if len(p.name) == 1 else f"--{p.name}"
+        flags = [f"-{p.name}", f"--{p.name}"] if len(p.name) == 1 else [f"--{p.name}"]
         default = self.defaults[p.name]
         required = default is _EMPTY
         suffix = f"{p.ptype.label}, " + ("required" if required else f"default: {format_value(default)}")
         help_text = _escape(f"{doc_help} ({suffix})" if doc_help else f"({suffix})")
         if p.ptype.base is bool:
-            flags = [flag, f"--no-{p.name}"]
+            flags.append(f"--no-{p.name}")
             self.parser.add_argument(
-                *flags, dest=p.name, action=_BoolAction, default=_UNSET, required=required, help=help_text
+                *flags,
+                dest=p.name,
+                action=_BoolAction,
+                default=_UNSET,
+                required=required,
+                help=help_text,
+                metavar="true|false",
             )
         else:
             ptype = p.ptype
@@ -312,36 +417,65 @@ class _Component:
                 except ValueError as e:
                     raise argparse.ArgumentTypeError(str(e)) from None
 
-            flags = [flag]
             self.parser.add_argument(
-                flag, dest=p.name, type=convert, default=_UNSET, required=required, help=help_text
+                *flags, dest=p.name, type=convert, default=_UNSET, required=required, help=help_text
             )
         for f in flags:
             if f.startswith("--"):
                 self.aliases.setdefault(_dash_key(f), f)
 
     # -- using it ------------------------------------------------------------------------------------
-    def _normalise(self, argv: Sequence[str]) -> list[str]:
-        """Rewrite ``--name-with-dashes[=v]`` to the registered ``--name_with_underscores[=v]``."""
-        out = []
-        for arg in argv:
-            if arg.startswith("--") and len(arg) > 2:
-                name, eq, value = arg.partition("=")
-                if name not in self.parser._option_string_actions:
-                    name = self.aliases.get(_dash_key(name), name)
-                arg = name + eq + value
-            out.append(arg)
-        return out
+    def _option(self, arg: str) -> tuple[str, argparse.Action | None]:
+        """``arg``'s flag as registered (``--a-b`` becomes ``--a_b``) and its action (None if unknown)."""
+        name = arg.partition("=")[0]
+        if name.startswith("--") and name not in self.parser._option_string_actions:
+            name = self.aliases.get(_dash_key(name), name)
+        return name, self.parser._option_string_actions.get(name)
+
+    def _split(self, argv: Sequence[str]) -> tuple[list[str], list[str]]:
+        """Split ``argv`` into the component's options and the words passed through to ``*args``.
+
+        Options end at ``--`` (dropped) or, when the function takes ``*args``, at the first word that is
+        neither an option nor an option's value: that word and everything after it are passed through
+        verbatim, so ``--script train.py data --lr 0.1`` gives ``*args`` ``data --lr 0.1`` (as TorchX).
+        Without ``*args`` every word goes to the parser, which reports strays as unrecognized.
+        """
+        options: list[str] = []
+        i = 0
+        while i < len(argv):
+            arg = argv[i]
+            if arg == "--":
+                return options, list(argv[i + 1 :])
+            if not arg.startswith("-") or arg == "-" or _NUMBER.fullmatch(arg):
+                if self.varargs is not None:
+                    return options, list(argv[i:])
+                options.append(arg)
+                i += 1
+                continue
+            name, action = self._option(arg)
+            value = arg.partition("=")[2] if "=" in arg else None
+            options.append(name + ("=" + value if value is not None else ""))
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            i += 1
+            if action is None or value is not None or nxt is None:
+                continue
+            if isinstance(action, _BoolAction):
+                if not name.startswith("--no-") and nxt.strip().lower() in ("true", "false"):
+                    options[-1] = f"{name}={nxt}"
+                    i += 1
+            elif nxt == "--" or (nxt.startswith("-") and nxt != "-" and not _NUMBER.fullmatch(nxt)):
+                continue  # argparse then says the option expected a value
+            else:
+                options[-1] = f"{name}={nxt}"
+                i += 1
+        return options, []
 
     def parse(self, argv: Sequence[str]) -> tuple[list[Any], dict[str, Any]]:
         """Parse ``argv`` into the positional and keyword arguments to call the function with."""
-        argv = [str(a) for a in argv]
-        before, after = (
-            (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-        )
-        if after and self.varargs is None:
-            self.parser.error(f"takes no positional arguments, got: {' '.join(after)}")
-        ns = self.parser.parse_intermixed_args(self._normalise(before))
+        options, passed = self._split([str(a) for a in argv])
+        if passed and self.varargs is None:
+            self.parser.error(f"takes no positional arguments, got: {' '.join(passed)}")
+        ns = self.parser.parse_args(options)
         positional: list[Any] = []
         keyword: dict[str, Any] = {}
         for p in self.params:
@@ -352,8 +486,7 @@ class _Component:
             else:
                 keyword[p.name] = value
         if self.varargs is not None:
-            positional.extend(getattr(ns, self.varargs.name) or [])
-            positional.extend(after)
+            positional.extend(passed)
         return positional, keyword
 
 
@@ -389,7 +522,7 @@ def materialize(
     try:
         app = fn(*positional, **keyword)
     except ComponentArgumentError as e:
-        raise ComponentArgumentError(f"{comp.prog}: {e}", usage=e.usage or comp.parser.format_usage()) from e
+        raise ComponentArgumentError(f"{comp.prog}: {e}", usage=e.usage or comp.parser.short_usage) from e
     except TsmError:
         raise
     except SystemExit as e:  # would otherwise end the caller, the CLI quietly with exit code 0
@@ -425,6 +558,21 @@ def raised_by(e: BaseException) -> str | None:
         if isinstance(note, str) and note.startswith(_RAISED_BY):
             return note[len(_RAISED_BY) :]
     return None
+
+
+def signature_errors(fn: ComponentFn) -> list[str]:
+    """Why ``fn`` cannot be a component (its signature or annotations), or ``[]`` when it can.
+
+    The same check :func:`materialize` makes before parsing, without calling ``fn``: the finder uses it
+    to refuse an invalid component when it is looked up, not when it is run.
+    """
+    try:
+        _Component(fn, None, None)
+    except ComponentArgumentError:
+        return []  # only config defaults raise this, and there are none here
+    except ComponentError as e:
+        return [str(e)]
+    return []
 
 
 def component_help(

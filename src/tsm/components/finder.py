@@ -11,9 +11,15 @@ Where a name is looked up, in order:
    module whose return annotation is AppDef; one whose value is a function (``train = myteam.jobs:train``)
    gives a component named like the entry point. Entry points only *add* names: one that would replace
    a builtin is ignored, and among plugins the first one found wins.
+   Then TorchX's group ``torchx.components``, with TorchX's naming: a module (or package, searched
+   recursively) registered as ``name = pkg.mod`` gives ``name.<submodule>.<function>``, and a name
+   starting with ``_`` gives no prefix. Its modules must import ``tsm`` (not ``torchx``) to load.
 3. **Files** ``path/to/file.py:function`` (relative to the working directory, or absolute). The file is
    imported under a fresh module name each time, so two files with the same name never collide and an
    edited file is read anew. Its folder is not added to ``sys.path``.
+
+A component whose signature cannot be a command line (an unannotated or unsupported parameter) is
+refused when it is looked up: :attr:`ComponentDef.validation_errors` says why.
 
 A name that is none of these raises :class:`~tsm.errors.ComponentNotFoundError` with a did-you-mean; a
 module that raises while being imported raises :class:`~tsm.errors.ComponentImportError` naming the module
@@ -27,9 +33,10 @@ import importlib.util
 import inspect
 import itertools
 import os
+import pkgutil
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +56,8 @@ BUILTIN_MODULES: dict[str, str] = {
 }
 #: The entry-point group plugins register components under.
 ENTRY_POINT_GROUP = "tsm.components"
+#: TorchX's group, read after tsm's: a TorchX component package works once its modules import ``tsm``.
+TORCHX_ENTRY_POINT_GROUP = "torchx.components"
 _HINT = "run 'tsm builtins' to list the available components"
 _file_counter = itertools.count()
 
@@ -58,16 +67,38 @@ class ComponentDef:
     """A component found by name: the function, its one-line description, and where it came from.
 
     ``source`` is ``"builtin"``, ``"entry point <distribution>"`` or ``"file <absolute path>"``.
+    ``fn_name`` is the function's own name and ``validation_errors`` what makes it unusable as a component
+    (an unannotated or unsupported parameter, ``**kwargs``; empty when it is fine), as in TorchX's
+    ``_Component``. :func:`get_component` refuses a component with errors; :func:`list_components` leaves
+    it out (and reports it in ``errors``).
     """
 
     name: str
     fn: ComponentFn
     description: str
     source: str
+    fn_name: str = ""
+    validation_errors: list[str] = field(default_factory=list)
 
 
 def _describe(name: str, fn: ComponentFn, source: str) -> ComponentDef:
-    return ComponentDef(name, fn, parse_docstring(getattr(fn, "__doc__", None)).summary, source)
+    from tsm.components.cmdline import signature_errors
+
+    return ComponentDef(
+        name,
+        fn,
+        parse_docstring(getattr(fn, "__doc__", None)).summary,
+        source,
+        fn_name=getattr(fn, "__name__", name.rpartition(".")[2]),
+        validation_errors=signature_errors(fn),
+    )
+
+
+def _checked(comp: ComponentDef) -> ComponentDef:
+    """``comp`` itself when it is a valid component, else a ComponentError naming what is wrong."""
+    if comp.validation_errors:
+        raise ComponentError(f"component '{comp.name}' is not valid: {'; '.join(comp.validation_errors)}")
+    return comp
 
 
 def is_component_function(obj: Any, module: ModuleType) -> bool:
@@ -125,9 +156,37 @@ def _builtins() -> dict[str, ComponentDef]:
 
 # -- entry points ---------------------------------------------------------------------------------------
 def _entry_points() -> Iterator[EntryPoint]:
+    """tsm's group first, then TorchX's (so a tsm registration wins a name both give)."""
     from importlib.metadata import entry_points
 
-    yield from entry_points(group=ENTRY_POINT_GROUP)
+    for group in (ENTRY_POINT_GROUP, TORCHX_ENTRY_POINT_GROUP):
+        yield from entry_points(group=group)
+
+
+def _is_torchx(ep: EntryPoint) -> bool:
+    return getattr(ep, "group", ENTRY_POINT_GROUP) == TORCHX_ENTRY_POINT_GROUP
+
+
+def _torchx_module_components(ep: EntryPoint, module: ModuleType, source: str) -> dict[str, ComponentDef]:
+    """TorchX's naming for a module entry point: ``<name>.<submodule path>.<function>``, recursively.
+
+    An entry-point name starting with ``_`` gives no prefix (``_0 = myteam.components`` makes
+    ``<submodule>.<function>``), as TorchX's finder does.
+    """
+    prefix = "" if ep.name.startswith("_") else ep.name
+    found: dict[str, ComponentDef] = {}
+    modules = [module]
+    if hasattr(module, "__path__"):
+        for info in pkgutil.walk_packages(module.__path__, prefix=f"{module.__name__}."):
+            modules.append(
+                _import(info.name, f"module '{info.name}' of component entry point '{ep.name}' ({source})")
+            )
+    for m in modules:
+        rel = m.__name__[len(module.__name__) + 1 :] if m is not module else ""
+        for fn_name, fn in module_components(m).items():
+            name = ".".join(p for p in (prefix, rel, fn_name) if p)
+            found[name] = _describe(name, fn, source)
+    return found
 
 
 def _ep_source(ep: EntryPoint) -> str:
@@ -140,6 +199,8 @@ def _load_ep(ep: EntryPoint) -> dict[str, ComponentDef]:
     source = _ep_source(ep)
     what = f"module '{ep.module}' of component entry point '{ep.name}' ({source})"
     module = _import(ep.module, what)
+    if ep.attr is None and _is_torchx(ep):
+        return _torchx_module_components(ep, module, source)
     if ep.attr is None:
         return {
             f"{ep.name}.{fn_name}": _describe(f"{ep.name}.{fn_name}", fn, source)
@@ -175,6 +236,12 @@ def _plugin(name: str, builtin_names: set[str]) -> ComponentDef | None:
     """Find ``name`` among entry points, importing only the entry points that could hold it."""
     prefix = name.rpartition(".")[0]
     for ep in _entry_points():
+        if _is_torchx(ep) and ep.attr is None:
+            if ep.name.startswith("_") or name.startswith(ep.name + "."):
+                comp = _load_ep(ep).get(name)
+                if comp is not None and name not in builtin_names:
+                    return comp
+            continue
         if (ep.attr is None and ep.name == prefix) or (ep.attr is not None and ep.name == name):
             comp = _load_ep(ep).get(name)
             if comp is not None and name not in builtin_names:
@@ -227,14 +294,14 @@ def get_component(name: str) -> ComponentDef:
     :class:`ComponentImportError` when the module that should hold it raises while being imported.
     """
     if ":" in name:
-        return _file_component(name)
+        return _checked(_file_component(name))
     comp = _builtin(name)
     if comp is not None:
         return comp
     builtin_names = set(_builtins())
     comp = _plugin(name, builtin_names)
     if comp is not None:
-        return comp
+        return _checked(comp)
     known = list(builtin_names) + list(_plugins(builtin_names, errors=[]))
     raise ComponentNotFoundError(f"no component named '{name}'{did_you_mean(name, known)}; {_HINT}")
 
@@ -248,5 +315,13 @@ def list_components(errors: list[ComponentError] | None = None) -> dict[str, Com
     hide every other component.
     """
     found = _builtins()
-    found.update(_plugins(set(found), errors))
+    for name, comp in _plugins(set(found), errors).items():
+        if not comp.validation_errors:
+            found[name] = comp
+        elif errors is not None:
+            errors.append(
+                ComponentError(
+                    f"component '{name}' ({comp.source}) is not valid: {'; '.join(comp.validation_errors)}"
+                )
+            )
     return dict(sorted(found.items()))

@@ -7,21 +7,27 @@ annotation is AppDef) it reports:
 ============  ============================================================================================
 severity      rule
 ============  ============================================================================================
-error         the function is ``async``; it has no docstring; its return annotation is not AppDef
+error         the function is not defined at the top of the file; it is ``async``; its return
+              annotation is not AppDef
 error         a parameter has no annotation, or one :func:`~tsm.components.cmdline.materialize` cannot parse
               (see :data:`~tsm.components.cmdline.SUPPORTED_TYPES`); ``*args`` is not annotated
               ``str``; the function takes ``**kwargs``
-warning       a parameter is not documented in the docstring's ``Args:`` section, or ``Args:``
-              documents a name that is not a parameter
+warning       it has no docstring; a parameter is not documented in the docstring's ``Args:`` section,
+              or ``Args:`` documents a name that is not a parameter
 ============  ============================================================================================
 
 Errors are what would make :func:`~tsm.components.cmdline.materialize` refuse the function; warnings are what
-would make its ``--help`` less useful. A file that does not parse gives one error with the line.
+would make its ``--help`` less useful. As in TorchX, findings are *returned*, never raised: a file that does
+not parse gives one error with the line, a function that is not there one error at line 0 (only a file that
+cannot be read raises). :func:`validate` is TorchX's ``file_linter.validate`` (errors only), and
+:func:`get_fn_docstring` its help-text reader.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tsm.components.cmdline import SUPPORTED_TYPES
@@ -37,12 +43,16 @@ _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 @dataclass(frozen=True)
 class LintMessage:
-    """One finding: the function (``name``), its ``line``, ``severity`` (error or warning), and what is wrong."""
+    """One finding: the function (``name``), its ``line``, ``severity`` (error or warning), and what is wrong.
+
+    ``char`` (the column, 0 when the whole line is meant) completes TorchX's ``LinterMessage`` fields.
+    """
 
     name: str
     line: int
     severity: str
     description: str
+    char: int = 0
 
     def __str__(self) -> str:
         return f"{self.line}: {self.severity}: {self.name}: {self.description}"
@@ -51,8 +61,8 @@ class LintMessage:
 def lint(path: str, function: str | None = None) -> list[LintMessage]:
     """Lint component ``function`` of the file at ``path``, or with None every component in it.
 
-    A missing or unreadable file, or a ``function`` that is not defined at the top of the file, raises
-    :class:`~tsm.errors.ComponentNotFoundError`. Messages come sorted by line.
+    A missing or unreadable file raises :class:`~tsm.errors.ComponentNotFoundError`; a ``function`` that is
+    not defined at the top of the file is an error message at line 0. Messages come sorted by line.
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -64,17 +74,17 @@ def lint(path: str, function: str | None = None) -> list[LintMessage]:
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as e:
-        return [LintMessage("<file>", e.lineno or 0, ERROR, f"syntax error: {e.msg}")]
+        return [LintMessage("<file>", e.lineno or 0, ERROR, f"syntax error: {e.msg}", e.offset or 0)]
     functions: dict[str, _FunctionNode] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             functions[node.name] = node  # a later definition replaces an earlier one, as when run
     if function is not None:
         if function not in functions:
-            raise ComponentNotFoundError(
-                f"no function '{function}' in component file '{path}'{did_you_mean(function, functions)}; "
-                f"functions there: {', '.join(functions) or 'none'}"
-            )
+            hint = did_you_mean(function, functions)
+            there = ", ".join(functions) or "none"
+            text = f"function '{function}' not found in '{path}'{hint}; functions there: {there}"
+            return [LintMessage(function, 0, ERROR, text)]
         targets = [functions[function]]
     else:
         targets = [f for name, f in functions.items() if not name.startswith("_") and _returns_appdef(f)]
@@ -92,7 +102,7 @@ def _lint_function(fn: _FunctionNode) -> list[LintMessage]:
         report(fn.lineno, ERROR, "a component must be a plain function, not async")
     docstring = ast.get_docstring(fn)
     if not docstring:
-        report(fn.lineno, ERROR, "has no docstring; its first line is the component's description")
+        report(fn.lineno, WARNING, "has no docstring; its first line is the component's description")
     if not _returns_appdef(fn):
         got = ast.unparse(fn.returns) if fn.returns is not None else "nothing"
         report(fn.lineno, ERROR, f"must be annotated to return AppDef, is annotated {got}")
@@ -185,15 +195,55 @@ def _supported(node: ast.expr) -> bool:
     return _supported_base(node)
 
 
+_ITEMS = frozenset({"str", "int", "float"})
+
+
 def _supported_base(node: ast.expr) -> bool:
+    """``str``/``int``/``float``/``bool``, ``list[T]``, ``dict[K, T]``, ``dict[K, list[T]]`` (K, T: str, int, float)."""
     if _tail(node) in _SCALARS:
         return True
     if not isinstance(node, ast.Subscript):
         return False
     container = _tail(node.value)
     if container in ("list", "List"):
-        return _tail(node.slice) == "str"
+        return _tail(node.slice) in _ITEMS
     if container in ("dict", "Dict"):
         s = node.slice
-        return isinstance(s, ast.Tuple) and len(s.elts) == 2 and all(_tail(e) == "str" for e in s.elts)
+        if not (isinstance(s, ast.Tuple) and len(s.elts) == 2 and _tail(s.elts[0]) in _ITEMS):
+            return False
+        value = s.elts[1]
+        if _tail(value) in _ITEMS:
+            return True
+        return (
+            isinstance(value, ast.Subscript)
+            and _tail(value.value) in ("list", "List")
+            and _tail(value.slice) in _ITEMS
+        )
     return False
+
+
+def validate(path: str, component_function: str) -> list[LintMessage]:
+    """TorchX's ``file_linter.validate``: the *errors* :func:`lint` finds in one function of the file.
+
+    Warnings (documentation) are left out, as TorchX has none; a function that is not in the file is one
+    error at line 0, and a file that does not parse one error at the offending line.
+    """
+    return [m for m in lint(path, component_function) if m.severity == ERROR]
+
+
+def get_fn_docstring(fn: Callable[..., object]) -> tuple[str, dict[str, str]]:
+    """``(description, {parameter: help})`` of component ``fn``, as TorchX's ``get_fn_docstring`` returns it.
+
+    Every parameter has an entry (``" "`` when the docstring does not document it, so help still lists it);
+    without a docstring the description names the function and says to add one.
+    """
+    name = getattr(fn, "__name__", "component")
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    doc = parse_docstring(getattr(fn, "__doc__", None))
+    args = {p: " " for p in params}
+    args.update({k: v for k, v in doc.args.items() if v})
+    description = doc.description or f"{name} (add a docstring to describe this component)"
+    return description, args
