@@ -39,6 +39,7 @@ from tsm.schedulers.slurm import (
     SlurmBatchRequest,
     SlurmQueries,
     SlurmScheduler,
+    cli as slurm_cli,
     expand_hostlist,
     parse_sacct_json,
     parse_sacct_text,
@@ -48,7 +49,6 @@ from tsm.schedulers.slurm import (
     read_status,
     slurm_state,
 )
-from tsm.schedulers.slurm import cli as slurm_cli
 from tsm.schedulers.slurm.scheduler import _index_dir
 from tsm.specs.api import AppDef, AppState, Resource, Role
 

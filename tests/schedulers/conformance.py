@@ -1,0 +1,286 @@
+"""The contract every scheduler keeps, as tests: one suite, run against every backend that can run here.
+
+A backend is described by a :class:`Backend` (how to make the scheduler, an id it cannot know, how to check
+what it submitted) and listed in :data:`BACKENDS`; ``tests/schedulers/test_conformance.py`` runs every
+``check_*`` function below against each. What the contract says:
+
+* an unknown app id: ``describe`` is None, ``exists`` False, the runner's ``status`` None, ``cancel`` a no-op;
+* ``cancel`` is idempotent: twice while running, and again after the end, leaves the app CANCELLED;
+* ``log_iter`` of a role or replica the app lacks raises :class:`UnknownAppError` naming the valid ones;
+* the dry run's request is exactly what is submitted (and its printed form does not change by submitting);
+* ``list`` includes an app the moment ``submit`` returns;
+* terminal states are sticky: a later ``cancel``, ``wait`` or ``describe`` never changes them;
+* ``wait`` returns once the app has ended, and with a ``timeout`` returns while it still runs;
+* a role's ``max_retries`` either works (a replica that fails once then succeeds makes the app SUCCEED) or
+  is refused at dry run with :class:`InvalidAppError` naming ``max_retries`` (never silently ignored);
+* ``run_opts`` are typed and documented, and a value of the wrong type is refused at dry run;
+* args and env values with shell metacharacters (the corpus of ``tests/hostile.py``) reach the replica
+  byte for byte, and none of them runs as shell.
+
+Time bounds are generous guards against a hang (:data:`HANG`), never performance claims.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hostile
+from tsm.errors import InvalidAppError, InvalidRunOptionError, UnknownAppError
+from tsm.runner.api import Runner
+from tsm.schedulers.api import Scheduler, Stream
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Resource, Role
+from tsm.specs.runopts import type_name
+
+#: Seconds after which a backend is considered hung (a Slurm requeue alone waits ~10 s on the test cluster).
+HANG = 240.0
+PY = sys.executable
+SMALL = Resource(cpu=1, memMB=200)
+
+
+@dataclass
+class Backend:
+    """One scheduler under the contract, and what the suite needs to know of it."""
+
+    name: str
+    sched: Scheduler
+    unknown_id: str
+    #: asserts that what ``schedule`` submitted for ``app_id`` is exactly ``info.request``
+    check_submitted: Callable[[str, AppDryRunInfo[Any]], None]
+    retries: bool
+    cfg: dict[str, Any] = field(default_factory=dict)
+
+    def role(self, name: str, *args: str, **kw: Any) -> Role:
+        """A role running ``python ARGS`` with a small resource."""
+        return Role(name, entrypoint=PY, args=list(args), resource=SMALL, **kw)
+
+    def submit(self, app: AppDef) -> str:
+        return self.sched.submit(app, self.cfg)
+
+
+def _wait_until(pred: Callable[[], bool], what: str, timeout: float = HANG) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def _ended(backend: Backend, app_id: str) -> AppState:
+    desc = backend.sched.wait(app_id, timeout=HANG)
+    assert desc is not None and desc.state.is_terminal, f"{backend.name}: {app_id} did not end: {desc}"
+    return desc.state
+
+
+# -- the backends ------------------------------------------------------------------------------------------
+
+
+def _local(tmp_path: Path) -> Iterator[Backend]:
+    from tsm.schedulers.local.scheduler import LocalScheduler
+
+    def check(app_id: str, info: AppDryRunInfo[Any]) -> None:
+        sent = json.loads((Path(info.request.app_dir) / "request.json").read_text())
+        assert sent == json.loads(json.dumps(dataclasses.asdict(info.request)))
+
+    s = LocalScheduler("conformance")
+    yield Backend("local", s, "nosuchapp-00000000", check, retries=True)
+    s.close()
+
+
+def _slurm(tmp_path: Path) -> Iterator[Backend]:
+    from tsm.schedulers.slurm import create_scheduler
+
+    def check(app_id: str, info: AppDryRunInfo[Any]) -> None:
+        # what the controller holds for the job, not only what tsm wrote beside it
+        held = subprocess.run(["scontrol", "write", "batch_script", app_id, "-"], capture_output=True, text=True)
+        assert held.returncode == 0, held.stderr
+        assert held.stdout == info.request.script
+        assert (Path(info.request.job_dir) / "app.json").read_text() == info.request.app_json
+
+    s = create_scheduler("conformance")
+    yield Backend("slurm", s, "999999999", check, retries=True)
+    s.close()
+
+
+def _fake(tmp_path: Path) -> Iterator[Backend]:
+    from fake import FakeScheduler
+
+    s = FakeScheduler("conformance")
+    dry: dict[int, Any] = {}
+
+    def check(app_id: str, info: AppDryRunInfo[Any]) -> None:
+        assert s.submitted[app_id] is info.request
+        assert s.submitted[app_id] == dry[id(info.request)]
+
+    orig = s._submit_dryrun
+
+    def remember(app: AppDef, cfg: Any) -> AppDryRunInfo[Any]:
+        info = orig(app, cfg)
+        dry[id(info.request)] = copy.deepcopy(info.request)
+        return info
+
+    s._submit_dryrun = remember  # type: ignore[method-assign]
+    yield Backend("fake", s, "fake-0-0", check, retries=False)
+    s.close()
+
+
+#: name -> a generator of the backend (setup, yield, teardown); marks say what each needs.
+MAKERS: dict[str, Callable[[Path], Iterator[Backend]]] = {"local": _local, "slurm": _slurm, "fake": _fake}
+BACKENDS = [
+    pytest.param("local", id="local"),
+    pytest.param("slurm", id="slurm", marks=[pytest.mark.integration, pytest.mark.slurm]),
+    pytest.param("fake", id="fake"),
+]
+
+
+# -- the contract --------------------------------------------------------------------------------------------
+
+
+def check_unknown_app_is_none_everywhere(backend: Backend) -> None:
+    s = backend.sched
+    assert s.describe(backend.unknown_id) is None
+    assert s.exists(backend.unknown_id) is False
+    s.cancel(backend.unknown_id)  # a no-op, not an error
+    s.cancel(backend.unknown_id)
+    runner = Runner("conformance", scheduler_factories={backend.name: lambda *a, **k: s})
+    assert runner.status(f"{backend.name}://conformance/{backend.unknown_id}") is None
+
+
+def check_cancel_is_idempotent(backend: Backend) -> None:
+    s = backend.sched
+    app_id = backend.submit(AppDef("cancelme", [backend.role("r", "-c", "import time; time.sleep(600)")]))
+    s.cancel(app_id)
+    s.cancel(app_id)
+    assert _ended(backend, app_id) == AppState.CANCELLED
+    s.cancel(app_id)
+    desc = s.describe(app_id)
+    assert desc is not None and desc.state == AppState.CANCELLED
+
+
+def check_log_iter_names_valid_roles_and_replicas(backend: Backend) -> None:
+    s = backend.sched
+    app = AppDef("logs", [backend.role("trainer", "-c", "print('hi')", num_replicas=2)])
+    app_id = backend.submit(app)
+    _ended(backend, app_id)
+    with pytest.raises(UnknownAppError, match=r"no role 'nope'.*trainer"):
+        list(s.log_iter(app_id, "nope", 0))
+    with pytest.raises(UnknownAppError, match=r"replicas 0\.\.1, not 2"):
+        list(s.log_iter(app_id, "trainer", 2))
+    with pytest.raises(UnknownAppError):
+        list(s.log_iter(app_id, "trainer", -1))
+    assert "".join(s.log_iter(app_id, "trainer", 1, streams=Stream.STDOUT)) == "hi\n"
+
+
+def check_dry_run_is_what_is_submitted(backend: Backend) -> None:
+    s = backend.sched
+    app = AppDef("dry", [backend.role("r", "-c", "import time; time.sleep(600)", env={"E": "v"})])
+    info = s.submit_dryrun(app, backend.cfg)
+    printed = str(info)
+    app_id = s.schedule(info)
+    try:
+        backend.check_submitted(app_id, info)
+        assert str(info) == printed
+    finally:
+        s.cancel(app_id)
+
+
+def check_list_includes_a_just_submitted_app(backend: Backend) -> None:
+    s = backend.sched
+    app_id = backend.submit(AppDef("listed", [backend.role("r", "-c", "import time; time.sleep(600)")]))
+    try:
+        rows = {r.app_id: r for r in s.list()}
+        assert app_id in rows
+        assert not rows[app_id].state.is_terminal
+    finally:
+        s.cancel(app_id)
+
+
+def check_terminal_states_are_sticky(backend: Backend) -> None:
+    s = backend.sched
+    ok = backend.submit(AppDef("ok", [backend.role("r", "-c", "pass")]))
+    bad = backend.submit(AppDef("bad", [backend.role("r", "-c", "raise SystemExit(3)")]))
+    assert _ended(backend, ok) == AppState.SUCCEEDED
+    assert _ended(backend, bad) == AppState.FAILED
+    for app_id, want in ((ok, AppState.SUCCEEDED), (bad, AppState.FAILED)):
+        s.cancel(app_id)
+        for _ in range(3):
+            desc = s.describe(app_id)
+            assert desc is not None and desc.state == want
+            w = s.wait(app_id, timeout=1)
+            assert w is not None and w.state == want
+        assert next(r for r in s.list() if r.app_id == app_id).state == want
+
+
+def check_wait_returns_after_the_end(backend: Backend) -> None:
+    s = backend.sched
+    app_id = backend.submit(AppDef("waits", [backend.role("r", "-c", "import time; time.sleep(600)")]))
+    try:
+        start = time.monotonic()
+        desc = s.wait(app_id, timeout=1.0)  # still running: wait gives up at its timeout
+        assert desc is not None and not desc.state.is_terminal
+        assert time.monotonic() - start < HANG
+    finally:
+        s.cancel(app_id)
+    short = backend.submit(AppDef("short", [backend.role("r", "-c", "import time; time.sleep(1)")]))
+    start = time.monotonic()
+    desc = s.wait(short)
+    assert desc is not None and desc.state == AppState.SUCCEEDED
+    assert time.monotonic() - start < HANG
+
+
+def check_retries_work_or_are_refused(backend: Backend, tmp_path: Path) -> None:
+    s = backend.sched
+    marker = tmp_path / "attempts"
+    code = (
+        "import sys; p = sys.argv[1]; open(p, 'a').write('x')\n"
+        "sys.exit(1 if len(open(p).read()) == 1 else 0)"
+    )
+    app = AppDef("retry", [backend.role("r", "-c", code, str(marker), max_retries=1)])
+    if not backend.retries:
+        with pytest.raises(InvalidAppError, match="max_retries"):
+            s.submit_dryrun(app, backend.cfg)
+        return
+    app_id = backend.submit(app)
+    assert _ended(backend, app_id) == AppState.SUCCEEDED
+    assert marker.read_text() == "xx"  # failed once, ran again, succeeded
+
+
+def check_run_opts_are_typed_and_documented(backend: Backend) -> None:
+    opts = backend.sched.run_opts()
+    for name, opt in opts:
+        assert type_name(opt.type_) in ("str", "int", "float", "bool", "list[str]", "dict[str, str]"), name
+        assert opt.help.strip() and opt.help == opt.help.strip(), f"{name} has no help"
+    if len(opts):
+        name, opt = next(iter(opts))
+        wrong: Any = 12345 if opt.type_ is not int else "not a number"
+        with pytest.raises(InvalidRunOptionError, match=name):
+            backend.sched.submit_dryrun(AppDef("o", [backend.role("r")]), {**backend.cfg, name: wrong})
+
+
+def check_args_and_env_arrive_byte_exact(backend: Backend, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    args, env = hostile.args(str(marker)), hostile.env(str(marker))
+    app = AppDef("hostile", [backend.role("r", "-c", hostile.DUMP, *args, env=env)])
+    app_id = backend.submit(app)
+    assert _ended(backend, app_id) == AppState.SUCCEEDED
+    out = "".join(backend.sched.log_iter(app_id, "r", 0, streams=Stream.STDOUT))
+    got_args, got_env = hostile.read_dump(out)
+    assert not hostile.mismatches(got_args, got_env, args, env)
+    assert not marker.exists()
+
+
+#: Every check, by name; test_conformance.py runs each against each backend.
+CHECKS: dict[str, Callable[..., None]] = {
+    name.removeprefix("check_"): fn for name, fn in list(globals().items()) if name.startswith("check_")
+}
+
