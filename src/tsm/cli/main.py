@@ -34,6 +34,7 @@ SUBCOMMANDS = {
     "builtins": "list the components you can run by name",
     "runopts": "show schedulers' run options",
     "lint": "check a component file",
+    "tracker": "show what jobs recorded (metadata, artifacts, lineage)",
 }
 
 
