@@ -41,9 +41,12 @@ bench: setup $(VENV)/.torch
 harden: setup $(VENV)/.torch
 	$(PY) benchmarks/harden.py --readme README.md
 
+# ruff check everywhere; mypy --strict on src (pyproject) and on the backend contract's test kit, which
+# backend authors copy from. Formatting is not enforced: see docs/architecture.md ("ruff format").
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/mypy
+	MYPYPATH=tests $(VENV)/bin/mypy tests/schedulers/fake.py tests/schedulers/conformance.py
 
 # A single-host Slurm cluster (4 virtual nodes, accounting) for trying `-s slurm`; the tests start it themselves.
 slurm-up:

@@ -17,4 +17,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say how the Slurm cluster was had and how long that took, so CI logs show it."""
     for c in _started:
         how = "started with scripts/slurm-up" if c.started_by_us else "already running"
-        terminalreporter.write_line(f"slurm cluster: {how} in {c.startup_seconds:.1f}s, nodes {' '.join(c.nodes)}")
+        terminalreporter.write_line(
+            f"slurm cluster: {how} in {c.startup_seconds:.1f}s, nodes {' '.join(c.nodes)}"
+        )

@@ -73,13 +73,19 @@ def slurm_cluster() -> SlurmCluster:
         proc = subprocess.run(["bash", str(SLURM_UP)], capture_output=True, text=True, timeout=900)
         sys.stderr.write(proc.stdout + proc.stderr)
         if proc.returncode != 0:
-            unavailable(f"scripts/slurm-up failed (exit {proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}")
+            unavailable(
+                f"scripts/slurm-up failed (exit {proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}"
+            )
         started = True
     elif not cluster_up():
         unavailable("no Slurm cluster is running and only root can start one")
     if not cluster_up():
         unavailable("the Slurm cluster does not answer (sinfo)")
-    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True).stdout.split()
-    cluster = SlurmCluster(started_by_us=started, startup_seconds=time.monotonic() - start, nodes=sorted(set(nodes)))
+    nodes = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    cluster = SlurmCluster(
+        started_by_us=started, startup_seconds=time.monotonic() - start, nodes=sorted(set(nodes))
+    )
     _started.append(cluster)
     return cluster

@@ -102,7 +102,9 @@ def _slurm(tmp_path: Path) -> Iterator[Backend]:
 
     def check(app_id: str, info: AppDryRunInfo[Any]) -> None:
         # what the controller holds for the job, not only what tsm wrote beside it
-        held = subprocess.run(["scontrol", "write", "batch_script", app_id, "-"], capture_output=True, text=True)
+        held = subprocess.run(
+            ["scontrol", "write", "batch_script", app_id, "-"], capture_output=True, text=True
+        )
         assert held.returncode == 0, held.stderr
         assert held.stdout == info.request.script
         assert (Path(info.request.job_dir) / "app.json").read_text() == info.request.app_json
@@ -242,8 +244,7 @@ def check_retries_work_or_are_refused(backend: Backend, tmp_path: Path) -> None:
     s = backend.sched
     marker = tmp_path / "attempts"
     code = (
-        "import sys; p = sys.argv[1]; open(p, 'a').write('x')\n"
-        "sys.exit(1 if len(open(p).read()) == 1 else 0)"
+        "import sys; p = sys.argv[1]; open(p, 'a').write('x')\nsys.exit(1 if len(open(p).read()) == 1 else 0)"
     )
     app = AppDef("retry", [backend.role("r", "-c", code, str(marker), max_retries=1)])
     if not backend.retries:
@@ -283,4 +284,3 @@ def check_args_and_env_arrive_byte_exact(backend: Backend, tmp_path: Path) -> No
 CHECKS: dict[str, Callable[..., None]] = {
     name.removeprefix("check_"): fn for name, fn in list(globals().items()) if name.startswith("check_")
 }
-

@@ -148,7 +148,9 @@ class FakeScheduler(Scheduler[FakeRequest]):
                     replica = _Replica(role, rep.replica_id, proc)
                     app.replicas.append(replica)
                     for stream, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
-                        threading.Thread(target=self._read, args=(app, replica, stream, pipe), daemon=True).start()
+                        threading.Thread(
+                            target=self._read, args=(app, replica, stream, pipe), daemon=True
+                        ).start()
         except OSError as e:
             self._stop(app, signal.SIGKILL)
             with self._cond:

@@ -13,7 +13,9 @@ from tsm.schedulers.common.errors import CommandCounter, check_cli, mapped, run_
 
 def test_runs_a_real_command_and_counts_it() -> None:
     counter = CommandCounter()
-    proc = run_cli([sys.executable, "-c", "import sys; print('out'); sys.exit(3)"], install_hint="-", counter=counter)
+    proc = run_cli(
+        [sys.executable, "-c", "import sys; print('out'); sys.exit(3)"], install_hint="-", counter=counter
+    )
     assert (proc.returncode, proc.stdout) == (3, "out\n")
     assert counter.snapshot() == {sys.executable.rsplit("/", 1)[1]: 1}
 
@@ -25,7 +27,12 @@ def test_missing_binary_says_what_to_install() -> None:
 
 def test_a_hang_is_a_scheduler_error_with_the_hint() -> None:
     with pytest.raises(SchedulerError, match=r"did not answer within 0.2s: is the daemon up\?"):
-        run_cli([sys.executable, "-c", "import time; time.sleep(30)"], install_hint="-", hang_hint="is the daemon up?", timeout=0.2)
+        run_cli(
+            [sys.executable, "-c", "import time; time.sleep(30)"],
+            install_hint="-",
+            hang_hint="is the daemon up?",
+            timeout=0.2,
+        )
 
 
 def test_check_cli_maps_failures() -> None:
@@ -35,8 +42,16 @@ def test_check_cli_maps_failures() -> None:
     with pytest.raises(SchedulerError, match="^t list failed: boom$"):
         check_cli(bad, "t list")
     down = subprocess.CompletedProcess(["t"], 1, "", "connection refused")
-    with pytest.raises(SchedulerUnavailableError, match="the daemon cannot be reached .connection refused.; start it"):
-        check_cli(down, "t list", unreachable=lambda p: "refused" in p.stderr, service="the daemon", unreachable_hint="start it")
+    with pytest.raises(
+        SchedulerUnavailableError, match="the daemon cannot be reached .connection refused.; start it"
+    ):
+        check_cli(
+            down,
+            "t list",
+            unreachable=lambda p: "refused" in p.stderr,
+            service="the daemon",
+            unreachable_hint="start it",
+        )
     silent = subprocess.CompletedProcess(["t"], 7, "", "")
     with pytest.raises(SchedulerError, match="exit code 7"):
         check_cli(silent, "t")

@@ -33,9 +33,13 @@ def test_private_dirs_and_files_whatever_the_umask(tmp_path: Path) -> None:
     assert (tmp_path / "a" / "keep").exists() and not (tmp_path / "a" / "b").exists()
 
 
-@pytest.mark.parametrize("value", ["", "a b", "'", "$(id)", "`id`", "a\nb", "cr\r\nlf", "\x01\x7f", "é ✓", "\\'"])
+@pytest.mark.parametrize(
+    "value", ["", "a b", "'", "$(id)", "`id`", "a\nb", "cr\r\nlf", "\x01\x7f", "é ✓", "\\'"]
+)
 def test_shell_quote_round_trips_through_bash(value: str) -> None:
-    out = subprocess.run(["bash", "-c", f"printf %s {shell_quote(value)}"], capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", f"printf %s {shell_quote(value)}"], capture_output=True, check=True
+    ).stdout
     assert out == value.encode()
     assert "\r" not in shell_quote(value)  # sbatch refuses scripts with a CR
 

@@ -27,7 +27,9 @@ def test_backs_off_as_documented(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_timeout_returns_the_last_description() -> None:
-    desc = polling.poll_until_terminal(lambda _p: DescribeAppResponse("a", state=AppState.RUNNING), timeout=0.3)
+    desc = polling.poll_until_terminal(
+        lambda _p: DescribeAppResponse("a", state=AppState.RUNNING), timeout=0.3
+    )
     assert desc is not None and desc.state == AppState.RUNNING
 
 

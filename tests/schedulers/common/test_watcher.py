@@ -37,7 +37,9 @@ def test_threads_share_one_snapshot() -> None:
     b.queue = {"1": "running", "2": "pending"}
     w = watcher(b)
     got: list[str | None] = []
-    threads = [threading.Thread(target=lambda i=i: got.append(w.get(str(1 + i % 2), max_age=30))) for i in range(50)]
+    threads = [
+        threading.Thread(target=lambda i=i: got.append(w.get(str(1 + i % 2), max_age=30))) for i in range(50)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -31,7 +31,9 @@ class AppRecord:
     def to_json(self) -> str:
         """The record as JSON: ``{"scheduler", "session", "submit_dir", "app", **details}``."""
         data: dict[str, Any] = {**self.details}
-        data.update(scheduler=self.scheduler, session=self.session, submit_dir=self.submit_dir, app=self.app.to_dict())
+        data.update(
+            scheduler=self.scheduler, session=self.session, submit_dir=self.submit_dir, app=self.app.to_dict()
+        )
         return json.dumps(data, indent=1, sort_keys=True)
 
     @classmethod

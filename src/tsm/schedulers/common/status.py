@@ -33,7 +33,9 @@ _PRECEDENCE = (
 class StateTable:
     """A backend's state names mapped to :class:`AppState` (names compared upper-case)."""
 
-    def __init__(self, states: Mapping[AppState, Iterable[str]], flags: Mapping[str, AppState] | None = None) -> None:
+    def __init__(
+        self, states: Mapping[AppState, Iterable[str]], flags: Mapping[str, AppState] | None = None
+    ) -> None:
         self._by_name: dict[str, AppState] = {}
         for app_state in reversed(_PRECEDENCE):  # earlier in the precedence wins: written last
             for name in states.get(app_state, ()):

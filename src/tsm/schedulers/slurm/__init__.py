@@ -98,7 +98,6 @@ written before ``since``, or a replica started after ``until``, gives no lines. 
 the files until the replica has exited for good (no retry left) or the job has ended.
 """
 
-
 from __future__ import annotations
 
 import importlib

@@ -66,7 +66,6 @@ def _index_dir() -> Path:
     return tsm_home() / "slurm" / "index"
 
 
-
 class SlurmScheduler(Scheduler[SlurmBatchRequest]):
     """Runs apps as Slurm heterogeneous batch jobs; see the module docstring for the whole picture."""
 
@@ -109,7 +108,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             # the command itself, given the env.
             env_pairs = [f"{k}={v}" for k, v in role.env.items()]
             wrapper = ["bash", "-c", REPLICA_WRAPPER, "tsm-replica", role.name, str(role.num_replicas), "0"]
-            check_exec_size(f"role '{role.name}'", [*wrapper, *env_pairs, role.entrypoint, *role.args], os.environ)
+            check_exec_size(
+                f"role '{role.name}'", [*wrapper, *env_pairs, role.entrypoint, *role.args], os.environ
+            )
             check_exec_size(f"role '{role.name}'", [role.entrypoint, *role.args], {**os.environ, **role.env})
         SlurmOptions.from_cfg(cfg)  # refuses bad values before the app's own checks are paid for
 
@@ -124,7 +125,11 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             version = cli.slurm_version()
         submit_dir = os.getcwd()
         record = AppRecord(
-            scheduler="slurm", session=self.session_name, app=app, submit_dir=submit_dir, details={"job_dir": job_dir}
+            scheduler="slurm",
+            session=self.session_name,
+            app=app,
+            submit_dir=submit_dir,
+            details={"job_dir": job_dir},
         )
         request = SlurmBatchRequest(
             script=build_script(app, opts, job_dir, submit_dir, version),
@@ -153,7 +158,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             raise SubmissionError(f"cannot prepare the job directory {job_dir}: {e.strerror or e}") from e
         try:
             # umask 077: files Slurm creates for the job before its script runs (batch.out) are private too
-            proc = cli.run(["sbatch", *req.sbatch_args, str(job_dir / "job.sbatch")], cwd=str(job_dir), umask=0o077)
+            proc = cli.run(
+                ["sbatch", *req.sbatch_args, str(job_dir / "job.sbatch")], cwd=str(job_dir), umask=0o077
+            )
             if proc.returncode != 0:
                 err = cli_message(proc)
                 if cli.unreachable(proc):
@@ -237,7 +244,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         roles_statuses: list[RoleStatus] = []
         for role, rec in zip(app.roles, recs, strict=False):
             hosts = expand_hostlist(rec.nodes) if rec.nodes else []
-            replicas = [self._replica_status(role, k, rec, hosts, job_dir, restarts) for k in range(role.num_replicas)]
+            replicas = [
+                self._replica_status(role, k, rec, hosts, job_dir, restarts) for k in range(role.num_replicas)
+            ]
             roles_statuses.append(RoleStatus(role=role.name, replicas=replicas))
         # the others were stopped because of the first failure: they did not fail themselves
         failure = attribute_failure(roles_statuses)

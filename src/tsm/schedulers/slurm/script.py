@@ -60,7 +60,9 @@ class SlurmOptions(RunOptions):
         "nodes); default $TSM_HOME/slurm/jobs/<app>-<time>-<random>"
     )
     kill_grace: int = option("seconds the other roles get between SIGTERM and SIGKILL after a role fails", 30)
-    sbatch_args: list[str] | None = option("extra sbatch options for the whole job, e.g. --signal=USR1@60,--nice=10")
+    sbatch_args: list[str] | None = option(
+        "extra sbatch options for the whole job, e.g. --signal=USR1@60,--nice=10"
+    )
     srun_args: list[str] | None = option("extra srun options for every role, e.g. --cpu-bind=cores")
     slurm_version: str | None = option(
         "assume this Slurm version (e.g. 23.02) instead of asking sbatch --version; decides the GPU option"
@@ -68,7 +70,9 @@ class SlurmOptions(RunOptions):
 
     def check(self) -> None:
         """Refuse values sbatch cannot read (backslashes, line breaks, '%' in job_dir) before anything is built."""
-        if self.job_dir is not None and (not self.job_dir or "%" in self.job_dir or not directive_safe(self.job_dir)):
+        if self.job_dir is not None and (
+            not self.job_dir or "%" in self.job_dir or not directive_safe(self.job_dir)
+        ):
             raise InvalidRunOptionError(
                 f"job_dir {self.job_dir!r} must be a non-empty path without '%', backslashes or line breaks"
             )
@@ -245,7 +249,11 @@ def build_script(
         job_wide.append(_directive("--requeue"))
     elif opts.requeue is False:
         job_wide.append(_directive("--no-requeue"))
-    for opt, text in (("--comment", opts.comment), ("--mail-user", opts.mail_user), ("--mail-type", opts.mail_type)):
+    for opt, text in (
+        ("--comment", opts.comment),
+        ("--mail-user", opts.mail_user),
+        ("--mail-type", opts.mail_type),
+    ):
         if text:
             job_wide.append(_directive(opt, text))
     for extra in opts.sbatch_args or []:
