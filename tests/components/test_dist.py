@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
-import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tsm.components import materialize
-from tsm.components.dist import LAUNCH_SCRIPT, JobShape, ddp, parse_j, spmd
+from tsm.components import component_help, materialize
+from tsm.components.dist import LAUNCHER, TORCH_DEBUG_FLAGS, JobShape, ddp, parse_j, spmd
 from tsm.errors import ComponentArgumentError
 from tsm.specs.api import AppDef, Resource, Role, macros
 from tsm.specs.named_resources import get_named_resource
@@ -48,7 +49,6 @@ def test_parse_j(j: str, shape: JobShape) -> None:
     [
         ("x2", "expected \\[min:\\]NxM"),
         ("2x", "expected \\[min:\\]NxM"),
-        ("2", "expected \\[min:\\]NxM"),
         ("2*4", "expected \\[min:\\]NxM"),
         ("a:2x4", "expected \\[min:\\]NxM"),
         ("-1x2", "expected \\[min:\\]NxM"),
@@ -73,6 +73,27 @@ def test_nnodes_arg() -> None:
 
 
 # -- the command ---------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in a folder holding the scripts the tests name (a missing --script is refused at dry run)."""
+    for script in ("path/train.py", "train.py", "t.py", "prog.py", "a.py"):
+        (tmp_path / script).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / script).write_text("")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def launcher_args(role: Role) -> list[str]:
+    """The role's arguments after ``-c LAUNCHER``: tee, host variable, port, role, then torchrun's."""
+    assert role.entrypoint == "python" and role.args[:2] == ["-c", LAUNCHER]
+    return role.args[2:]
+
+
+def nproc(role: Role) -> str:
+    args = launcher_args(role)
+    return args[args.index("--nproc_per_node") + 1]
+
+
 def test_multi_node_command_shape() -> None:
     app = materialize(
         ddp,
@@ -91,13 +112,12 @@ def test_multi_node_command_shape() -> None:
         ],
     )
     role = only_role(app)
-    assert app.name == "train"
-    assert role.name == "ddp"
-    assert role.entrypoint == "sh"
-    assert role.args == [
-        "-c",
-        'exec python -m torch.distributed.run --rdzv_endpoint "$${rank0_env}:$0" "$@"',
+    assert (app.name, role.name) == ("train", "train")  # both after the script's stem, as in TorchX
+    assert launcher_args(role) == [
+        "3",
+        "${rank0_env}",
         "1234",
+        "train",
         "--nnodes",
         "2",
         "--nproc_per_node",
@@ -109,7 +129,7 @@ def test_multi_node_command_shape() -> None:
         "--max_restarts",
         "3",
         "--role",
-        "ddp",
+        "train",
         "path/train.py",
         "--lr",
         "0.1",
@@ -121,12 +141,12 @@ def test_multi_node_command_shape() -> None:
 
 def test_elastic_module_command_shape() -> None:
     app = materialize(
-        ddp, ["-j", "1:3x2", "-m", "trainer.main", "--name", "workers", "--rdzv_backend", "etcd"]
+        ddp, ["-j", "1:3x2", "-m", "trainer.main", "--rdzv_backend", "etcd", "--rdzv_conf", "timeout=60"]
     )
     role = only_role(app)
-    assert app.name == "trainer-main"
-    assert role.args[2:] == [
-        "29500",
+    assert (app.name, role.name) == ("main", "main")
+    assert launcher_args(role)[3:] == [
+        "main",
         "--nnodes",
         "1:3",
         "--nproc_per_node",
@@ -135,76 +155,159 @@ def test_elastic_module_command_shape() -> None:
         "etcd",
         "--rdzv_id",
         "${app_id}",
+        "--rdzv_conf",
+        "timeout=60",
         "--max_restarts",
         "0",
         "--role",
-        "workers",
+        "main",
         "-m",
         "trainer.main",
     ]
-    assert (role.name, role.num_replicas, role.min_replicas) == ("workers", 3, 1)
+    assert (role.num_replicas, role.min_replicas) == (3, 1)
 
 
-def test_single_node_uses_a_standalone_rendezvous_without_a_shell() -> None:
+def test_single_node_uses_a_standalone_rendezvous() -> None:
     role = only_role(materialize(ddp, ["-j", "1x8", "--script", "train.py", "--", "a"]))
-    assert role.entrypoint == "python"
-    assert role.args == [
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nnodes",
-        "1",
-        "--nproc_per_node",
-        "8",
-        "--max_restarts",
-        "0",
-        "--role",
-        "ddp",
-        "train.py",
-        "a",
-    ]
+    assert launcher_args(role) == ["3", "", "29500", "train", "--standalone", "--nnodes", "1", "--nproc_per_node",
+                                   "8", "--max_restarts", "0", "--role", "train", "train.py", "a"]  # fmt: skip
     assert role.port_map == {}
     assert (role.num_replicas, role.min_replicas) == (1, None)
+
+
+@pytest.mark.parametrize(
+    ("name", "app_name", "experiment", "run"),
+    [
+        ("/", "train", "default-experiment", "train"),
+        ("experiment/run", "run", "experiment", "run"),
+        ("exp/", "train", "exp", "train"),
+        ("/solo", "solo", "default-experiment", "solo"),
+        ("plain", "plain", "default-experiment", "plain"),
+    ],
+)
+def test_name_is_experiment_slash_run(name: str, app_name: str, experiment: str, run: str) -> None:
+    app = materialize(ddp, ["--script", "path/train.py", "--name", name])
+    role = only_role(app)
+    assert (app.name, role.name) == (app_name, "train")
+    assert role.env["TORCHX_TRACKING_EXPERIMENT_NAME"] == experiment
+    assert role.env["TORCHX_TRACKING_RUN_NAME"] == run
+
+
+def test_static_rendezvous_passes_the_node_rank() -> None:
+    role = only_role(materialize(ddp, ["-j", "2x1", "--script", "t.py", "--rdzv_backend", "static"]))
+    args = launcher_args(role)
+    assert args[args.index("--node_rank") + 1] == "${replica_id}"
+    replica = macros.Values(img_root="/img", app_id="t-123", replica_id="1").apply(role)
+    assert replica.args[replica.args.index("--node_rank") + 1] == "1"
+    c10d = launcher_args(only_role(materialize(ddp, ["-j", "2x1", "--script", "t.py"])))
+    assert "--node_rank" not in c10d
+
+
+@pytest.mark.parametrize(
+    ("j", "shape"), [("4", JobShape(1, 4)), ("1", JobShape(1, 1)), (" 2 ", JobShape(1, 2))]
+)
+def test_ddp_j_alone_is_the_processes_of_one_node(j: str, shape: JobShape) -> None:
+    assert parse_j(j) == shape
+    role = only_role(materialize(ddp, ["-j", j, "--script", "t.py"]))
+    assert (role.num_replicas, nproc(role)) == (1, str(shape.nproc_per_node))
+
+
+def test_spmd_j_alone_is_the_nodes_with_a_process_per_gpu() -> None:
+    role = only_role(materialize(spmd, ["-j", "2", "--script", "t.py"]))  # no -h: one process per node
+    assert (role.num_replicas, nproc(role)) == (2, "1")
+    gpus = get_named_resource("gpu.medium").gpu
+    role = only_role(materialize(spmd, ["-j", "3", "-h", "gpu.medium", "--script", "t.py"]))
+    assert (role.num_replicas, nproc(role), role.resource.gpu) == (3, str(gpus), gpus)
+    with pytest.raises(
+        ComponentArgumentError, match=r"cpu.small has no GPU to count processes by; give -j 2xM"
+    ):
+        materialize(spmd, ["-j", "2", "-h", "cpu.small", "--script", "t.py"])
+    role = only_role(materialize(spmd, ["-j", "2x3", "-h", "cpu.small", "--script", "t.py"]))
+    assert (role.num_replicas, nproc(role)) == (2, "3")
 
 
 def test_the_macro_becomes_the_rank0_variable() -> None:
     role = only_role(materialize(ddp, ["-j", "2x1", "--script", "t.py"]))
     replica = macros.Values(img_root="/img", app_id="t-123", replica_id="1").apply(role)
-    assert replica.args[1] == 'exec python -m torch.distributed.run --rdzv_endpoint "$TSM_RANK0_HOST:$0" "$@"'
+    assert replica.args[3] == "TSM_RANK0_HOST"
     assert replica.args[replica.args.index("--rdzv_id") + 1] == "t-123"
-    assert role.args[1] == LAUNCH_SCRIPT
 
 
-def test_ddp_resources_env_image() -> None:
-    role = only_role(
-        materialize(
-            ddp,
-            [
-                "--script",
-                "t.py",
-                "--cpu",
-                "8",
-                "--gpu",
-                "2",
-                "--memMB",
-                "4096",
-                "--env",
-                "A=1",
-                "--image",
-                "/img",
-            ],
-        )
-    )
+def test_ddp_resources_env_image_metadata() -> None:
+    argv = [
+        "--script",
+        "t.py",
+        "--cpu",
+        "8",
+        "--gpu",
+        "2",
+        "--memMB",
+        "4096",
+        "--env",
+        "A=1,PYTHONUNBUFFERED=0",
+    ]
+    app = materialize(ddp, [*argv, "--image", "/img", "--metadata", "team=ml"])
+    role = only_role(app)
     assert role.resource == Resource(cpu=8, gpu=2, memMB=4096)
-    assert (role.env, role.image) == ({"A": "1"}, "/img")
+    assert role.image == "/img"
+    assert app.metadata == {"team": "ml"}
+    assert role.env == {
+        "A": "1",
+        "PYTHONUNBUFFERED": "0",  # the user's value wins
+        "LOGLEVEL": os.environ.get("LOGLEVEL", "WARNING"),
+        "TORCHX_TRACKING_EXPERIMENT_NAME": "default-experiment",
+        "TORCHX_TRACKING_RUN_NAME": "t",
+    }
     role = only_role(materialize(ddp, ["--script", "t.py", "-h", "gpu.medium"]))
     assert role.resource == get_named_resource("gpu.medium")
+
+
+def test_debug_sets_the_torch_debug_variables() -> None:
+    role = only_role(materialize(ddp, ["--script", "t.py", "--debug"]))
+    assert TORCH_DEBUG_FLAGS.items() <= role.env.items()
+    assert TORCH_DEBUG_FLAGS["TORCH_DISTRIBUTED_DEBUG"] == "DETAIL"
+    plain = only_role(materialize(ddp, ["--script", "t.py", "--debug", "False"]))
+    assert "TORCH_DISTRIBUTED_DEBUG" not in plain.env
+    assert "CUDA_LAUNCH_BLOCKING" in only_role(materialize(spmd, ["--script", "t.py", "--debug"])).env
+
+
+def test_mounts_are_typed() -> None:
+    from tsm.specs.mounts import BindMount
+
+    role = only_role(
+        materialize(ddp, ["--script", "t.py", "--mounts", "type=bind,src=/data,dst=/mnt,readonly"])
+    )
+    assert role.mounts == [BindMount("/data", "/mnt", read_only=True)]
+    with pytest.raises(ComponentArgumentError, match="--mounts: .*type"):
+        materialize(ddp, ["--script", "t.py", "--mounts", "src=/data,dst=/mnt"])
+
+
+@pytest.mark.parametrize("tee", ["0", "1", "2", "3"])
+def test_tee_is_passed_to_the_launcher(tee: str) -> None:
+    assert launcher_args(only_role(materialize(ddp, ["--script", "t.py", "--tee", tee])))[0] == tee
+
+
+def test_bad_tee() -> None:
+    with pytest.raises(ComponentArgumentError, match=r"--tee 4: use 0 \(none\)"):
+        materialize(ddp, ["--script", "t.py", "--tee", "4"])
 
 
 @pytest.mark.parametrize(("argv", "got"), [([], "none"), (["--script", "a.py", "-m", "b"], "--script, -m")])
 def test_ddp_needs_exactly_one_of_script_or_m(argv: list[str], got: str) -> None:
     with pytest.raises(ComponentArgumentError, match=rf"give exactly one of --script or -m \(got {got}\)"):
         materialize(ddp, argv)
+
+
+def test_a_missing_script_is_refused_at_dry_run(in_tmp: Path) -> None:
+    with pytest.raises(
+        ComponentArgumentError, match=rf"--script 'nope.py': no such file \({in_tmp}/nope.py\)"
+    ):
+        materialize(ddp, ["--script", "nope.py"])
+    with pytest.raises(ComponentArgumentError, match="no such file"):
+        materialize(spmd, ["--script", "nope.py"])
+    # inside an image, or behind a variable, the script is only there at run time
+    assert only_role(materialize(ddp, ["--script", "nope.py", "--image", "img:1"])).image == "img:1"
+    materialize(ddp, ["--script", "${img_root}/nope.py"])
 
 
 @pytest.mark.parametrize("port", ["0", "65536", "-1"])
@@ -216,56 +319,62 @@ def test_ddp_rejects_bad_ports(port: str) -> None:
 def test_spmd_defaults_to_one_process_on_one_node() -> None:
     app = materialize(spmd, ["--script", "prog.py", "--", "x"])
     role = only_role(app)
-    assert (app.name, role.name, role.entrypoint) == ("prog", "spmd", "python")
-    assert role.args == ["-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc_per_node", "1",
-                         "--max_restarts", "0", "--role", "spmd", "prog.py", "x"]  # fmt: skip
+    assert (app.name, role.name) == ("prog", "prog")
+    assert launcher_args(role) == ["3", "", "29500", "prog", "--standalone", "--nnodes", "1", "--nproc_per_node",
+                                   "1", "--max_restarts", "0", "--role", "prog", "prog.py", "x"]  # fmt: skip
     assert role.resource == Resource()
 
 
 def test_spmd_multi_node_is_the_ddp_launcher() -> None:
     spmd_app = materialize(spmd, ["-j", "3x2", "-m", "prog", "--max_retries", "1", "-h", "cpu.small"])
-    ddp_app = materialize(
-        ddp, ["-j", "3x2", "-m", "prog", "--max_retries", "1", "-h", "cpu.small", "--name", "spmd"]
-    )
+    ddp_app = materialize(ddp, ["-j", "3x2", "-m", "prog", "--max_retries", "1", "-h", "cpu.small"])
     assert spmd_app == ddp_app
+
+
+def test_help_says_h_is_a_named_resource() -> None:
+    text = component_help(ddp, prog="tsm run dist.ddp")
+    assert "-h H, --h H" in text and "named resource" in text and "use --help" in text
 
 
 # -- it really runs, and a hostile rank-0 host is never executed -----------------------------------------
 @pytest.fixture
-def fake_python(tmp_path: Path) -> Path:
-    """A folder whose ``python`` only prints its argv, NUL-separated (so any byte survives)."""
-    bindir = tmp_path / "fakebin"
-    bindir.mkdir()
-    shim = bindir / "python"
-    shim.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done\n')
-    shim.chmod(shim.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return bindir
+def fake_torchrun(tmp_path: Path) -> Path:
+    """A folder for PYTHONPATH whose ``torch.distributed.run`` only prints its argv, NUL-separated."""
+    root = tmp_path / "fake"
+    (root / "torch" / "distributed").mkdir(parents=True)
+    (root / "torch" / "__init__.py").write_text("")
+    (root / "torch" / "distributed" / "__init__.py").write_text("")
+    (root / "torch" / "distributed" / "run.py").write_text(
+        "import os, sys\nos.write(1, b''.join(a.encode('utf-8', 'surrogateescape') + b'\\0' for a in sys.argv[1:]))\n"
+    )
+    return root
 
 
-def run_replica(role: Role, bindir: Path, cwd: Path, **env: str) -> list[str]:
+def run_replica(role: Role, fake: Path, cwd: Path, **env: str) -> list[str]:
     replica = macros.Values(img_root=str(cwd), app_id="train-1a2b", replica_id="0").apply(role)
+    bindir = os.path.dirname(sys.executable)
     out = subprocess.run(
         [replica.entrypoint, *replica.args],
-        env={"PATH": f"{bindir}{os.pathsep}/usr/bin{os.pathsep}/bin", **env},
+        env={"PATH": f"{bindir}{os.pathsep}/usr/bin{os.pathsep}/bin", "PYTHONPATH": str(fake), **env},
         cwd=cwd,
         capture_output=True,
         check=True,
-        timeout=30,
+        timeout=60,
     )
     return out.stdout.decode().split("\0")[:-1]
 
 
 def test_hostile_rank0_host_and_args_arrive_verbatim_and_nothing_runs(
-    fake_python: Path, tmp_path: Path
+    fake_torchrun: Path, tmp_path: Path
 ) -> None:
     marker = tmp_path / "pwned"
     hostile = f"h;$(touch {marker})`touch {marker}`\"'$IFS"
     script_args = ["--lr", f"$(touch {marker})", "a b", "*", "--", ""]
-    role = only_role(materialize(ddp, ["-j", "2x3", "--script", "train.py", "--", *script_args]))
-    argv = run_replica(role, fake_python, tmp_path, TSM_RANK0_HOST=hostile)
+    role = only_role(
+        materialize(ddp, ["-j", "2x3", "--script", "train.py", "--tee", "0", "--", *script_args])
+    )
+    argv = run_replica(role, fake_torchrun, tmp_path, TSM_RANK0_HOST=hostile)
     assert argv == [
-        "-m",
-        "torch.distributed.run",
         "--rdzv_endpoint",
         f"{hostile}:29500",
         "--nnodes",
@@ -279,18 +388,65 @@ def test_hostile_rank0_host_and_args_arrive_verbatim_and_nothing_runs(
         "--max_restarts",
         "0",
         "--role",
-        "ddp",
+        "train",
         "train.py",
         *script_args,
     ]
     assert not marker.exists()
 
 
-def test_single_node_replica_runs_python_directly(fake_python: Path, tmp_path: Path) -> None:
+def test_an_empty_rank0_host_means_localhost(fake_torchrun: Path, tmp_path: Path) -> None:
+    role = only_role(materialize(ddp, ["-j", "2x1", "--script", "train.py", "--tee", "0"]))
+    assert run_replica(role, fake_torchrun, tmp_path, TSM_RANK0_HOST="")[:2] == [
+        "--rdzv_endpoint",
+        "localhost:29500",
+    ]
+
+
+def test_with_tee_torchrun_writes_per_worker_files(fake_torchrun: Path, tmp_path: Path) -> None:
     role = only_role(materialize(ddp, ["-j", "1x2", "-m", "pkg.train", "--", "$(x)"]))
-    argv = run_replica(role, fake_python, tmp_path)
-    assert argv == role.args
+    argv = run_replica(role, fake_torchrun, tmp_path)
+    assert argv[:2] == ["--redirects", "3"]
+    assert argv[4:7] == ["--standalone", "--nnodes", "1"]
+    logs = argv[argv.index("--log-dir") + 1]
     assert argv[-3:] == ["-m", "pkg.train", "$(x)"]
+    assert not os.path.exists(logs)  # the launcher removes its folder when torchrun ends
+
+
+SIGNALLED_TORCHRUN = """
+import os, signal, sys, time
+def stop(sig, frame):
+    open(os.path.join(os.environ["OUT"], "got"), "w").write(str(sig))
+    sys.exit(7)
+signal.signal(signal.SIGTERM, stop)
+open(os.path.join(os.environ["OUT"], "ready"), "w").write(str(os.getpgrp()))
+time.sleep(60)
+"""
+
+
+def test_the_launcher_passes_sigterm_to_torchrun_and_exits_as_it_did(
+    fake_torchrun: Path, tmp_path: Path
+) -> None:
+    (fake_torchrun / "torch" / "distributed" / "run.py").write_text(SIGNALLED_TORCHRUN)
+    role = only_role(materialize(ddp, ["-j", "1x2", "--script", "train.py"]))
+    replica = macros.Values(img_root=str(tmp_path), app_id="s-1", replica_id="0").apply(role)
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "tmp").mkdir()
+    env = {"PATH": os.path.dirname(sys.executable), "PYTHONPATH": str(fake_torchrun), "OUT": str(out),
+           "TMPDIR": str(tmp_path / "tmp")}  # fmt: skip
+    proc = subprocess.Popen([replica.entrypoint, *replica.args], cwd=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "ready").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (out / "ready").read_text() != str(os.getpgid(proc.pid))  # torchrun has its own group
+        proc.send_signal(signal.SIGTERM)  # to the launcher alone, as a container runtime would
+        assert proc.wait(timeout=30) == 7
+    finally:
+        proc.kill()
+    assert (out / "got").read_text() == str(int(signal.SIGTERM))
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 # -- with the real torchrun ------------------------------------------------------------------------------
@@ -342,3 +498,42 @@ def test_real_torchrun(j: str, tmp_path: Path) -> None:
             p.kill()
     results = sorted(f.read_text() for f in out_dir.iterdir())
     assert results == ["2 2 True $(x)", "2 2 True $(x)"]
+
+
+TWO_WRITERS = """
+import os, sys
+rank = os.environ["LOCAL_RANK"]
+for i in range(int(sys.argv[1])):
+    print(f"rank {rank} line {i} " + "x" * 60)
+print(f"rank {rank} to stderr", file=sys.stderr)
+sys.stdout.write(f"rank {rank} last words without a newline")
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.torch
+def test_workers_of_one_node_keep_their_lines_whole(tmp_path: Path) -> None:
+    """Two unbuffered workers print 5,000 lines each on one node: every line arrives whole, once, prefixed."""
+    pytest.importorskip("torch")
+    (tmp_path / "writers.py").write_text(TWO_WRITERS)
+    n = 5000
+    role = only_role(materialize(ddp, ["-j", "1x2", "--script", "writers.py", "--", str(n)]))
+    replica = macros.Values(img_root=str(tmp_path), app_id="w-1", replica_id="0").apply(role)
+    (tmp_path / "tmp").mkdir()
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+    env = {**os.environ, **replica.env, "PATH": path, "TMPDIR": str(tmp_path / "tmp")}
+    out = subprocess.run(
+        [replica.entrypoint, *replica.args], cwd=tmp_path, env=env, capture_output=True, timeout=240
+    )
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    lines = out.stdout.decode().splitlines()
+    expected = {f"[writers{r}]:rank {r} line {i} " + "x" * 60 for r in (0, 1) for i in range(n)}
+    expected |= {f"[writers{r}]:rank {r} last words without a newline" for r in (0, 1)}
+    assert len(lines) == len(expected) and set(lines) == expected, [ln for ln in lines if ln not in expected][
+        :3
+    ]
+    for r in (0, 1):  # each worker's lines keep their order
+        mine = [ln for ln in lines if ln.startswith(f"[writers{r}]:rank {r} line ")]
+        assert mine == [f"[writers{r}]:rank {r} line {i} " + "x" * 60 for i in range(n)]
+    assert {f"[writers{r}]:rank {r} to stderr" for r in (0, 1)} <= set(out.stderr.decode().splitlines())
+    assert list((tmp_path / "tmp").iterdir()) == []  # the launcher's log folder is gone

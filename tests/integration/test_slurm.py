@@ -278,7 +278,8 @@ def test_dist_ddp_runs_torchrun_across_two_slurm_nodes(sched: SlurmScheduler, tm
     assert desc is not None and desc.state == AppState.SUCCEEDED, (desc, logs)
     reps = replicas(desc)
     assert reps[role, 0].hostname != reps[role, 1].hostname  # two Slurm nodes
-    lines = [line for text in logs.values() for line in text.splitlines() if "allreduce=" in line]
+    # dist.ddp prefixes each worker's line with [<role><local rank>]: (whole lines per rank)
+    lines = [line.split("]:", 1)[-1] for text in logs.values() for line in text.splitlines() if "allreduce=" in line]
     assert sorted(lines) == sorted(f"rank={r} world=2 group_rank={r} allreduce=3.0 ok=True" for r in range(2)), logs
 
 
