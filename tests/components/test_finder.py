@@ -21,7 +21,17 @@ from tsm.components.finder import ComponentDef
 from tsm.errors import ComponentError, ComponentImportError, ComponentNotFoundError
 from tsm.specs.api import AppDef
 
-BUILTINS = {"utils.echo", "utils.sh", "utils.python", "utils.touch", "utils.binary", "dist.ddp", "dist.spmd"}
+BUILTINS = {
+    "utils.echo",
+    "utils.sh",
+    "utils.python",
+    "utils.touch",
+    "utils.binary",
+    "utils.copy",
+    "utils.booth",
+    "dist.ddp",
+    "dist.spmd",
+}
 
 COMPONENT_MODULE = '''
 from tsm.specs.api import AppDef, Role

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,7 +89,11 @@ def test_sh_needs_a_command() -> None:
         (["--script", "train.py", "--", "--lr", "1"], ["train.py", "--lr", "1"]),
     ],
 )
-def test_python_modes(argv: list[str], args: list[str]) -> None:
+def test_python_modes(
+    argv: list[str], args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
     app = materialize(u.python, argv)
     role = only_role(app)
     assert (app.name, role.name, role.entrypoint, role.args) == ("python", "python", "python", args)
@@ -116,6 +122,47 @@ def test_python_needs_exactly_one_of_m_c_script(argv: list[str], got: str) -> No
         materialize(u.python, argv, prog="tsm run utils.python")
     assert str(info.value) == f"tsm run utils.python: give exactly one of -m, -c or --script (got {got})"
     assert info.value.usage.startswith("usage: tsm run utils.python")
+
+
+def test_python_missing_script_is_refused_at_dry_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ComponentArgumentError, match=rf"--script 'gone.py': no such file \({tmp_path}/gone.py\)"
+    ):
+        materialize(u.python, ["--script", "gone.py"], prog="tsm run utils.python")
+    assert only_role(materialize(u.python, ["--script", "gone.py", "--image", "img:1"])).args == ["gone.py"]
+
+
+def test_copy_copies_a_file_with_only_python(tmp_path: Path) -> None:
+    (tmp_path / "src.txt").write_bytes(b"payload \xff\n")
+    app = materialize(u.copy, ["--src", "src.txt", "--dst", f"file://{tmp_path}/dst.txt"])
+    role = only_role(app)
+    assert (app.name, role.name, role.entrypoint) == ("torchx-utils-copy", "torchx-utils-copy", "python")
+    out = subprocess.run(
+        [sys.executable, *role.args], cwd=tmp_path, check=True, capture_output=True, text=True
+    )
+    assert (tmp_path / "dst.txt").read_bytes() == b"payload \xff\n"
+    assert out.stdout == f"copied src.txt to file://{tmp_path}/dst.txt\n"
+
+
+def test_copy_of_a_missing_file_fails(tmp_path: Path) -> None:
+    role = only_role(materialize(u.copy, ["--src", "nope", "--dst", "x"]))
+    out = subprocess.run([sys.executable, *role.args], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 1 and "FileNotFoundError" in out.stderr
+
+
+@pytest.mark.parametrize(("x1", "x2", "value"), [("1", "3", 0.0), ("0", "0", 74.0), ("-1.5", "2", 56.25)])
+def test_booth_evaluates_and_saves_where_torchx_reads_it(
+    tmp_path: Path, x1: str, x2: str, value: float
+) -> None:
+    argv = ["--x1", x1, "--x2", x2, "--trial_idx", "3", "--tracker_base", str(tmp_path / "trials")]
+    role = only_role(materialize(u.booth, argv))
+    out = subprocess.run(
+        [sys.executable, *role.args], cwd=tmp_path, check=True, capture_output=True, text=True
+    )
+    assert out.stdout == f"booth({float(x1)!r}, {float(x2)!r}) = {value!r}\n"
+    assert json.loads((tmp_path / "trials" / "3").read_text()) == {"booth_eval": value}
+    assert u.booth(1, 3).roles[0].args[-2:] == ["0", "/tmp/torchx-util-booth"]  # TorchX's defaults
 
 
 def test_binary_passes_arguments_verbatim() -> None:

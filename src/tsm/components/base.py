@@ -6,7 +6,7 @@ import os
 import re
 
 from tsm.errors import ComponentArgumentError
-from tsm.specs.api import Resource
+from tsm.specs.api import NULL_IMAGE, Resource
 from tsm.specs.named_resources import get_named_resource
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -56,3 +56,20 @@ def exactly_one(**options: str | None) -> tuple[str, str]:
 def flag(name: str) -> str:
     """How parameter ``name`` is typed on the command line: ``-m`` or ``--script``."""
     return f"-{name}" if len(name) == 1 else f"--{name}"
+
+
+def check_script(script: str | None, image: str) -> None:
+    """Refuse at dry run a ``--script`` that is not there, when it would be read from this machine.
+
+    With no image (the local scheduler's default: the current directory), a relative script is looked up
+    in the current directory and an absolute one as it is; a path holding a macro or variable (``$``) is
+    left to run time, as is any script inside an image.
+    """
+    if script is None or image != NULL_IMAGE or "$" in script:
+        return
+    if not os.path.isfile(script):
+        where = os.path.abspath(script)
+        raise ComponentArgumentError(
+            f"--script {script!r}: no such file ({where}); give a path relative to the current directory, "
+            "or -m for a module"
+        )

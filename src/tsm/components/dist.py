@@ -64,7 +64,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from tsm.components.base import resource, safe_name
+from tsm.components.base import check_script, resource, safe_name
 from tsm.errors import ComponentArgumentError, TsmError
 from tsm.specs.api import NULL_IMAGE, AppDef, Resource, Role, macros
 
@@ -217,23 +217,6 @@ def _one_of(script: str | None, m: str | None) -> None:
         raise ComponentArgumentError(f"give exactly one of --script or -m (got {got})")
 
 
-def _check_script(script: str | None, image: str) -> None:
-    """Refuse at dry run a ``--script`` that is not there, when it would be read from this machine.
-
-    With no image (the local scheduler's default: the current directory), a relative script is looked up
-    in the current directory and an absolute one as it is; a path holding a macro or variable (``$``) is
-    left to run time, as is any script inside an image.
-    """
-    if script is None or image != NULL_IMAGE or "$" in script:
-        return
-    if not os.path.isfile(script):
-        where = os.path.abspath(script)
-        raise ComponentArgumentError(
-            f"--script {script!r}: no such file ({where}); give a path relative to the current directory, "
-            "or -m for a module"
-        )
-
-
 def _torchrun_app(
     script_args: tuple[str, ...] | list[str],
     *,
@@ -359,7 +342,7 @@ def ddp(
         tee: streams whose lines stay whole per worker: 0 none, 1 stdout, 2 stderr, 3 both
     """
     _one_of(script, m)
-    _check_script(script, image)
+    check_script(script, image)
     return _torchrun_app(
         script_args,
         script=script,
@@ -416,7 +399,7 @@ def spmd(
         debug: set PyTorch's debug environment variables (CUDA_LAUNCH_BLOCKING, TORCH_DISTRIBUTED_DEBUG, ...)
     """
     _one_of(script, m)
-    _check_script(script, image)
+    check_script(script, image)
     res = resource(h)
     if h is None:
         nproc = 1
