@@ -217,3 +217,18 @@ def test_a_job_writes_to_every_tracker_its_env_names(plugin_path: Path, tmp_path
     t = StoreTracker()
     assert t.metadata("local://s/job-1") == {"acc": 0.9}
     assert [s.source_run_id for s in t.sources("local://s/job-1")] == ["local://s/up"]
+
+
+def test_record_scheduled_reads_what_the_roles_were_told(tracker: StoreTracker, plugin_path: Path, tmp_path: Path) -> None:
+    from tsm.specs.api import AppDef, Role
+    from tsm.tracker.api import record_scheduled
+
+    env = tracker_env("local://s/${app_id}", "local://s/p", environ={})
+    app = AppDef("a", roles=[Role("r", env=dict(env))])
+    assert record_scheduled("local://s/a-1", app) == "local://s/p"
+    assert list(tracker.children("local://s/p")) == ["local://s/a-1"]
+    off = AppDef("a", roles=[Role("r", env={**env, "TSM_TRACKERS": "", "TORCHX_TRACKERS": ""})])
+    assert record_scheduled("local://s/a-2", off) is None
+    # a tracker that fails is logged, never raised: the launched app keeps its handle
+    broken = AppDef("a", roles=[Role("r", env={**env, "TSM_TRACKERS": "files"})])  # config None: open(None) fails
+    assert record_scheduled("local://s/a-3", broken) == "local://s/p"

@@ -276,3 +276,31 @@ def test_second_run_of_an_unchanged_tree_copies_nothing_and_runs_in_the_same_sna
     # Python's bytecode went to the pycache prefix, not into the shared snapshot
     assert not (Path(first.snapshot) / "pkg" / "__pycache__").exists()
     assert DirWorkspace().build(ws).reused
+
+
+def test_concurrent_launches_of_one_tree_share_one_snapshot(ws: Path) -> None:
+    """Four processes snapshot the same tree at once: all succeed, one snapshot, no half-built leftovers."""
+    import json
+    import subprocess
+
+    code = "import json, sys; from tsm.workspace import DirWorkspace; print(json.dumps(DirWorkspace().build(sys.argv[1]).to_dict()))"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(ws)], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    reports = [json.loads(p.communicate(timeout=HANG)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert len({r["snapshot"] for r in reports}) == 1
+    assert [p.name for p in (workspaces_home() / "snapshots").iterdir()] == [reports[0]["digest"]]
+    assert list((workspaces_home() / "tmp").iterdir()) == []
+    assert sum(r["bytes_copied"] for r in reports) >= reports[0]["bytes"]  # someone copied; nobody failed
+
+
+def test_summary_line_from_role_metadata(ws: Path) -> None:
+    from tsm.workspace.dir import workspace_summary
+
+    app = AppDef("a", roles=[Role("main"), Role("side", image="/elsewhere")])
+    assert workspace_summary(app) is None
+    apply_workspace(app, str(ws))
+    first = workspace_summary(app)
+    assert first is not None and "new snapshot: copied 4 files" in first and "(roles: main)" in first
+    app2 = AppDef("a", roles=[Role("main")])
+    apply_workspace(app2, str(ws))
+    assert "reused the existing snapshot, copying nothing" in (workspace_summary(app2) or "")

@@ -346,7 +346,30 @@ def record_launch(
         try:
             for tracker in build_trackers({name: value}):
                 tracker.add_source(handle, parent, None)
-        except TsmError as e:
+        except Exception as e:  # noqa: BLE001 - a tracker must never cost the launched app its handle
+            logger.warning("launched %s but tracker '%s' could not record its parent %s: %s", handle, name, parent, e)
+    return parent
+
+
+def record_scheduled(handle: str, app: Any) -> str | None:
+    """After the scheduler accepted ``app`` as ``handle``: record its parent where its roles were told to.
+
+    Reads what :func:`tracker_env` put in the first role's env (parent and trackers), so the record
+    matches what the job sees. Returns the parent, or None when there is none or tracking is off.
+    Never raises for a tracker's failure (logged): the app runs either way.
+    """
+    roles = getattr(app, "roles", None) or []
+    env: Mapping[str, str] = roles[0].env if roles else {}
+    parent = _env(env, ENV_PARENT_RUN_ID, ENV_TORCHX_PARENT_RUN_ID)
+    names = _env(env, ENV_TRACKERS, ENV_TORCHX_TRACKERS)
+    if not parent or not names:
+        return None
+    for name in _split(names):
+        config = _env(env, tracker_config_env_var_name(name), tracker_config_env_var_name(name, "TORCHX"))
+        try:
+            for tracker in build_trackers({name: config}):
+                tracker.add_source(handle, parent, None)
+        except Exception as e:  # noqa: BLE001 - a tracker must never cost the launched app its handle
             logger.warning("launched %s but tracker '%s' could not record its parent %s: %s", handle, name, parent, e)
     return parent
 

@@ -127,6 +127,7 @@ class _StatCache:
         self.new: dict[str, list[Any]] = {}
 
     def get(self, rel: str, key: list[int]) -> str | None:
+        """The cached hash of ``rel`` if its stat key is unchanged (and keep it for the next save)."""
         hit = self.old.get(rel)
         if hit is not None and hit[:5] == key:
             self.new[rel] = hit
@@ -137,7 +138,9 @@ class _StatCache:
         self.new[rel] = [*key, digest]
 
     def save(self) -> None:
-        """Write the cache atomically; a failure only costs re-hashing next time."""
+        """Write the cache atomically when it changed; a failure only costs re-hashing next time."""
+        if self.new == self.old:
+            return
         tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -516,13 +519,18 @@ class DirWorkspace(WorkspaceBuilder[None]):
         The role also gets ``PYTHONPYCACHEPREFIX`` (unless it sets one) so Python keeps its bytecode out
         of the read-only snapshot, and its metadata records the workspace, digest and snapshot.
         """
-        report = self.last_report
-        if report is None or report.workspace != workspace or report.dry:
-            report = self.build(workspace)
+        self.point_role(role, self.build(workspace))
+
+    @staticmethod
+    def point_role(role: Role, report: SnapshotReport) -> None:
+        """Make ``role`` run in the snapshot of ``report`` (image, pycache prefix, metadata)."""
         role.image = report.snapshot
         role.env.setdefault("PYTHONPYCACHEPREFIX", str(workspaces_home() / "pycache"))
-        role.metadata[METADATA_KEY] = {"workspace": os.path.abspath(workspace), "digest": report.digest,
-                                       "snapshot": report.snapshot}
+        role.metadata[METADATA_KEY] = {
+            "workspace": os.path.abspath(report.workspace), "digest": report.digest, "snapshot": report.snapshot,
+            "files": report.files, "bytes": report.bytes, "reused": report.reused,
+            "files_copied": report.files_copied, "bytes_copied": report.bytes_copied,
+        }
 
     def dryrun_push_images(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
         """Nothing to push: a snapshot is a directory the scheduler reads in place."""
@@ -558,13 +566,38 @@ def apply_workspace(
     if not workspace:
         return None
     roles = roles_for_workspace(app, workspace)
-    chosen = builder if builder is not None else DirWorkspace()
+    if builder is not None and not isinstance(builder, DirWorkspace):
+        for role in roles:
+            builder.build_workspace_and_update_role(role, workspace, cfg or {})
+        return None
+    report = (builder or DirWorkspace()).build(workspace, dry=not roles)  # no role takes it: only check it
     for role in roles:
-        chosen.build_workspace_and_update_role(role, workspace, cfg or {})
-    if isinstance(chosen, DirWorkspace):
-        if chosen.last_report is None:  # no role took the workspace: still check it and say so
-            chosen.build(workspace, dry=True)
-        return chosen.last_report
+        DirWorkspace.point_role(role, report)
+    return report
+
+
+def workspace_summary(app: AppDef | None) -> str | None:
+    """One line on the workspace snapshot an app's roles run in (from their metadata), or None.
+
+    What ``tsm run`` prints: the snapshot, its size and digest, and whether it was reused or what was copied.
+    """
+    for role in app.roles if app is not None else []:
+        meta = role.metadata.get(METADATA_KEY)
+        if not isinstance(meta, dict):
+            continue
+        try:
+            head = (
+                f"workspace {meta['workspace']} -> {meta['snapshot']} ({int(meta['files'])} files, "
+                f"{int(meta['bytes'])} bytes, sha256 {str(meta['digest'])[:12]})"
+            )
+            what = (
+                "reused the existing snapshot, copying nothing" if meta["reused"] else
+                f"new snapshot: copied {int(meta['files_copied'])} files ({int(meta['bytes_copied'])} bytes), linked the rest"
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+        used_by = [r.name for r in app.roles if isinstance(r.metadata.get(METADATA_KEY), dict)]  # type: ignore[union-attr]
+        return f"{head}: {what} (roles: {', '.join(used_by)})"
     return None
 
 
