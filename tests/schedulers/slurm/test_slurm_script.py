@@ -1,0 +1,384 @@
+"""The request: the sbatch script built at dry run, and that script run with bash against stand-ins for srun
+and scontrol, which checks the wrapper's environment, macros and byte-exact arguments."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from slurm_util import HOSTILE, HOSTILE_ENV, directives, dryrun, two_role_app
+
+import hostile
+from tsm.errors import (
+    InvalidAppError,
+    InvalidRunOptionError,
+)
+from tsm.schedulers.common.quoting import shell_quote
+from tsm.schedulers.slurm import (
+    SlurmScheduler,
+    cli as slurm_cli,
+    parse_version,
+    read_status,
+)
+from tsm.specs.api import AppDef, Resource, Role
+
+# -- the request ---------------------------------------------------------------------------------------
+
+
+def test_one_het_component_per_role_and_one_srun_per_role(sched: SlurmScheduler) -> None:
+    req = dryrun(sched, two_role_app())
+    script = req.script
+    assert script.startswith("#!/bin/bash\n")
+    lines = directives(script)
+    assert lines.count("#SBATCH hetjob") == 1
+    comp0, comp1 = "\n".join(lines).split("#SBATCH hetjob")
+    assert (
+        "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=2\n#SBATCH --mem=1000M"
+        in comp0
+    )
+    assert (
+        "#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=1\n#SBATCH --mem=500M"
+        in comp1
+    )
+    assert "--job-name=hello.trainer" in comp0 and "--job-name=hello.ps" in comp1
+    assert f"#SBATCH --chdir={req.job_dir}" in comp0 and "--chdir" not in comp1
+    sruns = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert len(sruns) == 2
+    assert sruns[0].startswith(
+        "srun --het-group=0 --ntasks=2 --nodes=2 --ntasks-per-node=1 --cpus-per-task=2"
+    )
+    assert sruns[1].startswith("srun --het-group=1 --ntasks=1 ")
+    assert all(line.endswith(" &") for line in sruns)
+    assert "wait -n" in script
+    assert req.roles == ["trainer", "ps"]
+    assert json.loads(req.app_json)["app"]["name"] == "hello"
+
+
+def test_dryrun_prints_the_script_exactly(sched: SlurmScheduler) -> None:
+    info = sched.submit_dryrun(two_role_app(), {"slurm_version": "22.05"})
+    assert str(info) == info.request.script
+    assert info.scheduler == "slurm"
+
+
+def test_script_is_valid_bash(sched: SlurmScheduler, tmp_path: Path) -> None:
+    app = AppDef("h", [Role("r", entrypoint="echo", args=HOSTILE, env=HOSTILE_ENV)])
+    req = dryrun(sched, app, {"comment": 'it\'s "x" #1 $(y)'})
+    path = tmp_path / "job.sbatch"
+    path.write_text(req.script, errors="surrogateescape")
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    # sbatch reads directives up to the first command: no value of the app can add one
+    head = req.script.split("\numask 077\n")[0]
+    assert all(
+        line.startswith(("#!", "#SBATCH --", "#SBATCH hetjob", "# ")) or not line
+        for line in head.splitlines()
+    )
+
+
+def test_single_role_is_a_plain_job(sched: SlurmScheduler) -> None:
+    req = dryrun(sched, AppDef("one", [Role("w", entrypoint="true", num_replicas=3)]))
+    assert "hetjob" not in req.script
+    assert "--het-group" not in req.script
+    assert "srun --ntasks=3 --nodes=3 --ntasks-per-node=1 " in req.script
+
+
+def test_pack_replicas_asks_for_tasks(sched: SlurmScheduler) -> None:
+    app = AppDef(
+        "p", [Role("w", entrypoint="true", num_replicas=4, resource=Resource(cpu=2, gpu=1, memMB=3000))]
+    )
+    req = dryrun(sched, app, {"pack_replicas": True})
+    lines = directives(req.script)
+    assert "#SBATCH --ntasks=4" in lines
+    assert not any(x.startswith("#SBATCH --nodes") for x in lines)
+    assert "#SBATCH --mem-per-cpu=1500M" in lines  # 3000 MB per replica over its 2 CPUs
+    assert "#SBATCH --gpus-per-task=1" in lines  # per-node makes no sense when packed
+    assert "srun --ntasks=4 --cpus-per-task=2 " in req.script
+
+
+@pytest.mark.parametrize(
+    ("version", "flag"),
+    [("22.05", "--gpus-per-node"), ("23.02", "--gpus-per-task"), ("24.11", "--gpus-per-task")],
+)
+def test_gpu_option_follows_the_slurm_version(sched: SlurmScheduler, version: str, flag: str) -> None:
+    app = AppDef(
+        "g", [Role("w", entrypoint="true", num_replicas=2, resource=Resource(cpu=8, gpu=4, memMB=1000))]
+    )
+    assert f"#SBATCH {flag}=4" in directives(dryrun(sched, app, {"slurm_version": version}).script)
+
+
+def test_version_is_asked_lazily_and_once(monkeypatch: pytest.MonkeyPatch, sched: SlurmScheduler) -> None:
+    calls: list[list[str]] = []
+
+    def fake_run(args: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, "slurm 23.11.4\n", "")
+
+    monkeypatch.setattr(slurm_cli, "run", fake_run)
+    monkeypatch.setattr(slurm_cli, "_version", None)
+    sched.submit_dryrun(AppDef("c", [Role("w", entrypoint="true")]))
+    assert calls == []  # no GPU: no need to know the version
+    gpu_app = AppDef("g", [Role("w", entrypoint="true", resource=Resource(gpu=1))])
+    for _ in range(3):
+        script = sched.submit_dryrun(gpu_app).request.script
+    assert calls == [["sbatch", "--version"]]
+    assert "#SBATCH --gpus-per-task=1" in script
+
+
+def test_parse_version() -> None:
+    assert parse_version("slurm-wlm 22.05.8\n") == (22, 5)
+    assert parse_version("slurm 24.11.0-0rc1") == (24, 11)
+    with pytest.raises(Exception, match="version"):
+        parse_version("what")
+
+
+def test_run_options_become_quoted_directives(sched: SlurmScheduler) -> None:
+    cfg = {
+        "partition": "gpu",
+        "time": "1:00:00",
+        "account": "proj-1",
+        "qos": "high",
+        "constraint": "a100&ib",
+        "reservation": "maint",
+        "nodelist": "node[1-2]",
+        "exclude": "node3",
+        "exclusive": True,
+        "comment": 'it\'s a "test" #1 $(whoami) `id`',
+        "mail_user": "me@example.org",
+        "mail_type": "END,FAIL",
+        "requeue": False,
+        "sbatch_args": ["--signal=USR1@60", "--nice=10"],
+        "srun_args": ["--cpu-bind=cores"],
+    }
+    script = dryrun(sched, two_role_app(), cfg).script
+    lines = directives(script)
+    for comp in "\n".join(lines).split("#SBATCH hetjob"):  # every role gets the placement options
+        for expected in ("--partition=gpu", "--time=1:00:00", "--account=proj-1", "--qos=high",
+                         "--constraint='a100&ib'", "--reservation=maint", "--nodelist='node[1-2]'",
+                         "--exclude=node3", "#SBATCH --exclusive"):  # fmt: skip
+            assert expected in comp
+    comment = next(x for x in lines if x.startswith("#SBATCH --comment="))
+    assert shlex.split(comment.split("=", 1)[1]) == [cfg["comment"]]
+    assert "#SBATCH --mail-user=me@example.org" in lines
+    assert "#SBATCH --mail-type=END,FAIL" in lines
+    assert "#SBATCH --no-requeue" in lines
+    assert "#SBATCH --signal=USR1@60" in lines and "#SBATCH --nice=10" in lines
+    assert all(line.count("--cpu-bind=cores") == 1 for line in script.splitlines() if line.startswith("srun"))
+
+
+def test_every_option_has_help(sched: SlurmScheduler) -> None:
+    opts = dict(sched.run_opts())
+    for name in ("partition", "time", "account", "qos", "constraint", "comment", "mail_user", "mail_type",
+                 "exclusive", "job_dir", "pack_replicas", "requeue", "nodelist", "exclude"):  # fmt: skip
+        assert opts[name].help
+
+
+def test_retries_make_the_job_requeueable(sched: SlurmScheduler) -> None:
+    script = dryrun(sched, two_role_app(max_retries=2)).script
+    assert "#SBATCH --requeue" in directives(script)
+    assert "_tsm_retries[0]=2" in script and "_tsm_retries[1]=0" in script
+    assert 'scontrol requeue "$SLURM_JOB_ID"' in script
+
+
+def test_capabilities_choose_a_role_partition(sched: SlurmScheduler) -> None:
+    app = two_role_app()
+    app.roles[1].resource.capabilities["partition"] = "cpu"
+    comps = "\n".join(directives(dryrun(sched, app, {"partition": "gpu"}).script)).split("#SBATCH hetjob")
+    assert "--partition=gpu" in comps[0] and "--partition=cpu" in comps[1]
+
+
+@pytest.mark.parametrize("bad", ["a\\b", "line\nbreak", "cr\r"])
+def test_values_sbatch_cannot_read_are_refused(sched: SlurmScheduler, bad: str) -> None:
+    with pytest.raises(InvalidRunOptionError):
+        dryrun(sched, two_role_app(), {"comment": bad})
+
+
+def test_bad_job_dir_and_mounts_are_refused(sched: SlurmScheduler, caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(InvalidRunOptionError, match="job_dir"):
+        dryrun(sched, two_role_app(), {"job_dir": "/tmp/a%jb"})
+    app = two_role_app()
+    app.roles[0].mounts = ["type=bind,src=/a,dst=/b"]
+    with pytest.raises(InvalidAppError, match="mounts"):
+        dryrun(sched, app)
+    # an unknown option is reported and ignored (TorchX's behaviour; tsm.specs.runopts), never passed on
+    req = dryrun(sched, two_role_app(), {"no_such_option": 1})
+    assert "no_such_option" in caplog.text and "no_such_option" not in req.script
+
+
+def test_default_job_dir_is_under_tsm_home(sched: SlurmScheduler, tsm_home: Path) -> None:
+    req = dryrun(sched, two_role_app())
+    assert Path(req.job_dir).parent == tsm_home / "slurm" / "jobs"
+    assert Path(req.job_dir).name.startswith("hello-")
+    assert not Path(req.job_dir).exists()  # a dry run makes nothing
+
+
+def test_image_directory_is_the_working_directory(sched: SlurmScheduler, tmp_path: Path) -> None:
+    app = AppDef("i", [Role("w", entrypoint="${img_root}/run.sh", image=str(tmp_path))])
+    script = dryrun(sched, app).script
+    assert f"--chdir={tmp_path} " in script
+    assert shlex.quote(f"{tmp_path}/run.sh") in script
+
+
+def test_hostile_values_are_single_words_in_the_script(sched: SlurmScheduler) -> None:
+    app = AppDef("h", [Role("r", entrypoint="printf", args=["%s\\n", *HOSTILE], env=HOSTILE_ENV)])
+    script = dryrun(sched, app).script
+    m = re.search(r"^srun (.*?) &\n_tsm_pid", script, re.S | re.M)
+    assert m is not None
+    assert "\r\n" not in script  # sbatch refuses scripts with DOS line breaks
+    words = bash_words(m.group(1))
+    assert words[-len(HOSTILE) :] == HOSTILE
+    pairs = [f"{k}={v}" for k, v in HOSTILE_ENV.items()]
+    start = words.index(pairs[0])
+    assert words[start : start + len(pairs)] == pairs
+
+
+def bash_words(words: str) -> list[str]:
+    """The words bash makes of ``words`` (as they would reach a command), without running any of them."""
+    script = f"set -- {words}\nprintf '%s\\0' \"$@\"\n".encode("utf-8", "surrogateescape")
+    proc = subprocess.run(
+        ["bash"], input=script, capture_output=True, check=True
+    )  # on stdin: may exceed 128 KiB
+    return [w.decode("utf-8", "surrogateescape") for w in proc.stdout.split(b"\0")[:-1]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")))
+def test_shell_quote_round_trips_through_bash(value: str) -> None:
+    assert bash_words(shell_quote(value)) == [value]
+
+
+def test_shell_quote_avoids_carriage_returns() -> None:
+    for value in ("\r", "a\r\nb", "it's\r", "\\\r'\x01é"):
+        quoted = shell_quote(value)
+        assert "\r" not in quoted
+        assert bash_words(quoted) == [value]
+
+
+# -- running the script against stand-ins for srun and scontrol --------------------------------------------
+
+FAKE_SRUN = """\
+import os, subprocess, sys
+args = sys.argv[1:]
+opts = {}
+while args and args[0].startswith("-"):
+    key, _, value = args.pop(0).partition("=")
+    opts[key] = value
+procs = []
+for t in range(int(opts.get("--ntasks", "1"))):
+    env = dict(os.environ, SLURM_PROCID=str(t), SLURMD_NODENAME="fake%d" % t)
+    out = open(opts["--output"].replace("%t", str(t)), "ab")
+    err = open(opts["--error"].replace("%t", str(t)), "ab")
+    procs.append(subprocess.Popen(args, cwd=opts.get("--chdir"), stdout=out, stderr=err, env=env))
+sys.exit(max(p.wait() for p in procs))
+"""
+
+FAKE_SCONTROL = """\
+import sys
+if sys.argv[1:3] == ["show", "hostnames"]:
+    print("localhost")
+"""
+
+
+@pytest.fixture
+def fake_cluster(tmp_path: Path) -> dict[str, str]:
+    """PATH and env under which a batch script runs on this machine, its sruns run as local processes."""
+    bindir = tmp_path / "fakebin"
+    bindir.mkdir()
+    for name, body in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL), ("scancel", "")):
+        path = bindir / name
+        path.write_text(f"#!{sys.executable}\n{body}")
+        path.chmod(0o755)
+    env = dict(os.environ)
+    env.update(PATH=f"{bindir}:{env['PATH']}", SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="fake0")
+    env.pop("SLURM_RESTART_COUNT", None)
+    return env
+
+
+def run_locally(
+    sched: SlurmScheduler, app: AppDef, env: dict[str, str], tmp_path: Path
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """Run the app's batch script with bash, as the batch step would; returns its job dir and the run."""
+    req = dryrun(sched, app, {"job_dir": str(tmp_path / "job")})
+    job_dir = Path(req.job_dir)
+    job_dir.mkdir()
+    (job_dir / "job.sbatch").write_text(req.script, errors="surrogateescape")
+    proc = subprocess.run(
+        ["bash", str(job_dir / "job.sbatch")], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert (job_dir / "exit").read_text().strip() == str(proc.returncode), proc.stderr
+    return job_dir, proc
+
+
+def test_hostile_arguments_and_env_reach_the_replica_byte_exact(
+    sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    args, env = hostile.args(str(marker)), hostile.env(str(marker))
+    app = AppDef("h", [Role("r", entrypoint=sys.executable, args=["-c", hostile.DUMP, *args], env=env)])
+    job_dir, _ = run_locally(sched, app, fake_cluster, tmp_path)
+    got_args, got_env = hostile.read_dump((job_dir / "r" / "0.stdout").read_text(errors="surrogateescape"))
+    assert not hostile.mismatches(got_args, got_env, args, env)
+    assert got_env.get(b"PATH") == os.fsencode(
+        fake_cluster["PATH"]
+    )  # env(1) read "--unset=PATH" as a variable
+    assert (job_dir / "r" / "0.stderr").read_text() == ""
+    assert not marker.exists()
+
+
+def test_replica_env_and_runtime_macros(
+    sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    dump = "import json, os, sys; sys.stdout.write(json.dumps([sys.argv[1:], {k: v for k, v in os.environ.items() if k.startswith(('TSM_', 'E_', 'odd'))}]))"
+    env = {
+        "E_PLAIN": "v",
+        "E_MACRO": "r${replica_id}-a${app_id}",
+        "E_HOSTILE": "$(id) `id` ' \" \n;",
+        "odd.name": "x=y",
+    }
+    app = AppDef("m", [
+        Role("w", entrypoint=sys.executable, args=["-c", dump, "${replica_id}", "${app_id}", "$${rank0_env}", "${HOME}"],
+             env=env, num_replicas=2),
+        Role("v", entrypoint="true"),
+    ])  # fmt: skip
+    job_dir, _ = run_locally(sched, app, fake_cluster, tmp_path)
+    for k in range(2):
+        args, got = json.loads((job_dir / "w" / f"{k}.stdout").read_text())
+        assert args == [str(k), "4242", "$TSM_RANK0_HOST", "${HOME}"]
+        assert got == {
+            "TSM_REPLICA_ID": str(k),
+            "TSM_ROLE_NAME": "w",
+            "TSM_NUM_REPLICAS": "2",
+            "TSM_APP_ID": "4242",
+            "TSM_RANK0_HOST": "localhost",
+            "TSM_JOB_DIR": str(job_dir),
+            "TSM_KILL_GRACE": "30",
+            "E_PLAIN": "v",
+            "E_MACRO": f"r{k}-a4242",
+            "E_HOSTILE": env["E_HOSTILE"],
+            "odd.name": "x=y",
+            "TSM_HOME": os.environ["TSM_HOME"],  # the submitter's environment travels with the job
+        }
+        f = read_status(job_dir / "w" / f"{k}.status")
+        assert (
+            f is not None and not f.running and f.exit_code == 0 and f.host == f"fake{k}" and f.attempt == 0
+        )
+    assert (job_dir / "exit").read_text() == "0\n"
+
+
+def test_a_failed_replica_fails_the_job_with_its_code(
+    sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    app = AppDef(
+        "f", [Role("w", entrypoint="bash", args=["-c", "exit $((TSM_REPLICA_ID * 7))"], num_replicas=2)]
+    )
+    job_dir, proc = run_locally(sched, app, fake_cluster, tmp_path)
+    assert (job_dir / "exit").read_text() == "7\n"
+    assert read_status(job_dir / "w" / "1.status").exit_code == 7  # type: ignore[union-attr]
+    assert read_status(job_dir / "w" / "0.status").exit_code == 0  # type: ignore[union-attr]
+    assert "tsm: role w failed (srun exit code 7)" in proc.stderr
