@@ -62,10 +62,24 @@ def explain_misplaced_flags(command: str, component: str, component_args: list[s
         ) from None
 
 
-def component_help(name: str) -> int:
+def component_help(name: str, command: str = "run") -> int:
+    """Print component ``name``'s help (``tsm run COMPONENT --help``); say that ``-h`` is not help where it is not."""
+    import inspect
+
     from tsm.components import component_help as render, get_component
 
-    sys.stdout.write(render(get_component(name).fn, prog=f"tsm run {name}"))
+    fn = get_component(name).fn
+    text = render(fn, prog=f"tsm {command} {name}")
+    try:
+        takes_h = "h" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes_h = False
+    if takes_h:
+        text = text.rstrip("\n") + (
+            "\n\nNote: -h is this component's -h option (a named resource in the builtins, as in TorchX),"
+            " not help; use --help.\n"
+        )
+    sys.stdout.write(text)
     return 0
 
 

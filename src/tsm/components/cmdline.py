@@ -368,7 +368,10 @@ class _Component:
         if any("_" in p.name and len(p.name) > 1 for p in self.params):
             notes.append("Options with underscores may also be spelled with dashes (--a_b or --a-b).")
         if self.varargs is not None:
-            notes.append(f"Arguments after '--' are passed verbatim as {self.varargs.name}.")
+            notes.append(
+                f"Words from the first one that is not an option (or after '--') are passed verbatim as "
+                f"{self.varargs.name}."
+            )
         return "\n".join(notes) or None
 
     def _resolve_defaults(self, defaults: Mapping[str, str]) -> dict[str, Any]:

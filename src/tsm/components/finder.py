@@ -286,6 +286,30 @@ def _file_component(name: str) -> ComponentDef:
     return _describe(f"{path}:{fn_name}", fn, f"file {abspath}")
 
 
+def _file_hint(path: str) -> str:
+    """What to say when a file is named without ``:function``: the functions it defines (read, not run)."""
+    import ast
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except FileNotFoundError:
+        return f"component file '{path}' does not exist (looked for {os.path.abspath(path)})"
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as e:
+        return f"component '{path}' names a file but no function: use {path}:FUNCTION ({_one_line(e)})"
+    functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+    components = [
+        n.name
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef) and n.returns is not None and ast.unparse(n.returns).endswith("AppDef")
+    ]
+    listed = components or functions
+    what = "components" if components else "functions"
+    there = f"{what} there: {', '.join(listed)}" if listed else "it defines no function"
+    example = f"{path}:{listed[0]}" if listed else f"{path}:FUNCTION"
+    return f"component '{path}' names a file but no function: use {example} ({there})"
+
+
 # -- public ---------------------------------------------------------------------------------------------
 def get_component(name: str) -> ComponentDef:
     """Find component ``name`` (a builtin, an entry-point name or ``path/to/file.py:function``).
@@ -295,6 +319,8 @@ def get_component(name: str) -> ComponentDef:
     """
     if ":" in name:
         return _checked(_file_component(name))
+    if name.endswith(".py") or os.path.isfile(name):
+        raise ComponentNotFoundError(_file_hint(name))
     comp = _builtin(name)
     if comp is not None:
         return comp
