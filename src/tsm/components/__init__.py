@@ -10,7 +10,8 @@
 
 Where names come from: :mod:`tsm.components.finder`. How a signature becomes a command line:
 :mod:`tsm.components.cmdline`. Checking a component file without running it:
-:mod:`tsm.components.linter`. The builtins: :mod:`tsm.components.utils` and :mod:`tsm.components.dist`.
+:mod:`tsm.components.linter`. Testing your own components: :mod:`tsm.components.component_test_base`.
+The builtins: :mod:`tsm.components.utils` and :mod:`tsm.components.dist`.
 
 Names are imported on first use, so ``import tsm.components`` costs next to nothing and finding a builtin
 imports only that builtin's module (entry points are read only for other names, or when listing).
@@ -46,7 +47,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(__all__) | {"base", "cmdline", "dist", "docstring", "finder", "linter", "utils"})
+    modules = {"base", "cmdline", "component_test_base", "dist", "docstring", "finder", "linter", "utils"}
+    return sorted(set(__all__) | modules)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs ("x as x" marks a re-export)
