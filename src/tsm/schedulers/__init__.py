@@ -1,4 +1,5 @@
-"""Scheduler registry: the builtin backends plus any registered under the entry-point group ``tsm.schedulers``.
+"""Scheduler registry: the builtin backends plus any registered under the entry-point group ``tsm.schedulers``
+(then ``torchx.schedulers``, for a TorchX plugin ported to import ``tsm``).
 
 Each entry is a factory ``create_scheduler(session_name, **kwargs) -> Scheduler``. Backends are imported
 only when asked for, so listing names never loads a client library. Plugins add names; they never
@@ -35,7 +36,11 @@ def _plugin_entry_points() -> dict[str, Any]:
     if _plugins is None:
         from importlib.metadata import entry_points
 
-        _plugins = {ep.name: ep for ep in entry_points(group="tsm.schedulers") if ep.name not in _BUILTIN}
+        _plugins = {}
+        for group in ("tsm.schedulers", "torchx.schedulers"):  # TorchX's group after ours (a ported plugin)
+            for ep in entry_points(group=group):
+                if ep.name not in _BUILTIN and ep.name not in _plugins:
+                    _plugins[ep.name] = ep
     return _plugins
 
 
