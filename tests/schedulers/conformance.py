@@ -39,7 +39,7 @@ import hostile
 from tsm.errors import InvalidAppError, InvalidRunOptionError, UnknownAppError
 from tsm.runner.api import Runner
 from tsm.schedulers.api import Scheduler, Stream
-from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Resource, Role
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Resource, RetryPolicy, Role
 from tsm.specs.runopts import type_name
 
 #: Seconds after which a backend is considered hung (a Slurm requeue alone waits ~10 s on the test cluster).
@@ -242,18 +242,21 @@ def check_wait_returns_after_the_end(backend: Backend) -> None:
 
 def check_retries_work_or_are_refused(backend: Backend, tmp_path: Path) -> None:
     s = backend.sched
-    marker = tmp_path / "attempts"
     code = (
         "import sys; p = sys.argv[1]; open(p, 'a').write('x')\nsys.exit(1 if len(open(p).read()) == 1 else 0)"
     )
-    app = AppDef("retry", [backend.role("r", "-c", code, str(marker), max_retries=1)])
-    if not backend.retries:
-        with pytest.raises(InvalidAppError, match="max_retries"):
-            s.submit_dryrun(app, backend.cfg)
-        return
-    app_id = backend.submit(app)
-    assert _ended(backend, app_id) == AppState.SUCCEEDED
-    assert marker.read_text() == "xx"  # failed once, ran again, succeeded
+    for policy in (RetryPolicy.APPLICATION, RetryPolicy.REPLICA):
+        marker = tmp_path / f"attempts-{policy.value}"
+        app = AppDef(
+            "retry", [backend.role("r", "-c", code, str(marker), max_retries=1, retry_policy=policy)]
+        )
+        if not backend.retries:
+            with pytest.raises(InvalidAppError, match="max_retries"):
+                s.submit_dryrun(app, backend.cfg)
+            continue
+        app_id = backend.submit(app)
+        assert _ended(backend, app_id) == AppState.SUCCEEDED, policy
+        assert marker.read_text() == "xx", policy  # failed once, ran again, succeeded
 
 
 def check_run_opts_are_typed_and_documented(backend: Backend) -> None:

@@ -42,3 +42,26 @@ def test_every_check_is_run() -> None:
     """A check_* function added to the suite is picked up (the suite cannot shrink silently)."""
     assert len(CHECKS) >= 10
     assert all(callable(getattr(conformance, f"check_{name}")) for name in CHECKS)
+
+
+def test_the_fake_serves_a_runner() -> None:
+    """Runner tests can run on the fake: it launches, waits, reads logs and lists through the runner."""
+    import sys
+
+    from fake import create_scheduler
+
+    from tsm.runner.api import Runner
+    from tsm.specs.api import AppDef, AppState, Resource, Role
+
+    runner = Runner("t", scheduler_factories={"fake": create_scheduler})
+    code = "import os; print(os.environ['TSM_APP_HANDLE'])"
+    app = AppDef(
+        "echo", [Role("r", entrypoint=sys.executable, args=["-c", code], resource=Resource(cpu=1, memMB=64))]
+    )
+    handle = runner.run(app, scheduler="fake")
+    status = runner.wait(handle, timeout=conformance.HANG)
+    assert status is not None and status.state == AppState.SUCCEEDED
+    assert list(runner.log_lines(handle, "r", 0)) == [handle + "\n"]
+    assert handle in [row.app_handle for row in runner.list()]
+    runner.cancel(handle)  # ended: nothing happens
+    assert runner.status("fake://t/fake-0-0") is None

@@ -14,13 +14,14 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
-from pathlib import Path
 
 from tsm.errors import UnknownAppError
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # kept out of the import: tsm.schedulers.api imports this module, and start-up counts
+    from datetime import datetime
+    from os import PathLike
+
     from tsm.schedulers.api import Stream
 
 
@@ -88,17 +89,18 @@ def decode(raw: bytes) -> str:
     return raw.decode("utf-8", errors="surrogateescape")
 
 
-def read_files(paths: Iterable[Path]) -> Iterator[str]:
+def read_files(paths: Iterable[str | PathLike[str]]) -> Iterator[str]:
     """The lines of each file in turn; a missing file gives none."""
     for p in paths:
         try:
-            data = p.read_bytes()
+            with open(p, "rb") as f:
+                data = f.read()
         except OSError:
             continue
         yield from split_lines(decode(data))
 
 
-def file_reader(path: Path) -> Callable[[], bytes]:
+def file_reader(path: str | PathLike[str]) -> Callable[[], bytes]:
     """A ``read_new`` for :func:`follow`: each call returns what was appended to ``path`` since the last."""
     offset = 0
 
