@@ -195,7 +195,7 @@ RUNOPT_CASES = [
     Case("float nan", _dry("grace_period=nan"), ["grace_period", "expects float"], code=2),
     Case("float inf", _dry("grace_period=inf"), ["grace_period", "expects float"], code=2),
     Case("float overflow", _dry("grace_period=1e999"), ["grace_period", "expects float"], code=2),
-    Case("negative grace", ["run", "-c", "grace_period=-1", "utils.echo"], ["grace_period must be >= 0"], code=1),
+    Case("negative grace", ["run", "-c", "grace_period=-1", "utils.echo"], ["grace_period must be >= 0"], code=2),
     Case("bool given junk", _dry("prepend_cwd=maybe"), ["prepend_cwd", "expects bool"], code=2),
     Case("bool given a list", _dry("timers=1,2"), ["timers", "expects bool"], code=2),
     Case("slurm int given text", _dry("kill_grace=abc", "-s", "slurm"), ["kill_grace", "expects int"], code=2),

@@ -145,7 +145,7 @@ class _StatCache:
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
-                json.dump({"version": _STATCACHE_VERSION, "root": self.root, "files": self.new}, f)
+                f.write(json.dumps({"version": _STATCACHE_VERSION, "root": self.root, "files": self.new}))  # C encoder
             os.replace(tmp, self.path)
         except OSError:
             with contextlib.suppress(OSError):
@@ -509,7 +509,7 @@ class DirWorkspace(WorkspaceBuilder[None]):
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump(manifest.to_dict(), f)
+            f.write(json.dumps(manifest.to_dict()))  # the C encoder: json.dump to a file is pure Python
         os.replace(tmp, path)
 
     # -- WorkspaceBuilder ---------------------------------------------------------------------------

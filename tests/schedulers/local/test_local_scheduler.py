@@ -181,8 +181,8 @@ def test_unknown_app(sched: LocalScheduler) -> None:
     assert sched.describe("nope-123") is None
     assert sched.wait("nope-123") is None
     assert not sched.exists("nope-123")
-    with pytest.raises(UnknownAppError):
-        sched.cancel("nope-123")
+    sched.cancel("nope-123")  # nothing to stop: a no-op, as TorchX's cancel (the runner reports "unknown")
+    assert sched.describe("nope-123") is None
     with pytest.raises(UnknownAppError):
         list(sched.log_iter("nope-123", "r"))
 

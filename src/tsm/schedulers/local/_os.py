@@ -2,8 +2,10 @@
 
 - :func:`set_child_subreaper`: orphaned descendants (double-forked daemons) become our children, so
   an app's whole process tree can be found and ended.
-- :func:`start_time`: a process's start time in clock ticks, to tell a live pid from a reused one.
-- :func:`children`: the direct children of a process.
+- :func:`start_time`: a process's start time in clock ticks, to tell a live pid from a reused one;
+  "cannot read" is an error, never "gone".
+- :func:`children`, :func:`descendants`, :func:`replica_of`: a process tree, and which replica an
+  escaped process came from.
 - :class:`Inotify`: file-change events, so log indexing and tailing react to writes instead of polling.
 - :func:`unix_address`: a socket path usable even past the 107-byte ``sun_path`` limit.
 """
@@ -51,21 +53,48 @@ def set_child_subreaper() -> bool:
         return False
 
 
-def start_time(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/pid/stat), None if gone."""
+def _stat(pid: int) -> list[bytes] | None:
+    """Fields of /proc/pid/stat after the command name (state first), None when ``pid`` is gone.
+
+    Only "no such process" means gone: any other error (``EMFILE`` in a caller whose fd table is full,
+    ``EACCES``, ...) is raised, so a reader never mistakes "could not look" for "not there".
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):
         return None
-    fields = data[data.rindex(b")") + 2 :].split()
-    if fields[0] == b"Z":  # a zombie has exited already
+    return data[data.rindex(b")") + 2 :].split()
+
+
+def start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/pid/stat), None if gone.
+
+    Raises :class:`OSError` when the answer cannot be read (see :func:`_stat`).
+    """
+    fields = _stat(pid)
+    if fields is None or fields[0] == b"Z":  # a zombie has exited already
         return None
     return int(fields[19])
 
 
+def ids(pid: int) -> tuple[int, int] | None:
+    """``(process group, session)`` of a live ``pid``; None when it is gone or a zombie (never raises)."""
+    try:
+        fields = _stat(pid)
+    except OSError:
+        return None
+    if fields is None or fields[0] == b"Z":
+        return None
+    return int(fields[2]), int(fields[3])
+
+
 def is_alive(pid: int | None, started: int | None) -> bool:
-    """True when ``pid`` runs and is the same process that started at ``started`` ticks."""
+    """True when ``pid`` runs and is the same process that started at ``started`` ticks.
+
+    Raises :class:`OSError` when this process cannot tell (its own fd table is full, ...): a caller
+    must then act as if the process might be alive.
+    """
     if not pid:
         return False
     now = start_time(pid)
@@ -75,23 +104,95 @@ def is_alive(pid: int | None, started: int | None) -> bool:
 def wait_exit(pid: int, started: int | None, timeout: float | None) -> None:
     """Block until ``pid`` (started at ``started`` ticks) exits or ``timeout`` passes, via a pidfd.
 
-    Falls back to short sleeps only where pidfds are missing (Linux before 5.3).
+    Falls back to short sleeps only where pidfds are missing (Linux before 5.3). Uses ``poll``, so
+    it works in a process holding more than 1024 descriptors.
     """
     import select
     import time
+
+    def alive() -> bool:
+        try:
+            return is_alive(pid, started)
+        except OSError:
+            return True
 
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         deadline = None if timeout is None else time.monotonic() + timeout
-        while is_alive(pid, started) and (deadline is None or time.monotonic() < deadline):
+        while alive() and (deadline is None or time.monotonic() < deadline):
             time.sleep(0.005)
         return
     try:
-        if is_alive(pid, started):  # the pid may have been reused between our check and pidfd_open
-            select.select([fd], [], [], timeout)
+        if alive():  # the pid may have been reused between our check and pidfd_open
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.poll(None if timeout is None else max(0, int(timeout * 1000) + 1))
     finally:
         os.close(fd)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (children, their children, ...), parents before children."""
+    out: list[int] = []
+    seen = {pid}
+    todo = [pid]
+    while todo:
+        for kid in children(todo.pop()):
+            if kid not in seen:
+                seen.add(kid)
+                out.append(kid)
+                todo.append(kid)
+    return out
+
+
+def replica_of(pid: int) -> tuple[str, str, str] | None:
+    """``(TSM_APP_ID, TSM_ROLE_NAME, TSM_REPLICA_ID)`` from the environment ``pid`` was started with.
+
+    Lets the supervisor tell which replica a process that escaped its process group (``setsid``)
+    came from; None when unreadable or not set (a process that scrubbed its environment).
+    """
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return None
+    found: dict[bytes, bytes] = {}
+    for item in env.split(b"\0"):
+        key, _, value = item.partition(b"=")
+        if key in (b"TSM_APP_ID", b"TSM_ROLE_NAME", b"TSM_REPLICA_ID"):
+            found[key] = value
+    if len(found) != 3:
+        return None
+    return (os.fsdecode(found[b"TSM_APP_ID"]), os.fsdecode(found[b"TSM_ROLE_NAME"]),
+            os.fsdecode(found[b"TSM_REPLICA_ID"]))
+
+
+def app_processes(app_id: str) -> list[int]:
+    """Live processes of this user started with ``TSM_APP_ID=app_id`` in their environment (a /proc scan)."""
+    me = os.getpid()
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me:
+            origin = replica_of(int(entry))
+            if origin is not None and origin[0] == app_id and ids(int(entry)) is not None:
+                out.append(int(entry))
+    return out
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit; returns the soft limit now in force."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return int(soft)
 
 
 def children(pid: int) -> list[int]:

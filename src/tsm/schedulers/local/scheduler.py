@@ -39,6 +39,14 @@ from tsm.store import Store, tsm_home
 _TERMINAL = tuple(int(s) for s in AppState if s.is_terminal)
 _TERMINAL_SQL = "(" + ", ".join(map(str, _TERMINAL)) + ")"
 
+#: Longest grace period accepted (seconds): a day. Far above any real shutdown, far below the ~24.8 days
+#: where a timeout overflows the kernel's millisecond sleeps.
+MAX_GRACE_PERIOD = 86400.0
+
+#: Seconds ``cancel`` waits past the grace period for the supervisor to end the app before it ends the
+#: app's processes itself (a supervisor that is stopped with SIGSTOP, or hung).
+CANCEL_MARGIN = 5.0
+
 
 @dataclass
 class LocalReplicaRequest:
@@ -167,8 +175,11 @@ class LocalScheduler(Scheduler):
     # -- dry run -----------------------------------------------------------------------------------
     def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
         grace = cfg.get("grace_period")
-        if isinstance(grace, float) and grace < 0:
-            raise InvalidAppError(f"grace_period must be >= 0 seconds, got {grace}")
+        if isinstance(grace, (int, float)) and not 0 <= grace <= MAX_GRACE_PERIOD:
+            raise InvalidRunOptionError(
+                f"run option grace_period={grace!r} is out of range: grace_period must be >= 0 and <= "
+                f"{MAX_GRACE_PERIOD:g} seconds (one day) between SIGTERM and SIGKILL"
+            )
         cwd = cfg.get("cwd")
         if cwd and not os.path.isdir(str(cwd)):
             raise InvalidRunOptionError(f"run option cwd={cwd!r} is not a directory; give an existing folder")
@@ -311,9 +322,10 @@ class LocalScheduler(Scheduler):
         try:
             ready = b""
             deadline = time.monotonic() + 30.0
+            poller = select.poll()  # poll, not select: the caller may hold more than 1024 descriptors
+            poller.register(r, select.POLLIN)
             while not ready and time.monotonic() < deadline:
-                rl, _, _ = select.select([r], [], [], deadline - time.monotonic())
-                if rl:
+                if poller.poll(_ms(deadline - time.monotonic())):
                     ready = os.read(r, 1) or b"EOF"
         finally:
             os.close(r)
@@ -324,7 +336,11 @@ class LocalScheduler(Scheduler):
                 proc.kill()
             detail = ""
             with contextlib.suppress(OSError):
-                detail = Path(req.app_dir, "supervisor.log").read_text().strip().splitlines()[-1]
+                lines = Path(req.app_dir, "supervisor.log").read_text(errors="replace").strip().splitlines()
+                detail = lines[-1] if lines else ""
+            if not detail:
+                rc = proc.poll()
+                detail = f"it exited with code {rc} and no output" if rc is not None else "no answer within 30s"
             self.store.write([(
                 f"UPDATE local_apps SET state=?, msg=?, ended=? WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
                 (int(AppState.FAILED), f"supervisor failed to start: {detail or 'no output'}", time.time(), req.app_id),
@@ -351,7 +367,9 @@ class LocalScheduler(Scheduler):
             if time.time() - row["created"] < 60:
                 return row  # still starting
             msg = "supervisor never started; see supervisor.log in " + row["app_dir"]
-        elif _os.is_alive(row["sup_pid"], row["sup_start"]) or _os.is_alive(row["watchdog_pid"], row["watchdog_start"]):
+        elif self._maybe_alive(row["sup_pid"], row["sup_start"]) or self._maybe_alive(
+            row["watchdog_pid"], row["watchdog_start"]
+        ):
             return row
         else:
             msg = "supervisor died; its replicas were stopped"
@@ -371,15 +389,32 @@ class LocalScheduler(Scheduler):
         ])
         return self._app_row(row["app_id"])
 
+    @staticmethod
+    def _maybe_alive(pid: int | None, started: int | None) -> bool:
+        """False only when ``pid`` is known to be gone: a check this process could not make (its own fd
+        table is full, ...) counts as alive, so a reader never changes an app on evidence it could not read."""
+        try:
+            return _os.is_alive(pid, started)
+        except OSError:
+            return True
+
     def _kill_orphaned_replicas(self, app_id: str) -> None:
         """SIGKILL the process groups of replicas still running with nobody watching them."""
         rows = self.store.query(
             f"SELECT pid, pid_start FROM local_replicas WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}", (app_id,)
         )
         for r in rows:
-            if r["pid"] and _os.is_alive(r["pid"], r["pid_start"]):
+            if r["pid"] and r["pid_start"] is not None and self._alive_for_sure(r["pid"], r["pid_start"]):
                 with contextlib.suppress(OSError):
                     os.killpg(r["pid"], signal.SIGKILL)
+
+    @staticmethod
+    def _alive_for_sure(pid: int, started: int | None) -> bool:
+        """True only when ``pid`` is known to be the same live process (before signalling it)."""
+        try:
+            return _os.is_alive(pid, started)
+        except OSError:
+            return False
 
     def _wait_for_watchdog(self, row: Any, timeout: float | None) -> None:
         """The supervisor is gone: block until its watchdog has recorded the outcome and exited."""
@@ -405,8 +440,33 @@ class LocalScheduler(Scheduler):
         return DescribeAppResponse(
             app_id=app_id, state=AppState(row["state"]), num_restarts=row["num_restarts"], msg=row["msg"],
             roles_statuses=list(roles.values()), app=AppDef.from_dict(spec), created=row["created"],
-            ui_url=f"file://{row['log_dir']}",
+            ui_url=f"file://{row['log_dir']}", structured_error_msg=self._failure(row, reps),
         )
+
+    @staticmethod
+    def _failure(row: Any, reps: list[Any]) -> str:
+        """Why a FAILED app failed, as a JSON object (empty for any other state).
+
+        Keys: ``replica`` (``role/idx`` named by the app's message, else the first replica that failed),
+        ``exit_code``, ``signal`` (its name when a signal ended it), ``message`` (the replica's error) and
+        ``stderr_tail`` (the last :data:`TAIL_LINES` lines it wrote to stderr, read from its log file).
+        """
+        if row["state"] != int(AppState.FAILED):
+            return ""
+        failed = [r for r in reps if r["state"] == int(AppState.FAILED)]
+        named = [r for r in failed if str(row["msg"]).startswith(f"{r['role']}/{r['idx']} ")]
+        out: dict[str, Any] = {"replica": None, "exit_code": None, "signal": None, "message": row["msg"],
+                               "stderr_tail": []}
+        culprit = (named or sorted(failed, key=lambda r: r["ended"] or 0.0) or [None])[0]
+        if culprit is not None:
+            error = str(culprit["error"])
+            sig = error.split()[-1] if error.startswith("killed by ") else None
+            out.update(
+                replica=f"{culprit['role']}/{culprit['idx']}", exit_code=culprit["exit_code"], signal=sig,
+                message=error or row["msg"],
+                stderr_tail=stderr_tail(replica_dir(row["log_dir"], culprit["role"], culprit["idx"])),
+            )
+        return json.dumps(out)
 
     def list(self) -> list[ListAppResponse]:
         rows = self.store.query(
@@ -415,7 +475,7 @@ class LocalScheduler(Scheduler):
         out = []
         for row in rows:
             state = AppState(row["state"])
-            if not state.is_terminal and row["sup_pid"] and not _os.is_alive(row["sup_pid"], row["sup_start"]):
+            if not state.is_terminal and row["sup_pid"] and not self._maybe_alive(row["sup_pid"], row["sup_start"]):
                 full = self._reconcile(self._app_row(row["app_id"]))
                 state = AppState(full["state"])
             out.append(ListAppResponse(
@@ -425,12 +485,15 @@ class LocalScheduler(Scheduler):
         return out
 
     # -- events ------------------------------------------------------------------------------------
-    def _connect(self, app_id: str, app_dir: str) -> socket.socket | None:
-        """A connection to the app's supervisor, or None when it is not running."""
+    def _connect(self, app_id: str, app_dir: str, timeout: float | None = None) -> socket.socket | None:
+        """A connection to the app's supervisor, or None when it is not running (or, with ``timeout``,
+        does not take the connection in time). The socket returned is blocking."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
         addr, dfd = _os.unix_address(os.path.join(app_dir, "sock"))
         try:
             sock.connect(addr)
+            sock.settimeout(None)
             return sock
         except OSError:
             sock.close()
@@ -455,13 +518,14 @@ class LocalScheduler(Scheduler):
                 if sock is None:
                     sock = self._connect(app_id, row["app_dir"])
                 if sock is None:
-                    if row["sup_pid"] is not None and not _os.is_alive(row["sup_pid"], row["sup_start"]):
+                    if row["sup_pid"] is not None and not self._maybe_alive(row["sup_pid"], row["sup_start"]):
                         self._wait_for_watchdog(row, left)
                     else:  # starting up, or closing its socket on the way out: moments either way
                         time.sleep(0.005 if left is None else min(0.005, left))
                     continue
-                readable, _, _ = select.select([sock], [], [], left)
-                if not readable:
+                poller = select.poll()
+                poller.register(sock, select.POLLIN)
+                if not poller.poll(None if left is None else _ms(left)):
                     continue
                 try:
                     data = sock.recv(65536)
@@ -479,18 +543,22 @@ class LocalScheduler(Scheduler):
         return self.describe(app_id)
 
     def cancel(self, app_id: str) -> None:
-        """Ask the supervisor to stop the app and return once it has ended; nothing if it already has."""
+        """Ask the supervisor to stop the app and return once it has ended; nothing if it already has.
+
+        Idempotent, and a no-op for an id this scheduler does not know (as TorchX's ``cancel``). Never
+        waits forever: a supervisor that has not ended the app within its grace period plus
+        :data:`CANCEL_MARGIN` seconds (stopped with SIGSTOP, hung) is bypassed, see :meth:`_force_cancel`.
+        """
         row = self._app_row(app_id)
-        if row is None:
-            raise UnknownAppError(f"unknown local app '{app_id}'")
-        if row["state"] in _TERMINAL:
+        if row is None or row["state"] in _TERMINAL:
             return
-        sock = self._connect(app_id, row["app_dir"])
+        deadline = time.monotonic() + self._grace_of(row) + CANCEL_MARGIN
+        sock = self._connect(app_id, row["app_dir"], timeout=CANCEL_MARGIN)
         while sock is None:
             if row["sup_pid"] is not None:
                 # Its supervisor is on its way out (socket closed) or dead: wait() follows it, or its
                 # watchdog, to the recorded end, so cancel never returns while the app still runs.
-                self.wait(app_id)
+                self._wait_or_force(app_id, deadline)
                 return
             # No supervisor yet (still starting, or its launcher died before starting it): cancel in the
             # store. A supervisor registers only while the app is SUBMITTED, so one that starts later sees
@@ -517,13 +585,69 @@ class LocalScheduler(Scheduler):
             sock.sendall(b"cancel\n")
             # Stay connected until the supervisor exits (EOF): closing at once could race its
             # notifications and lose the request; waiting here also means cancel returns when it's done.
-            while sock.recv(65536):
-                pass
-        except OSError:
+            while True:
+                sock.settimeout(max(0.001, deadline - time.monotonic()))
+                if not sock.recv(65536):
+                    break
+        except OSError:  # includes the timeout: _wait_or_force decides
             pass
         finally:
             sock.close()
-        self.wait(app_id)
+        self._wait_or_force(app_id, deadline)
+
+    @staticmethod
+    def _grace_of(row: Any) -> float:
+        """The app's grace period from its request (the default when the request cannot be read)."""
+        try:
+            with open(os.path.join(row["app_dir"], "request.json"), "rb") as f:
+                return min(max(float(json.load(f)["grace_period"]), 0.0), MAX_GRACE_PERIOD)
+        except (OSError, ValueError, KeyError, TypeError):
+            return 10.0
+
+    def _wait_or_force(self, app_id: str, deadline: float) -> None:
+        """Wait for the app's recorded end until ``deadline``, then end its processes directly."""
+        desc = self.wait(app_id, timeout=max(0.0, deadline - time.monotonic()))
+        if desc is None or desc.state.is_terminal:
+            return
+        self._force_cancel(app_id)
+
+    def _force_cancel(self, app_id: str) -> None:
+        """SIGKILL the app's watchdog, supervisor and every process of the app, then record CANCELLED.
+
+        For a supervisor that does not answer (SIGSTOPped, hung): the watchdog goes first so it records
+        nothing, then the supervisor, then every process under them and every process started with this
+        app's ``TSM_APP_ID`` (escaped ``setsid`` children that re-parented elsewhere).
+        """
+        row = self._app_row(app_id)
+        if row is None or row["state"] in _TERMINAL:
+            return
+        owners = [(row["watchdog_pid"], row["watchdog_start"]), (row["sup_pid"], row["sup_start"])]
+        victims: list[int] = []
+        for pid, started in owners:
+            if pid and started is not None and self._alive_for_sure(pid, started):
+                victims += [pid, *_os.descendants(pid)]
+        victims += _os.app_processes(app_id)
+        order = list(dict.fromkeys(victims))
+        for pid in order:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in order:
+            _os.wait_exit(pid, None, 5.0)
+        now = time.time()
+        grace = self._grace_of(row)
+        self.store.write([
+            (
+                f"UPDATE local_replicas SET state={int(AppState.CANCELLED)}, ended=COALESCE(ended, ?) "
+                f"WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
+                (now, app_id),
+            ),
+            (
+                f"UPDATE local_apps SET state={int(AppState.CANCELLED)}, ended=?, msg=? "
+                f"WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
+                (now, f"cancelled by user; the supervisor did not end the app within {grace + CANCEL_MARGIN:g}s "
+                      f"(stopped or hung), so its {len(order)} process(es) were killed directly", app_id),
+            ),
+        ])
 
     def log_iter(
         self,
@@ -617,6 +741,33 @@ class LocalScheduler(Scheduler):
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+#: How many trailing stderr lines a failure report quotes, and at most how many bytes of them.
+TAIL_LINES, TAIL_BYTES = 5, 4000
+
+
+def stderr_tail(rdir: str, lines: int = TAIL_LINES, limit: int = TAIL_BYTES) -> list[str]:
+    """The last ``lines`` lines of a replica's stderr file (read from its last ``limit`` bytes), as text."""
+    try:
+        with open(os.path.join(rdir, "stderr"), "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - limit))
+            data = f.read(limit)
+    except OSError:
+        return []
+    text = data.decode("utf-8", "replace").rstrip("\n")
+    if not text:
+        return []
+    out = text.split("\n")
+    if size > limit and len(out) > 1:
+        out = out[1:]  # the first one is cut
+    return [line.rstrip("\r") for line in out[-lines:]]
+
+
+def _ms(seconds: float) -> int:
+    """A ``poll`` timeout in milliseconds, rounded up and kept inside what the kernel accepts."""
+    return max(0, min(int(seconds * 1000) + 1, 2**31 - 1))
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
