@@ -22,7 +22,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from tsm.specs.runopts import CfgVal, runopts
 
@@ -47,12 +47,15 @@ def _option_type(annotation: Any) -> Any:
 class RunOptions:
     """Base of a backend's options dataclass (see the module docstring)."""
 
+    #: set by ``@dataclass`` on every subclass; declared so type checkers see a dataclass
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
     @classmethod
     def runopts(cls) -> runopts:
         """The :class:`runopts` this dataclass declares, in field order."""
         hints = typing.get_type_hints(cls)
         opts = runopts()
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls):
             if "help" not in f.metadata:
                 continue
             default: CfgVal = None if f.default is dataclasses.MISSING else f.default
@@ -62,7 +65,7 @@ class RunOptions:
     @classmethod
     def from_cfg(cls: type[T], cfg: Mapping[str, CfgVal]) -> T:
         """The typed options from a cfg that :meth:`runopts.resolve` has checked; runs :meth:`check`."""
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        names = {f.name for f in dataclasses.fields(cls)}
         out = cls(**{k: v for k, v in cfg.items() if k in names})
         out.check()
         return out
