@@ -537,3 +537,30 @@ def test_workers_of_one_node_keep_their_lines_whole(tmp_path: Path) -> None:
         assert mine == [f"[writers{r}]:rank {r} line {i} " + "x" * 60 for i in range(n)]
     assert {f"[writers{r}]:rank {r} to stderr" for r in (0, 1)} <= set(out.stderr.decode().splitlines())
     assert list((tmp_path / "tmp").iterdir()) == []  # the launcher's log folder is gone
+
+
+@pytest.mark.integration
+@pytest.mark.torch
+def test_ddp_on_the_local_scheduler_logs_whole_lines_per_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11: two workers per node no longer tear each other's lines in the replica's log."""
+    pytest.importorskip("torch")
+    from tsm.runner.api import get_runner
+    from tsm.schedulers.api import Stream
+    from tsm.specs.api import AppState
+
+    (tmp_path / "writers.py").write_text(TWO_WRITERS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    n = 3000
+    app = materialize(ddp, ["-j", "1x2", "--script", "writers.py", "--", str(n)])
+    with get_runner() as runner:
+        handle = runner.run(app, "local")
+        status = runner.wait(handle, timeout=240)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        lines = [ln.rstrip("\n") for ln in runner.log_lines(handle, "writers", 0, streams=Stream.STDOUT)]
+    expected = {f"[writers{r}]:rank {r} line {i} " + "x" * 60 for r in (0, 1) for i in range(n)}
+    expected |= {f"[writers{r}]:rank {r} last words without a newline" for r in (0, 1)}
+    torn = [ln for ln in lines if ln not in expected]
+    assert not torn and len(lines) == len(expected), torn[:3]
