@@ -70,9 +70,9 @@ SUCCEEDED; CANCELLED -> CANCELLED; FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF
 DEADLINE -> FAILED, with the Slurm state and reason in the message. Per replica, the wrapper's status
 file refines the role's state with the replica's own host and exit code.
 
-One process-wide :class:`SlurmQueries` (a :class:`~tsm.schedulers.common.watcher.StatusWatcher`) answers every ``describe``: one ``squeue`` call (at most one a
-second) serves every app, and ``sacct`` is asked, once for all the apps that need it, only about jobs
-``squeue`` no longer lists. :meth:`SlurmScheduler.wait` backs off from 0.5 s to 5 s between polls, so
+One process-wide :class:`SlurmQueries` (a :class:`~tsm.schedulers.common.watcher.StatusWatcher`) answers
+every ``describe``: one ``squeue`` call (at most one a second) serves every app, and ``sacct`` is asked,
+once for all the apps that need it, only about jobs ``squeue`` no longer lists. :meth:`SlurmScheduler.wait` backs off from 0.5 s to 5 s between polls, so
 waiting on a hundred apps in threads costs about one ``squeue`` a second in all.
 
 Not carried over: ``min_replicas`` (Slurm allocates all ``num_replicas`` nodes; torchrun's own

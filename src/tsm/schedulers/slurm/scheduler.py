@@ -67,7 +67,7 @@ def _index_dir() -> Path:
 
 
 class SlurmScheduler(Scheduler[SlurmBatchRequest]):
-    """Runs apps as Slurm heterogeneous batch jobs; see the module docstring for the whole picture."""
+    """Runs apps as Slurm heterogeneous batch jobs; see the package docstring (:mod:`tsm.schedulers.slurm`) for the whole picture."""
 
     def __init__(
         self, session_name: str, backend: str = "slurm", queries_: SlurmQueries | None = None
@@ -436,7 +436,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
     ) -> Iterator[str]:
         """Lines of replica ``k`` of ``role_name`` from its files in the job directory.
 
-        See the module docstring for what COMBINED, ``since``/``until`` and ``should_tail`` mean here.
+        See the package docstring for what COMBINED, ``since``/``until`` and ``should_tail`` mean here.
         """
         job_dir = None
         if re.fullmatch(r"\d+", app_id):

@@ -231,7 +231,7 @@ def build_script(
     submit_dir: str,
     version: tuple[int, int] | None,
 ) -> str:
-    """The complete sbatch script for ``app`` (see the module docstring for its shape).
+    """The complete sbatch script for ``app`` (the package docstring, :mod:`tsm.schedulers.slurm`, draws its shape).
 
     ``version`` is the Slurm version that decides the GPU option; it may be None when no role wants GPUs.
     """
