@@ -167,7 +167,8 @@ def scan(workspace: str | os.PathLike[str], use_cache: bool = True) -> Manifest:
     real_root = os.path.realpath(root)
     from tsm.store import tsm_home
 
-    home = os.path.realpath(tsm_home())
+    home_st = os.stat(tsm_home())
+    home_id = (home_st.st_dev, home_st.st_ino)
     rules = load_ignore_files(Path(real_root))
     cache = _StatCache(real_root)
     start_ns = time.time_ns()
@@ -195,7 +196,7 @@ def scan(workspace: str | os.PathLike[str], use_cache: bool = True) -> Manifest:
             if stat.S_ISLNK(st.st_mode):
                 entries.append(Entry(rel, "link", target=_link_target(d.path, rel, real_root, label)))
             elif is_dir:
-                if os.path.realpath(d.path) == home:
+                if (st.st_dev, st.st_ino) == home_id:
                     manifest.ignored.append(rel + "/")  # tsm's own state never ships
                     continue
                 entries.append(Entry(rel, "dir"))
