@@ -154,6 +154,10 @@ def check_unknown_app_is_none_everywhere(backend: Backend) -> None:
     assert s.exists(backend.unknown_id) is False
     s.cancel(backend.unknown_id)  # a no-op, not an error
     s.cancel(backend.unknown_id)
+    assert s.wait(backend.unknown_id, timeout=HANG) is None
+    assert backend.unknown_id not in [r.app_id for r in s.list()]
+    with pytest.raises(UnknownAppError):
+        list(s.log_iter(backend.unknown_id, "r", 0))
     runner = Runner("conformance", scheduler_factories={backend.name: lambda *a, **k: s})
     assert runner.status(f"{backend.name}://conformance/{backend.unknown_id}") is None
 
@@ -181,6 +185,31 @@ def check_log_iter_names_valid_roles_and_replicas(backend: Backend) -> None:
     with pytest.raises(UnknownAppError):
         list(s.log_iter(app_id, "trainer", -1))
     assert "".join(s.log_iter(app_id, "trainer", 1, streams=Stream.STDOUT)) == "hi\n"
+
+
+def check_describe_shows_every_role_and_replica(backend: Backend) -> None:
+    s = backend.sched
+    app = AppDef("shape", [backend.role("a", "-c", "pass", num_replicas=2), backend.role("b", "-c", "pass")])
+    app_id = backend.submit(app)
+    assert _ended(backend, app_id) == AppState.SUCCEEDED
+    desc = s.describe(app_id)
+    assert desc is not None and desc.app_id == app_id
+    assert [rs.role for rs in desc.roles_statuses] == ["a", "b"]
+    assert [[r.id for r in rs.replicas] for rs in desc.roles_statuses] == [[0, 1], [0]]
+    assert all(r.state == AppState.SUCCEEDED for rs in desc.roles_statuses for r in rs.replicas)
+    assert desc.app is not None and [r.name for r in desc.app.roles] == ["a", "b"]
+
+
+def check_a_failed_replica_is_named(backend: Backend) -> None:
+    s = backend.sched
+    code = "import os, sys; sys.exit(3 if os.environ['TSM_REPLICA_ID'] == '1' else 0)"
+    app_id = backend.submit(AppDef("fails", [backend.role("w", "-c", code, num_replicas=2)]))
+    assert _ended(backend, app_id) == AppState.FAILED
+    desc = s.describe(app_id)
+    assert desc is not None
+    (role,) = desc.roles_statuses
+    failed = [r for r in role.replicas if r.state == AppState.FAILED]
+    assert [(r.id, r.exit_code) for r in failed] == [(1, 3)]
 
 
 def check_dry_run_is_what_is_submitted(backend: Backend) -> None:
