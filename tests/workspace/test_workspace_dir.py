@@ -304,3 +304,16 @@ def test_summary_line_from_role_metadata(ws: Path) -> None:
     app2 = AppDef("a", roles=[Role("main")])
     apply_workspace(app2, str(ws))
     assert "reused the existing snapshot, copying nothing" in (workspace_summary(app2) or "")
+
+
+def test_leftovers_of_a_killed_launch_are_removed_later(ws: Path) -> None:
+    tmp = workspaces_home() / "tmp"
+    stale, fresh = tmp / "snap-dead", tmp / "snap-running"
+    for d in (stale, fresh):
+        (d / "sub").mkdir(parents=True)
+        (d / "sub").chmod(0o555)
+    old = time.time() - 2 * 24 * 3600
+    os.utime(stale, (old, old))
+    DirWorkspace().build(ws)
+    assert not stale.exists() and fresh.exists()
+    remove_tree(fresh)

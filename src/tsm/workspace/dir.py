@@ -401,6 +401,23 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+#: A half-built snapshot or object this old was left by a launch that died: it is removed.
+STALE_TMP_SECONDS = 24 * 3600
+
+
+def _remove_stale_tmp(home: Path) -> None:
+    """Remove what killed launches left in ``tmp/`` (older than :data:`STALE_TMP_SECONDS`)."""
+    cutoff = time.time() - STALE_TMP_SECONDS
+    with contextlib.suppress(OSError), os.scandir(home / "tmp") as it:
+        for d in it:
+            with contextlib.suppress(OSError):
+                if d.stat(follow_symlinks=False).st_mtime < cutoff:
+                    if d.is_dir(follow_symlinks=False):
+                        remove_tree(Path(d.path))
+                    else:
+                        os.unlink(d.path)
+
+
 class DirWorkspace(WorkspaceBuilder[None]):
     """Snapshots a workspace directory into ``$TSM_HOME/workspaces`` and runs roles in the snapshot.
 
@@ -431,6 +448,8 @@ class DirWorkspace(WorkspaceBuilder[None]):
 
     def _build(self, manifest: Manifest, label: str, dry: bool) -> SnapshotReport | None:
         home = workspaces_home()
+        if not dry:
+            _remove_stale_tmp(home)
         snapshots = home / "snapshots"
         name, n = manifest.digest, 1
         while (snapshots / name).exists() and not _intact(snapshots / name, manifest, home):
