@@ -4,8 +4,11 @@ A backend is described by a :class:`Backend` (how to make the scheduler, an id i
 what it submitted) and listed in :data:`BACKENDS`; ``tests/schedulers/test_conformance.py`` runs every
 ``check_*`` function below against each. What the contract says:
 
-* an unknown app id: ``describe`` is None, ``exists`` False, the runner's ``status`` None, ``cancel`` a no-op;
+* an unknown app id: ``describe`` and ``wait`` give None, ``exists`` False, ``list`` leaves it out,
+  ``log_iter`` raises :class:`UnknownAppError`, the runner's ``status`` is None, ``cancel`` a no-op;
 * ``cancel`` is idempotent: twice while running, and again after the end, leaves the app CANCELLED;
+  and it ends the replica's whole process tree (a child it started too);
+* ``describe`` shows every role and replica (ids ``0..n-1``) and names a failed replica by its exit code;
 * ``log_iter`` of a role or replica the app lacks raises :class:`UnknownAppError` naming the valid ones;
 * the dry run's request is exactly what is submitted (and its printed form does not change by submitting);
 * ``list`` includes an app the moment ``submit`` returns;
@@ -171,6 +174,32 @@ def check_cancel_is_idempotent(backend: Backend) -> None:
     s.cancel(app_id)
     desc = s.describe(app_id)
     assert desc is not None and desc.state == AppState.CANCELLED
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` is a live process here (a zombie counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def check_cancel_ends_the_whole_process_tree(backend: Backend, tmp_path: Path) -> None:
+    s = backend.sched
+    pids = tmp_path / "pids"
+    code = (
+        "import os, subprocess, sys; child = subprocess.Popen(['sleep', '600']); "
+        "open(sys.argv[1] + '.tmp', 'w').write(f'{os.getpid()} {child.pid}'); "
+        "os.rename(sys.argv[1] + '.tmp', sys.argv[1]); child.wait()"
+    )
+    app_id = backend.submit(AppDef("tree", [backend.role("r", "-c", code, str(pids))]))
+    _wait_until(pids.exists, "the replica to start its child")
+    replica, child = map(int, pids.read_text().split())
+    assert _alive(replica) and _alive(child)
+    s.cancel(app_id)
+    assert _ended(backend, app_id) == AppState.CANCELLED
+    _wait_until(lambda: not _alive(replica) and not _alive(child), "the replica and its child to end")
 
 
 def check_log_iter_names_valid_roles_and_replicas(backend: Backend) -> None:
