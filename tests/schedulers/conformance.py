@@ -10,6 +10,7 @@ what it submitted) and listed in :data:`BACKENDS`; ``tests/schedulers/test_confo
   and it ends the replica's whole process tree (a child it started too);
 * ``describe`` shows every role and replica (ids ``0..n-1``) and names a failed replica by its exit code;
 * ``log_iter`` of a role or replica the app lacks raises :class:`UnknownAppError` naming the valid ones;
+  ``should_tail`` follows a log until the replica ends, lines whole; ``regex`` and ``streams`` select;
 * the dry run's request is exactly what is submitted (and its printed form does not change by submitting);
 * ``list`` includes an app the moment ``submit`` returns;
 * terminal states are sticky: a later ``cancel``, ``wait`` or ``describe`` never changes them;
@@ -239,6 +240,24 @@ def check_a_failed_replica_is_named(backend: Backend) -> None:
     (role,) = desc.roles_statuses
     failed = [r for r in role.replicas if r.state == AppState.FAILED]
     assert [(r.id, r.exit_code) for r in failed] == [(1, 3)]
+
+
+def check_logs_follow_filter_and_split_streams(backend: Backend) -> None:
+    s = backend.sched
+    code = (
+        "import sys, time\n"
+        "for i in range(5):\n"
+        "    print(f'out {i}', flush=True); print(f'err {i}', file=sys.stderr, flush=True); time.sleep(0.2)\n"
+        "sys.stdout.write('no newline')"
+    )
+    app_id = backend.submit(AppDef("tail", [backend.role("r", "-c", code)]))
+    followed = list(s.log_iter(app_id, "r", 0, should_tail=True, streams=Stream.STDOUT))
+    assert followed == [f"out {i}\n" for i in range(5)] + ["no newline"]  # whole, in order, ends with the app
+    assert _ended(backend, app_id) == AppState.SUCCEEDED
+    assert list(s.log_iter(app_id, "r", 0, streams=Stream.STDERR)) == [f"err {i}\n" for i in range(5)]
+    assert list(s.log_iter(app_id, "r", 0, regex=r"[13]$", streams=Stream.STDOUT)) == ["out 1\n", "out 3\n"]
+    combined = list(s.log_iter(app_id, "r", 0))
+    assert sorted(combined) == sorted(followed + [f"err {i}\n" for i in range(5)])
 
 
 def check_dry_run_is_what_is_submitted(backend: Backend) -> None:
