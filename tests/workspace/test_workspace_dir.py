@@ -317,3 +317,26 @@ def test_leftovers_of_a_killed_launch_are_removed_later(ws: Path) -> None:
     DirWorkspace().build(ws)
     assert not stale.exists() and fresh.exists()
     remove_tree(fresh)
+
+
+def test_context_tar_for_container_builders_is_deterministic(ws: Path) -> None:
+    import hashlib
+    import io
+    import tarfile
+
+    from tsm.workspace.dir import write_context_tar
+
+    (ws / "link").symlink_to("main.py")
+    snap = DirWorkspace().build(ws).snapshot
+    blobs = []
+    for _ in range(2):
+        buf = io.BytesIO()
+        write_context_tar(snap, buf, {"Dockerfile": b"FROM base\nCOPY . /ws\n"})
+        blobs.append(buf.getvalue())
+    assert hashlib.sha256(blobs[0]).digest() == hashlib.sha256(blobs[1]).digest()
+    with tarfile.open(fileobj=io.BytesIO(blobs[0])) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert {"main.py", "pkg", "pkg/mod.py", "tool.sh", "empty", "link", "Dockerfile"} <= set(members)
+        assert members["tool.sh"].mode == 0o755 and members["main.py"].mode == 0o644
+        assert members["link"].issym() and members["link"].linkname == "main.py"
+        assert tar.extractfile("pkg/mod.py").read() == b"X = 1\n"  # type: ignore[union-attr]

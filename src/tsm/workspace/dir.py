@@ -621,6 +621,50 @@ def workspace_summary(app: AppDef | None) -> str | None:
     return None
 
 
+def write_context_tar(snapshot: str | os.PathLike[str], out: Any, extra: Mapping[str, bytes] | None = None) -> None:
+    """Write a snapshot as a deterministic tar to the binary file ``out``: a container build context.
+
+    For container builders (Docker, Kubernetes): the same snapshot gives the same bytes (sorted paths,
+    mtime 0, uid/gid 0, modes 0644/0755), so a context hash is stable. ``extra`` adds files at the root
+    (a generated ``Dockerfile``), replacing a snapshot file of the same name. Links are kept as links.
+    """
+    import io
+    import tarfile
+
+    root = os.fspath(snapshot)
+    extra = dict(extra or {})
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        def add(name: str, kind: bytes, mode: int, data: bytes | None = None, target: str = "", path: str = "") -> None:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime, info.uid, info.gid = kind, mode, 0, 0, 0
+            info.uname = info.gname = ""
+            if kind == tarfile.SYMTYPE:
+                info.linkname = target
+                tar.addfile(info)
+            elif kind == tarfile.DIRTYPE:
+                tar.addfile(info)
+            elif data is not None:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            else:
+                info.size = os.path.getsize(path)
+                with open(path, "rb") as f:
+                    tar.addfile(info, f)
+
+        for rel, st in sorted(_walk(root), key=lambda item: item[0]):
+            if rel in extra:
+                continue
+            full = os.path.join(root, rel)
+            if stat.S_ISLNK(st.st_mode):
+                add(rel, tarfile.SYMTYPE, 0o777, target=os.readlink(full))
+            elif stat.S_ISDIR(st.st_mode):
+                add(rel, tarfile.DIRTYPE, 0o755)
+            else:
+                add(rel, tarfile.REGTYPE, 0o755 if st.st_mode & 0o111 else 0o644, path=full)
+        for name in sorted(extra):
+            add(name, tarfile.REGTYPE, 0o644, data=extra[name])
+
+
 #: Schedulers whose roles run in a directory path: the directory workspace serves them.
 DIR_SCHEDULERS = ("local", "local_cwd", "slurm")
 
