@@ -13,8 +13,9 @@ disk at launch, not whatever the image holds. Two layers:
   directory builder (:class:`tsm.workspace.dir.DirWorkspace`) makes a read-only snapshot directory for
   the local and Slurm schedulers; a container builder (Docker, Kubernetes) tags the image it builds
   with :func:`image_tag` of the same digest and the base image id, so an unchanged workspace reuses
-  the image without building, and it builds from the manifest's entries (the exact bytes that were
-  hashed, found in the object store by :attr:`Entry.digest`), not from the live directory.
+  the image without building, and it builds from the snapshot (the exact bytes that were hashed; see
+  :func:`tsm.workspace.dir.write_context_tar` for a deterministic build context), not from the live
+  directory.
 
 Errors: :class:`WorkspaceError` (a usage error, CLI exit code 2) for a workspace that is missing, not a
 directory, unreadable, or holds a symlink that points outside it.
