@@ -14,7 +14,17 @@ from pathlib import Path
 import pytest
 
 from tsm.components import component_help, materialize
-from tsm.components.dist import LAUNCHER, TORCH_DEBUG_FLAGS, JobShape, ddp, parse_j, spmd
+from tsm.components.dist import (
+    _TORCH_DEBUG_FLAGS,
+    LAUNCHER,
+    TORCH_DEBUG_FLAGS,
+    JobShape,
+    ddp,
+    get_role_name,
+    parse_j,
+    parse_nnodes,
+    spmd,
+)
 from tsm.errors import ComponentArgumentError
 from tsm.specs.api import AppDef, Resource, Role, macros
 from tsm.specs.named_resources import get_named_resource
@@ -564,3 +574,19 @@ def test_ddp_on_the_local_scheduler_logs_whole_lines_per_rank(
     expected |= {f"[writers{r}]:rank {r} last words without a newline" for r in (0, 1)}
     torn = [ln for ln in lines if ln not in expected]
     assert not torn and len(lines) == len(expected), torn[:3]
+
+
+@pytest.mark.parametrize(
+    ("j", "expected"), [("2x4", (2, 2, 4, "2")), ("1:3x4", (1, 3, 4, "1:3")), ("4", (1, 1, 4, "1"))]
+)
+def test_parse_nnodes_as_torchx(j: str, expected: tuple[int, int, int, str]) -> None:
+    assert parse_nnodes(j) == expected
+    with pytest.raises(ValueError, match="expected"):
+        parse_nnodes("2x")
+
+
+def test_get_role_name_as_torchx() -> None:
+    assert (get_role_name("a/b/train.py", None), get_role_name(None, "pkg.mod.main")) == ("train", "main")
+    with pytest.raises(ValueError):
+        get_role_name(None, None)
+    assert _TORCH_DEBUG_FLAGS is TORCH_DEBUG_FLAGS

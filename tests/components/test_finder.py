@@ -395,3 +395,13 @@ def test_invalid_plugin_component_is_refused_at_lookup_and_left_out_of_the_list(
     errors: list[ComponentError] = []
     assert "bad.loose" not in list_components(errors)
     assert any("bad.loose" in str(e) for e in errors)
+
+
+def test_get_components_and_get_builtin_source() -> None:
+    from tsm.components.finder import get_builtin_source, get_components
+
+    assert set(get_components()) >= BUILTINS
+    source = get_builtin_source("utils.copy")
+    assert source.startswith("def copy(src: str, dst: str") and "torchx-utils-copy" in source
+    with pytest.raises(ComponentNotFoundError):
+        get_builtin_source("utils.nope")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
@@ -261,3 +262,26 @@ def test_get_fn_docstring() -> None:
     description, args = get_fn_docstring(bare)
     assert description.startswith("bare ") and "docstring" in description
     assert args == {"x": " "}
+
+
+def test_validate_with_custom_validators(tmp_path: Path) -> None:
+    from tsm.components.linter import ComponentFunctionValidator, LinterMessage
+
+    class NoLongNames(ComponentFunctionValidator):
+        def validate(self, app_specs_func_def: ast.FunctionDef) -> list[LinterMessage]:
+            if len(app_specs_func_def.name) > 3:
+                return [self._gen_linter_message("name too long", app_specs_func_def.lineno)]
+            return []
+
+    path = write(tmp_path, GOOD)
+    [m] = validate(path, "good", validators=[NoLongNames()])
+    assert (m.name, m.description, m.line, m.char, m.severity) == (
+        "NoLongNames",
+        "name too long",
+        6,
+        0,
+        "error",
+    )
+    assert validate(path, "good", validators=[]) == []
+    assert validate(path, "nope", validators=[NoLongNames()])[0].line == 0  # not found: still reported
+    assert LinterMessage(name="n", description="d", line=1, char=2).severity == "error"  # TorchX's keywords

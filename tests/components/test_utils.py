@@ -214,3 +214,29 @@ def test_safe_name(text: str, expected: str) -> None:
 )
 def test_app_name(script: str | None, module: str | None, expected: str) -> None:
     assert app_name(script, module, "fallback") == expected
+
+
+def test_every_builtin_asks_for_a_real_resource(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Roles without a resource are refused at submit (as in TorchX), so every builtin sets one."""
+    (tmp_path / "t.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    from tsm.components import dist
+
+    apps = [
+        u.echo(),
+        u.touch("f"),
+        u.sh("true"),
+        u.python(m="x"),
+        u.binary(entrypoint="ls"),
+        u.copy("a", "b"),
+        u.booth(1, 2),
+        dist.ddp(script="t.py"),
+        dist.spmd(script="t.py"),
+    ]
+    for app in apps:
+        assert app.roles[0].resource.cpu >= 1 and app.roles[0].resource.memMB >= 1024, app.name
+    role = only_role(materialize(u.binary, ["--entrypoint", "ls", "--cpu", "3", "--memMB", "64"]))
+    assert role.resource == Resource(cpu=3, gpu=0, memMB=64)
+    assert only_role(
+        materialize(u.binary, ["--entrypoint", "ls", "-h", "gpu.small"])
+    ).resource == get_named_resource("gpu.small")

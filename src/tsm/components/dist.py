@@ -142,6 +142,9 @@ if child.returncode < 0:
 sys.exit(child.returncode)
 """
 
+#: TorchX's private name for :data:`TORCH_DEBUG_FLAGS`, for code that imports it.
+_TORCH_DEBUG_FLAGS = TORCH_DEBUG_FLAGS
+
 _J_RE = re.compile(r"(?:(?:(\d+):)?(\d+)x)?(\d+)")
 _J_FORM = "expected [min:]NxM (N nodes of M processes each, min nodes when elastic), e.g. 2x4 or 1:2x4, or M"
 
@@ -192,10 +195,28 @@ def parse_j(j: str, nproc_per_node: int | None = None) -> JobShape:
     return JobShape(nnodes, nproc, min_nnodes)
 
 
+def parse_nnodes(j: str) -> tuple[int, int, int, str]:
+    """TorchX's ``parse_nnodes``: ``(min_nnodes, max_nnodes, nproc_per_node, nnodes_rep)`` of ``dist.ddp``'s ``-j``.
+
+    ``2x4`` gives ``(2, 2, 4, "2")``, ``1:3x4`` gives ``(1, 3, 4, "1:3")`` and ``4`` gives ``(1, 1, 4, "1")``;
+    a bad ``-j`` raises :class:`~tsm.errors.ComponentArgumentError` (a ValueError, as TorchX raises).
+    """
+    shape = parse_j(j)
+    low = shape.min_nnodes if shape.min_nnodes is not None else shape.nnodes
+    return low, shape.nnodes, shape.nproc_per_node, shape.nnodes_arg
+
+
 def role_name(script: str | None, m: str | None) -> str:
     """The role's name: the script's stem (``a/train.py`` gives ``train``) or the module's last part."""
     base = PurePosixPath(script.rstrip("/")).stem if script else (m or "").rpartition(".")[2]
     return safe_name(base, "worker")
+
+
+def get_role_name(script: str | None, m: str | None) -> str:
+    """TorchX's name for :func:`role_name`; with neither ``script`` nor ``m`` it raises ValueError as TorchX does."""
+    if not script and not m:
+        raise ComponentArgumentError("give --script or -m to name the role after")
+    return role_name(script, m)
 
 
 def parse_name(name: str, script: str | None, m: str | None) -> tuple[str, str]:

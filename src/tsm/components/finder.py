@@ -301,7 +301,9 @@ def _file_hint(path: str) -> str:
     components = [
         n.name
         for n in tree.body
-        if isinstance(n, ast.FunctionDef) and n.returns is not None and ast.unparse(n.returns).endswith("AppDef")
+        if isinstance(n, ast.FunctionDef)
+        and n.returns is not None
+        and ast.unparse(n.returns).endswith("AppDef")
     ]
     listed = components or functions
     what = "components" if components else "functions"
@@ -351,3 +353,22 @@ def list_components(errors: list[ComponentError] | None = None) -> dict[str, Com
                 )
             )
     return dict(sorted(found.items()))
+
+
+def get_components() -> dict[str, ComponentDef]:
+    """TorchX's name for the valid components by name: :func:`list_components`, skipping broken plugins.
+
+    Unlike TorchX, builtins are always included (plugins add to them, never replace them).
+    """
+    return list_components(errors=[])
+
+
+def get_builtin_source(name: str) -> str:
+    """The source code of component ``name``'s function (TorchX's ``get_builtin_source``), to copy and adapt."""
+    comp = get_component(name)
+    try:
+        return inspect.getsource(comp.fn)
+    except (OSError, TypeError) as e:
+        raise ComponentNotFoundError(
+            f"the source of component '{name}' is not available: {_one_line(e)}"
+        ) from e

@@ -25,6 +25,7 @@ cannot be read raises). :func:`validate` is TorchX's ``file_linter.validate`` (e
 
 from __future__ import annotations
 
+import abc
 import ast
 import inspect
 from collections.abc import Callable
@@ -222,13 +223,43 @@ def _supported_base(node: ast.expr) -> bool:
     return False
 
 
-def validate(path: str, component_function: str) -> list[LintMessage]:
-    """TorchX's ``file_linter.validate``: the *errors* :func:`lint` finds in one function of the file.
+#: TorchX's name for :class:`LintMessage` (the same fields; pass them by keyword, the order differs).
+LinterMessage = LintMessage
 
-    Warnings (documentation) are left out, as TorchX has none; a function that is not in the file is one
-    error at line 0, and a file that does not parse one error at the offending line.
+
+class ComponentFunctionValidator(abc.ABC):
+    """A check of one component function's source, for :func:`validate` (TorchX's validator interface).
+
+    Subclasses implement :meth:`validate` on the function's :class:`ast.FunctionDef` and report with
+    :meth:`_gen_linter_message`.
     """
-    return [m for m in lint(path, component_function) if m.severity == ERROR]
+
+    @abc.abstractmethod
+    def validate(self, app_specs_func_def: ast.FunctionDef) -> list[LintMessage]:
+        """The problems found in the function (empty when there are none)."""
+
+    def _gen_linter_message(self, description: str, lineno: int) -> LintMessage:
+        return LintMessage(type(self).__name__, lineno, ERROR, description)
+
+
+def validate(
+    path: str, component_function: str, validators: list[ComponentFunctionValidator] | None = None
+) -> list[LintMessage]:
+    """TorchX's ``file_linter.validate``: the *errors* in one function of the file at ``path``.
+
+    Without ``validators`` these are :func:`lint`'s errors (its documentation warnings are left out, as
+    TorchX has none); with them, only what those validators report, as in TorchX. A function that is not
+    in the file is one error at line 0, and a file that does not parse one error at the offending line.
+    """
+    found = [m for m in lint(path, component_function) if m.severity == ERROR]
+    if validators is None or (found and found[0].line == 0) or (found and found[0].name == "<file>"):
+        return found
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), filename=path)
+    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == component_function]
+    if not nodes:  # an async function: not something a validator of FunctionDef can check
+        return found
+    return [m for v in validators for m in v.validate(nodes[-1])]
 
 
 def get_fn_docstring(fn: Callable[..., object]) -> tuple[str, dict[str, str]]:

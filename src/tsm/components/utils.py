@@ -26,7 +26,16 @@ def echo(msg: str = "hello world", image: str = NULL_IMAGE, num_replicas: int = 
     """
     return AppDef(
         name="echo",
-        roles=[Role(name="echo", image=image, entrypoint="echo", args=[msg], num_replicas=num_replicas)],
+        roles=[
+            Role(
+                name="echo",
+                image=image,
+                entrypoint="echo",
+                args=[msg],
+                num_replicas=num_replicas,
+                resource=resource(None),
+            )
+        ],
     )
 
 
@@ -37,7 +46,8 @@ def touch(file: str, image: str = NULL_IMAGE) -> AppDef:
         file: path of the file, relative to the replica's working directory
         image: where to run (a directory for the local scheduler, a container image elsewhere)
     """
-    return AppDef(name="touch", roles=[Role(name="touch", image=image, entrypoint="touch", args=[file])])
+    role = Role(name="touch", image=image, entrypoint="touch", args=[file], resource=resource(None))
+    return AppDef(name="touch", roles=[role])
 
 
 def sh(
@@ -141,6 +151,10 @@ def binary(
     entrypoint: str,
     name: str = "binary",
     num_replicas: int = 1,
+    cpu: int = 1,
+    gpu: int = 0,
+    memMB: int = 1024,  # noqa: N803
+    h: str | None = None,
     env: dict[str, str] | None = None,
     image: str = NULL_IMAGE,
 ) -> AppDef:
@@ -151,6 +165,10 @@ def binary(
         entrypoint: the program: a name looked up on PATH, or a path
         name: the name of the app and of its role
         num_replicas: how many copies to run
+        cpu: CPUs per replica (ignored with -h)
+        gpu: GPUs per replica (ignored with -h)
+        memMB: memory per replica in MB (ignored with -h)
+        h: a named resource such as gpu.small, instead of cpu/gpu/memMB
         env: environment variables to set, as KEY=value,KEY2=value2
         image: where to run (a directory for the local scheduler, a container image elsewhere)
     """
@@ -164,6 +182,7 @@ def binary(
                 args=list(args),
                 env=dict(env or {}),
                 num_replicas=num_replicas,
+                resource=resource(h, cpu, gpu, memMB),
             )
         ],
     )
