@@ -44,16 +44,17 @@ _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 @dataclass(frozen=True)
 class LintMessage:
-    """One finding: the function (``name``), its ``line``, ``severity`` (error or warning), and what is wrong.
+    """One finding: the function (``name``), what is wrong, its ``line`` and column, and ``severity``.
 
-    ``char`` (the column, 0 when the whole line is meant) completes TorchX's ``LinterMessage`` fields.
+    The fields and their order are TorchX's ``LinterMessage`` (``char`` is the column, 0 when the whole
+    line is meant; ``severity`` is ``"error"`` or ``"warning"``).
     """
 
     name: str
-    line: int
-    severity: str
     description: str
+    line: int
     char: int = 0
+    severity: str = ERROR
 
     def __str__(self) -> str:
         return f"{self.line}: {self.severity}: {self.name}: {self.description}"
@@ -75,7 +76,7 @@ def lint(path: str, function: str | None = None) -> list[LintMessage]:
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as e:
-        return [LintMessage("<file>", e.lineno or 0, ERROR, f"syntax error: {e.msg}", e.offset or 0)]
+        return [LintMessage("<file>", f"syntax error: {e.msg}", e.lineno or 0, e.offset or 0, ERROR)]
     functions: dict[str, _FunctionNode] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -85,7 +86,7 @@ def lint(path: str, function: str | None = None) -> list[LintMessage]:
             hint = did_you_mean(function, functions)
             there = ", ".join(functions) or "none"
             text = f"function '{function}' not found in '{path}'{hint}; functions there: {there}"
-            return [LintMessage(function, 0, ERROR, text)]
+            return [LintMessage(function, text, 0, 0, ERROR)]
         targets = [functions[function]]
     else:
         targets = [f for name, f in functions.items() if not name.startswith("_") and _returns_appdef(f)]
@@ -97,7 +98,7 @@ def _lint_function(fn: _FunctionNode) -> list[LintMessage]:
     out: list[LintMessage] = []
 
     def report(line: int, severity: str, description: str) -> None:
-        out.append(LintMessage(fn.name, line, severity, description))
+        out.append(LintMessage(fn.name, description, line, 0, severity))
 
     if isinstance(fn, ast.AsyncFunctionDef):
         report(fn.lineno, ERROR, "a component must be a plain function, not async")
@@ -223,7 +224,7 @@ def _supported_base(node: ast.expr) -> bool:
     return False
 
 
-#: TorchX's name for :class:`LintMessage` (the same fields; pass them by keyword, the order differs).
+#: TorchX's name for :class:`LintMessage` (the same fields, in the same order).
 LinterMessage = LintMessage
 
 
@@ -239,7 +240,7 @@ class ComponentFunctionValidator(abc.ABC):
         """The problems found in the function (empty when there are none)."""
 
     def _gen_linter_message(self, description: str, lineno: int) -> LintMessage:
-        return LintMessage(type(self).__name__, lineno, ERROR, description)
+        return LintMessage(type(self).__name__, description, lineno, 0, ERROR)
 
 
 def validate(
