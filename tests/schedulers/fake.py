@@ -87,6 +87,7 @@ class _App:
     state: AppState = AppState.RUNNING
     msg: str = ""
     cancelled: bool = False
+    reaped: int = 0
 
 
 class FakeScheduler(Scheduler[FakeRequest]):
@@ -154,10 +155,17 @@ class FakeScheduler(Scheduler[FakeRequest]):
         except OSError as e:
             self._stop(app, signal.SIGKILL)
             with self._cond:
+                for started in app.replicas:
+                    started.proc.wait()  # reaped here: no reaper thread was started for them
+                    started.state, started.error_msg = (
+                        AppState.CANCELLED,
+                        "stopped: another replica could not start",
+                    )
                 app.state, app.msg = AppState.FAILED, f"could not start a replica: {e}"
                 self._cond.notify_all()
             raise SubmissionError(f"the fake scheduler could not start {req.app_id}: {e}") from e
-        threading.Thread(target=self._watch, args=(app,), daemon=True).start()
+        for replica in app.replicas:  # only once all are started, so the last to end is known
+            threading.Thread(target=self._reap, args=(app, replica), daemon=True).start()
         return req.app_id
 
     # -- the app's life ------------------------------------------------------------------------------
@@ -171,29 +179,24 @@ class FakeScheduler(Scheduler[FakeRequest]):
             replica.readers_left -= 1
             self._cond.notify_all()
 
-    def _watch(self, app: _App) -> None:
-        """Reap replicas as they end; the first failure stops the others; record the app's end once."""
-        pending = list(app.replicas)
-        while pending:
-            for replica in list(pending):
-                code = replica.proc.poll()
-                if code is None:
-                    continue
-                pending.remove(replica)
-                with self._cond:
-                    replica.exit_code = code
-                    if code == 0:
-                        replica.state = AppState.SUCCEEDED
-                    elif app.cancelled or app.state == AppState.FAILED:
-                        replica.state, replica.exit_code = AppState.FAILED, None  # stopped, not failed
-                    else:
-                        replica.state, replica.error_msg = AppState.FAILED, f"exited with code {code}"
-                        app.state = AppState.FAILED
-                        threading.Thread(target=self._stop, args=(app, signal.SIGTERM), daemon=True).start()
-                    self._cond.notify_all()
-            if pending:
-                time.sleep(0.01)
+    def _reap(self, app: _App, replica: _Replica) -> None:
+        """Wait for one replica to exit (an event, not a poll) and record it; the first failure stops the
+        others; the last replica to end records the app's end, once its output has been read."""
+        code = replica.proc.wait()
         with self._cond:
+            replica.exit_code = code
+            if code == 0:
+                replica.state = AppState.SUCCEEDED
+            elif app.cancelled or app.state == AppState.FAILED:
+                replica.state, replica.exit_code = AppState.FAILED, None  # stopped, not failed
+            else:
+                replica.state, replica.error_msg = AppState.FAILED, f"exited with code {code}"
+                app.state = AppState.FAILED
+                threading.Thread(target=self._stop, args=(app, signal.SIGTERM), daemon=True).start()
+            app.reaped += 1
+            self._cond.notify_all()
+            if app.reaped < len(app.replicas):
+                return
             self._cond.wait_for(lambda: all(r.readers_left == 0 for r in app.replicas), timeout=GRACE)
             if app.cancelled and app.state != AppState.FAILED:
                 app.state = AppState.CANCELLED
@@ -205,15 +208,18 @@ class FakeScheduler(Scheduler[FakeRequest]):
             self._cond.notify_all()
 
     def _stop(self, app: _App, sig: int) -> None:
-        """SIGTERM every replica's process group, SIGKILL after :data:`GRACE` seconds."""
+        """SIGTERM every replica's process group, SIGKILL after :data:`GRACE` seconds.
+
+        The group is signalled even when its leader has exited: a child it left behind is still in it.
+        """
         for r in app.replicas:
-            if r.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(r.proc.pid, sig)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(r.proc.pid, sig)
         if sig == signal.SIGTERM:
             deadline = time.monotonic() + GRACE
-            while time.monotonic() < deadline and any(r.proc.poll() is None for r in app.replicas):
-                time.sleep(0.02)
+            for r in app.replicas:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    r.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             self._stop(app, signal.SIGKILL)
 
     # -- queries -------------------------------------------------------------------------------------

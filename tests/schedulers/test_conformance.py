@@ -65,3 +65,24 @@ def test_the_fake_serves_a_runner() -> None:
     assert handle in [row.app_handle for row in runner.list()]
     runner.cancel(handle)  # ended: nothing happens
     assert runner.status("fake://t/fake-0-0") is None
+
+
+def test_the_fake_refuses_a_missing_program_and_leaves_nothing_running(tmp_path: Path) -> None:
+    """A replica that cannot start fails the submission and stops the replicas started before it."""
+    import sys
+
+    from fake import FakeScheduler
+
+    from tsm.errors import SubmissionError
+    from tsm.specs.api import AppDef, Role
+
+    s = FakeScheduler("t")
+    ok = Role("a", entrypoint=sys.executable, args=["-c", "import time; time.sleep(600)"])
+    missing = Role("b", entrypoint=str(tmp_path / "no-such-program"))
+    with pytest.raises(SubmissionError, match="could not start"):
+        s.submit(AppDef("broken", [ok, missing]))
+    (row,) = s.list()
+    desc = s.describe(row.app_id)
+    assert desc is not None and desc.state.is_terminal and "could not start" in desc.msg
+    pid = desc.roles_statuses[0].replicas[0].pid
+    assert pid is not None and not conformance._alive(pid)
