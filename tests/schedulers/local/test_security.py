@@ -215,6 +215,58 @@ SUBMIT_AS = """
 """
 
 
+PROBE_AS = """
+    import os, sys
+    os.setgroups([]); os.setgid(int(sys.argv[1])); os.setuid(int(sys.argv[1]))
+    import json, sqlite3, subprocess, tsm.schedulers.local.scheduler
+    subprocess.run([sys.executable, "-S", "-c", "import json, selectors, sqlite3"], check=True)
+"""
+
+
+def python_for(uid: int, base: Path) -> tuple[str, dict[str, str]]:
+    """An interpreter (and environment) with which ``uid`` can run tsm and its supervisor.
+
+    This one, when ``uid`` can read it and tsm. Otherwise (a root-only pyenv under ``/root``, a clone in a
+    private folder) a private copy under ``base``: the interpreter, its shared library, the standard
+    library without tests and caches, and the tsm package, all readable by everyone. Skips only when even
+    that copy cannot run as ``uid``, saying why.
+    """
+    import sysconfig
+
+    import tsm
+
+    src = str(Path(tsm.__file__).resolve().parents[1])
+    env = {"PYTHONPATH": src}
+    probe = [textwrap.dedent(PROBE_AS), str(uid)]
+    if subprocess.run([PY, "-c", *probe], env={**os.environ, **env}, capture_output=True, timeout=HANG).returncode == 0:
+        return PY, env
+    prefix = Path(sys.base_prefix)
+    runtime = base / "python"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    junk = shutil.ignore_patterns("__pycache__", "site-packages", "test", "tests", "idlelib", "tkinter",
+                                  "turtledemo", "ensurepip", "lib2to3", "*.pyc")
+    (runtime / "bin").mkdir(parents=True)
+    real = Path(os.path.realpath(sys.executable))
+    shutil.copy2(real, runtime / "bin" / version)
+    shutil.copytree(prefix / "lib" / version, runtime / "lib" / version, ignore=junk)
+    libdir = sysconfig.get_config_var("LIBDIR") or str(prefix / "lib")
+    for lib in Path(libdir).glob("libpython*.so*"):
+        shutil.copy2(lib, runtime / "lib" / lib.name)
+    shutil.copytree(Path(src) / "tsm", runtime / "pkg" / "tsm", ignore=junk)
+    for root, dirs, files in os.walk(base / "python"):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o755 if root.endswith("bin") else 0o644)
+    python = str(runtime / "bin" / version)
+    env = {"PYTHONPATH": str(runtime / "pkg"), "LD_LIBRARY_PATH": str(runtime / "lib"), "PYTHONHOME": str(runtime)}
+    check = subprocess.run([python, "-c", *probe], env={**os.environ, **env}, capture_output=True, text=True,
+                           timeout=HANG)
+    if check.returncode != 0:
+        pytest.skip(f"no interpreter that uid {uid} can run tsm with could be made: {check.stderr.strip()[-300:]}")
+    return python, env
+
+
 @pytest.mark.reliability(
     "the supervisor runs with the caller's privileges only",
     expect="supervisor and watchdog have the caller's uid, gids and capabilities; launched as nobody, replicas are nobody",
@@ -240,8 +292,9 @@ def test_supervisor_has_the_callers_privileges_only(sched: LocalScheduler, reque
     os.chown(home, NOBODY, NOBODY)
     forbidden = base / "root-only"
     forbidden.mkdir(mode=0o755)
-    env = {**os.environ, "TSM_HOME": str(home), "HOME": str(home)}
-    out = subprocess.run([PY, "-c", textwrap.dedent(SUBMIT_AS), str(NOBODY), str(forbidden / "x")],
+    python, runtime_env = python_for(NOBODY, base)
+    env = {**os.environ, **runtime_env, "TSM_HOME": str(home), "HOME": str(home)}
+    out = subprocess.run([python, "-c", textwrap.dedent(SUBMIT_AS), str(NOBODY), str(forbidden / "x")],
                          capture_output=True, text=True, env=env, timeout=HANG, cwd=str(home))
     assert out.returncode == 0, out.stderr[-2000:]
     other_id, state = out.stdout.split()
