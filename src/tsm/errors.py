@@ -2,7 +2,8 @@
 
 Catch :class:`TsmError` to handle anything tsm reports; catch a leaf to act on one thing a user can fix::
 
-    TsmError
+    TsmError                       every error: ``handle`` and ``scheduler`` say which app/backend, if known
+    ├── UsageError                 a command-line value the parser could not check (CLI exit code 2)
     ├── InvalidAppError            the AppDef breaks a rule (names the role and the field)
     ├── InvalidRunOptionError      a run option is unknown, missing or of the wrong type
     │   └── ConfigError            a config file is unreadable or has a bad key (names the file)
@@ -14,13 +15,19 @@ Catch :class:`TsmError` to handle anything tsm reports; catch a leaf to act on o
     │   ├── ComponentNotFoundError     no builtin, entry point or file function by that name
     │   ├── ComponentImportError       the component's module raised while importing
     │   └── ComponentArgumentError     its command-line arguments are wrong (carries the usage)
+    ├── AppStatusError             the app did not succeed (``AppStatus.raise_for_status``; carries ``status``)
+    ├── NotSupportedError          a feature this tsm does not implement yet (e.g. workspaces); a NotImplementedError
     ├── SchedulerError             a scheduler could not do what was asked
     │   ├── SchedulerUnavailableError  its system or client library is not there (says what to install)
-    │   └── SubmissionError            the scheduler refused the request
+    │   ├── SubmissionError            the scheduler refused the request
+    │   └── AppStillRunningError       the app still runs, so it cannot be removed (cancel it first)
     ├── StoreError                 the state store under $TSM_HOME cannot be read or written
     └── TimerError                 an expiration timer request was refused or could not be delivered
 
 Messages are one line and say what to do; the CLI prints ``error: <message>`` and exits non-zero.
+Every error takes optional keywords ``handle=`` and ``scheduler=`` and keeps them as attributes (None
+when not given), so a caller can tell which app or backend failed without parsing the message.
+TorchX's exception names (``UnknownAppException``, ...) are aliases of these classes in :mod:`tsm.specs`.
 """
 
 from __future__ import annotations
@@ -28,10 +35,23 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from typing import Any
 
 
 class TsmError(Exception):
-    """Base of every error tsm raises on purpose."""
+    """Base of every error tsm raises on purpose; ``handle`` and ``scheduler`` name what it is about."""
+
+    handle: str | None
+    scheduler: str | None
+
+    def __init__(self, *args: object, handle: str | None = None, scheduler: str | None = None) -> None:
+        super().__init__(*args)
+        self.handle = handle
+        self.scheduler = scheduler
+
+
+class UsageError(TsmError):
+    """A command-line value the parser could not check (a bad regex, time or log path): CLI exit code 2."""
 
 
 class InvalidAppError(TsmError, ValueError):
@@ -58,8 +78,11 @@ class UnknownSchedulerError(TsmError, LookupError):
     """No scheduler is registered under the name asked for."""
 
 
-class UnknownResourceError(TsmError, LookupError):
-    """No named resource is registered under the name asked for."""
+class UnknownResourceError(TsmError, KeyError):
+    """No named resource is registered under the name asked for (a KeyError, as ``named_resources[...]`` is)."""
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
 
 
 class ComponentError(TsmError):
@@ -77,9 +100,22 @@ class ComponentImportError(ComponentError, ImportError):
 class ComponentArgumentError(ComponentError, ValueError):
     """The component's arguments are wrong; ``usage`` holds the component's usage text."""
 
-    def __init__(self, message: str, usage: str = "") -> None:
-        super().__init__(message)
+    def __init__(self, message: str, usage: str = "", *, handle: str | None = None, scheduler: str | None = None) -> None:
+        super().__init__(message, handle=handle, scheduler=scheduler)
         self.usage = usage
+
+
+class AppStatusError(TsmError):
+    """An app ended other than SUCCEEDED; ``status`` is its :class:`~tsm.specs.AppStatus`."""
+
+    def __init__(self, status: Any, *args: object, handle: str | None = None, scheduler: str | None = None) -> None:
+        super().__init__(*(args or (f"app did not succeed: {getattr(status, 'state', status)}",)),
+                         handle=handle, scheduler=scheduler)
+        self.status = status
+
+
+class NotSupportedError(TsmError, NotImplementedError):
+    """A feature was asked for that this version of tsm does not implement (say so rather than ignore it)."""
 
 
 class SchedulerError(TsmError):
@@ -92,6 +128,10 @@ class SchedulerUnavailableError(SchedulerError):
 
 class SubmissionError(SchedulerError):
     """The scheduler refused the request it was given."""
+
+
+class AppStillRunningError(SchedulerError):
+    """The app has not ended, so its state and logs cannot be removed; cancel it first."""
 
 
 class StoreError(TsmError, OSError):

@@ -8,7 +8,9 @@ import pytest
 
 from tsm.errors import InvalidAppError
 from tsm.specs.api import (
+    MISSING,
     NULL_IMAGE,
+    NULL_RESOURCE,
     AppDef,
     AppDryRunInfo,
     AppState,
@@ -23,6 +25,7 @@ from tsm.specs.api import (
     iter_replicas,
     macros,
 )
+from tsm.specs.mounts import BindMount, DeviceMount, VolumeMount
 
 
 # -- Resource ---------------------------------------------------------------------------------------
@@ -73,10 +76,10 @@ def test_retry_policy_members() -> None:
 def test_role_defaults() -> None:
     r = Role("trainer")
     assert r.image == NULL_IMAGE == ""
-    assert r.entrypoint == "" and r.args == [] and r.env == {}
+    assert r.entrypoint == MISSING == "<MISSING>" and r.args == [] and r.env == {}  # TorchX's defaults
     assert r.num_replicas == 1 and r.min_replicas is None and r.max_retries == 0
     assert r.retry_policy is RetryPolicy.APPLICATION
-    assert r.resource == Resource()
+    assert r.resource == NULL_RESOURCE and r.resource is not NULL_RESOURCE  # "not given", never 1 CPU
     assert r.port_map == {} and r.metadata == {} and r.mounts == []
 
 
@@ -116,7 +119,7 @@ def test_role_default_containers_are_not_shared() -> None:
     a.args.append("x")
     a.env["X"] = "1"
     a.resource.cpu = 99
-    assert b.args == [] and b.env == {} and b.resource.cpu == 1
+    assert b.args == [] and b.env == {} and b.resource.cpu == -1 and NULL_RESOURCE.cpu == -1
 
 
 # -- AppDef -----------------------------------------------------------------------------------------
@@ -134,7 +137,7 @@ def _full_app() -> AppDef:
         resource=Resource(cpu=8, gpu=2, memMB=2048, capabilities={"zone": "x"}, devices={"efa": 1}),
         port_map={"http": 8080},
         metadata={"k": {"nested": ["v"]}},
-        mounts=[{"src": "/a", "dst": "/b"}],
+        mounts=[BindMount("/a", "/b"), VolumeMount("vol", "/v", read_only=True), DeviceMount("/dev/fuse", "/dev/fuse")],
     )
     ps = Role("ps", entrypoint="ps.sh", retry_policy=RetryPolicy.REPLICA)
     return AppDef("myapp", roles=[trainer, ps], metadata={"team": "ml"})
@@ -186,8 +189,8 @@ def test_appdef_to_dict_does_not_alias_the_app() -> None:
 
 
 def test_appdef_from_dict_fills_defaults() -> None:
-    app = AppDef.from_dict({"name": "a", "roles": [{"name": "r", "entrypoint": "echo"}]})
-    assert app == AppDef("a", roles=[Role("r", entrypoint="echo")])
+    app = AppDef.from_dict({"name": "a", "roles": [{"name": "r", "entrypoint": "echo", "resource": {}}]})
+    assert app == AppDef("a", roles=[Role("r", entrypoint="echo", resource=Resource())])
     assert AppDef.from_dict({"name": "b"}) == AppDef("b")
 
 
@@ -218,7 +221,7 @@ def test_is_terminal(state: AppState) -> None:
     expected = state in (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED)
     assert state.is_terminal is expected
     assert is_terminal(state) is expected
-    assert AppStatus(state).is_terminal is expected
+    assert AppStatus(state).is_terminal() is expected  # a method, as in TorchX
 
 
 def test_app_state_prints_as_name() -> None:
@@ -243,11 +246,11 @@ def _status() -> AppStatus:
             RoleStatus(
                 "trainer",
                 [
-                    ReplicaStatus(0, "trainer", AppState.SUCCEEDED, hostname="node0", exit_code=0, pid=123),
-                    ReplicaStatus(1, "trainer", AppState.FAILED, hostname="node1", exit_code=3, error_msg="boom", restarts=2),
+                    ReplicaStatus(0, AppState.SUCCEEDED, "trainer", hostname="node0", exit_code=0, pid=123),
+                    ReplicaStatus(1, AppState.FAILED, "trainer", hostname="node1", exit_code=3, error_msg="boom", restarts=2),
                 ],
             ),
-            RoleStatus("ps", [ReplicaStatus(0, "ps", AppState.CANCELLED)]),
+            RoleStatus("ps", [ReplicaStatus(0, AppState.CANCELLED, "ps")]),
         ],
     )
 
@@ -293,6 +296,7 @@ def test_app_status_to_dict_is_json_with_state_names() -> None:
         "role": "trainer",
         "state": "FAILED",
         "hostname": "node1",
+        "structured_error_msg": "<NONE>",
         "exit_code": 3,
         "error_msg": "boom",
         "restarts": 2,

@@ -273,25 +273,39 @@ def test_resolve_none_or_empty_cfg() -> None:
     assert runopts().resolve(None) == {}
 
 
-def test_resolve_unknown_key_did_you_mean() -> None:
-    with pytest.raises(InvalidRunOptionError) as ei:
-        _opts().resolve({"queue": "q", "grace_perod": 1.0})
-    msg = str(ei.value)
+def test_resolve_unknown_key_is_ignored_with_a_warning_that_names_it(caplog: pytest.LogCaptureFixture) -> None:
+    # a cfg may be shared by several schedulers (TorchX's rule): an undeclared key is not an error ...
+    with caplog.at_level("WARNING", logger="tsm"):
+        out = _opts().resolve({"queue": "q", "grace_perod": 1.0})
+    assert "grace_perod" not in out and out["queue"] == "q"
+    # ... but a typo stays visible
+    msg = caplog.text
     assert "unknown run option 'grace_perod'" in msg
     assert "(did you mean 'grace_period'?)" in msg
     assert "known options: grace_period, labels, log_dir, nodes, queue, retries, tags, verbose" in msg
 
 
-def test_resolve_unknown_key_without_close_match() -> None:
+def test_check_known_is_the_strict_form() -> None:
     with pytest.raises(InvalidRunOptionError) as ei:
-        _opts().resolve({"zzzzzz": 1})
-    assert "did you mean" not in str(ei.value)
-    assert "unknown run option 'zzzzzz'" in str(ei.value)
-
-
-def test_resolve_unknown_key_when_none_declared() -> None:
+        _opts().check_known({"queue": "q", "grace_perod": 1.0})
+    assert "unknown run option 'grace_perod'" in str(ei.value)
+    assert "(did you mean 'grace_period'?)" in str(ei.value)
+    _opts().check_known({"queue": "q"})  # declared keys pass
     with pytest.raises(InvalidRunOptionError, match="unknown run option 'x'; known options: none"):
-        runopts().resolve({"x": 1})
+        runopts().check_known({"x": 1})
+
+
+def test_resolve_unknown_key_without_close_match(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="tsm"):
+        _opts().resolve({"zzzzzz": 1, "queue": "q"})
+    assert "did you mean" not in caplog.text
+    assert "unknown run option 'zzzzzz'" in caplog.text
+
+
+def test_resolve_unknown_key_when_none_declared(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="tsm"):
+        assert runopts().resolve({"x": 1}) == {}
+    assert "unknown run option 'x'; known options: none" in caplog.text
 
 
 def test_resolve_required_missing_says_how_to_pass_it() -> None:

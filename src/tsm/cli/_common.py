@@ -10,14 +10,15 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from tsm.errors import InvalidRunOptionError, MalformedAppHandleError, TsmError, brief
+from tsm.errors import (  # UsageError moved to tsm.errors; importing it from here keeps working
+    InvalidRunOptionError,
+    MalformedAppHandleError,
+    UsageError as UsageError,
+    brief,
+)
 
 if TYPE_CHECKING:
     from tsm.runner.api import Runner
-
-
-class UsageError(TsmError):
-    """A command-line value the parser could not check (a bad regex, time or log path): exit code 2."""
 
 
 def parse_cfg(text: str | None) -> dict[str, str]:

@@ -6,54 +6,138 @@
         handle = runner.run_component("utils.echo", ["--msg", "hi"], scheduler="local")
         print(runner.wait(handle).format())
 
-The runner validates apps, adds ``TSM_APP_HANDLE`` to every role's env, fills run options from
-config files (command line > project file > user file), records every app it launches in the store
-(so ``list()`` shows recent apps across schedulers), and turns a handle nobody knows into
-:class:`~tsm.errors.UnknownAppError`.
+The runner validates apps, adds ``TSM_APP_HANDLE`` (and TorchX's ``TORCHX_JOB_ID``) to every role's env,
+fills run options from config files (command line > project file > user file > ``.torchxconfig``),
+records every app it launches in the history (so ``list()`` shows recent apps across schedulers), and
+reports each call as one event (:mod:`tsm.runner.events`).
+
+It keeps TorchX's contract, so code written against ``torchx.runner`` runs after changing its imports:
+
+* ``status``, ``wait`` and ``describe`` of an app its scheduler does not know return ``None``;
+  ``cancel`` of one does nothing. A handle naming an unknown *scheduler*, or a malformed handle,
+  still raises.
+* ``Runner(name, scheduler_factories, component_defaults, scheduler_params)``; scheduler params also
+  come from ``TSM_*`` environment variables (``TSM_FOO=1`` is ``foo="1"``), as TorchX reads ``TORCHX_*``.
+* ``run``/``dryrun``/``run_component``/``dryrun_component`` take ``workspace=`` and ``parent_run_id=``.
 """
 
 from __future__ import annotations
 
 import builtins
 import copy
+import inspect
 import json
 import logging
+import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from tsm.errors import (
+    AppStillRunningError,
     ConfigError,
     InvalidRunOptionError,
+    NotSupportedError,
     StoreError,
     UnknownAppError,
     UnknownSchedulerError,
     did_you_mean,
 )
+from tsm.history import History
 from tsm.runner.config import Config, load_config
-from tsm.schedulers import DEFAULT_SCHEDULER, get_scheduler, scheduler_names
+from tsm.runner.events import log_event
+from tsm.schedulers import DEFAULT_SCHEDULER, get_scheduler_factory, scheduler_names
 from tsm.schedulers.api import ListAppResponse, Scheduler, Stream
-from tsm.specs.api import AppDef, AppDryRunInfo, AppState, AppStatus
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, AppStatus, macros
 from tsm.specs.handles import make_app_handle, parse_app_handle
 from tsm.specs.runopts import CfgVal, runopts
-from tsm.specs.validate import validate_app
+from tsm.specs.validate import check_name, check_resources, validate_app
 
-#: How many history rows ``list()`` shows.
+#: How many history rows ``list()`` shows by default.
 LIST_LIMIT = 200
+
+#: Environment variables named ``TSM_<PARAM>`` become scheduler parameter ``<param>``.
+ENV_PREFIX = "TSM_"
+
+#: ``TSM_*`` variables that are tsm's own settings or a replica's environment, never scheduler params.
+RESERVED_ENV = frozenset({
+    "TSM_HOME", "TSM_STORE_TIMEOUT", "TSM_APP_ID", "TSM_APP_HANDLE", "TSM_ROLE_NAME", "TSM_REPLICA_ID",
+    "TSM_NUM_REPLICAS", "TSM_RANK0_HOST", "TSM_PARENT_RUN_ID", "TSM_SUPERVISOR",
+})
+
+#: The run option (accepted by every scheduler through the runner) that turns TorchX's names off.
+TORCHX_ENV_OPTION = "torchx_env"
+
+_log = logging.getLogger("tsm")
+
+SchedulerFactory = Callable[..., Scheduler]
+
+
+def scheduler_params_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``TSM_<NAME>=value`` variables as scheduler params ``{"<name>": "value"}`` (see :data:`RESERVED_ENV`)."""
+    env = os.environ if environ is None else environ
+    return {
+        k[len(ENV_PREFIX):].lower(): v
+        for k, v in env.items()
+        if k.startswith(ENV_PREFIX) and len(k) > len(ENV_PREFIX) and k not in RESERVED_ENV
+        and not k.startswith("TSM_PORT_")
+    }
+
+
+def _accepts(factory: Callable[..., Any], name: str) -> bool:
+    """True when ``factory`` names keyword ``name``, or is a plugin taking ``**kwargs``.
+
+    tsm's builtin factories forward ``**kwargs`` to a scheduler with fixed parameters, so for them only
+    named parameters count.
+    """
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    if name in params and params[name].kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        return True
+    builtin = getattr(factory, "__module__", "").startswith("tsm.schedulers")
+    return not builtin and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 class Runner:
-    """Launches and tracks apps; create it with :func:`get_runner` and close it (or use ``with``)."""
+    """Launches and tracks apps; create it with :func:`get_runner` and close it (or use ``with``).
 
-    def __init__(self, name: str = "default", config: Config | None = None, **scheduler_kwargs: Any) -> None:
+    Args:
+        name: the session name, part of every handle this runner makes.
+        scheduler_factories: ``{name: create_scheduler}`` this runner may use; None: every registered
+            scheduler (builtins and plugins).
+        component_defaults: ``{component: {argument: value}}`` used when a component's argument is
+            not given (over those of the config files).
+        scheduler_params: keywords passed to every scheduler factory (over ``TSM_*`` variables).
+        config: the config files' content (read on first use when None).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        scheduler_factories: Mapping[str, SchedulerFactory] | None = None,
+        component_defaults: Mapping[str, Mapping[str, str]] | None = None,
+        scheduler_params: Mapping[str, object] | None = None,
+        *,
+        config: Config | None = None,
+    ) -> None:
         self.session_name = name
+        self._factories = dict(scheduler_factories) if scheduler_factories is not None else None
+        self._component_defaults = {k: dict(v) for k, v in (component_defaults or {}).items()}
+        self._env_params: dict[str, object] = dict(scheduler_params_from_env())
+        self._params: dict[str, object] = dict(scheduler_params or {})
         self._config = config
-        self._scheduler_kwargs = scheduler_kwargs
         self._schedulers: dict[str, Scheduler] = {}
-        self._store: Any = None
+        self._hist: History | None = None
 
     # -- plumbing ----------------------------------------------------------------------------------
+    def name(self) -> str:
+        """The session name (TorchX's ``Runner.name()``)."""
+        return self.session_name
+
     @property
     def config(self) -> Config:
         """The merged config files (read on first use)."""
@@ -66,17 +150,40 @@ class Runner:
         """The config's default scheduler, else ``local``."""
         return self.config.default_scheduler or DEFAULT_SCHEDULER
 
+    @property
+    def history(self) -> History:
+        """The app history (opened on first use)."""
+        if self._hist is None:
+            self._hist = History()
+        return self._hist
+
+    def _factory(self, name: str) -> SchedulerFactory:
+        if self._factories is None:
+            return get_scheduler_factory(name)
+        if name not in self._factories:
+            names = builtins.list(self._factories)
+            raise UnknownSchedulerError(
+                f"unknown scheduler '{name}'{did_you_mean(name, names)}; this runner has: {', '.join(names) or 'none'}",
+                scheduler=name,
+            )
+        return self._factories[name]
+
     def _scheduler(self, name: str) -> Scheduler:
         if name not in self._schedulers:
-            self._schedulers[name] = get_scheduler(name, self.session_name, **self._scheduler_kwargs.get(name, {}))
+            factory = self._factory(name)
+            params = {k: v for k, v in self._env_params.items() if _accepts(factory, k)}
+            params.update(self._params)
+            try:
+                self._schedulers[name] = factory(self.session_name, **params)
+            except TypeError as e:
+                if not self._params or "argument" not in str(e):
+                    raise
+                raise InvalidRunOptionError(
+                    f"scheduler '{name}' does not take the scheduler parameter(s) given to the runner "
+                    f"({', '.join(sorted(self._params))}): {e}",
+                    scheduler=name,
+                ) from e
         return self._schedulers[name]
-
-    def _history(self) -> Any:
-        if self._store is None:
-            from tsm.store import Store
-
-            self._store = Store()
-        return self._store
 
     def _resolve_cfg(self, scheduler: str, cfg: Mapping[str, CfgVal] | None) -> dict[str, CfgVal]:
         """Config-file run options under ``cfg``; a bad file option is reported with its file."""
@@ -84,8 +191,14 @@ class Runner:
         file_cfg = dict(self.config.scheduler_cfg.get(scheduler, {}))
         for key, value in file_cfg.items():
             origin = self.config.origin.get((scheduler, key), "config file")
+            if key == TORCHX_ENV_OPTION:
+                continue
             opt = opts.get(key)
             if opt is None:
+                if self.config.lenient.get((scheduler, key)):  # a .torchxconfig is shared: warn, as TorchX does
+                    _log.warning("%s: [%s] '%s' is not a run option of the %s scheduler; ignored",
+                                 origin, scheduler, key, scheduler)
+                    continue
                 raise ConfigError(
                     f"{origin}: [scheduler.{scheduler}] unknown run option '{key}'{did_you_mean(key, dict(opts))}; "
                     f"`tsm runopts {scheduler}` lists them"
@@ -96,93 +209,146 @@ class Runner:
                 alone.resolve({key: value})
             except InvalidRunOptionError as e:
                 raise ConfigError(f"{origin}: [scheduler.{scheduler}] {e}") from e
+        file_cfg = {k: v for k, v in file_cfg.items() if k in opts or k == TORCHX_ENV_OPTION}
         file_cfg.update(cfg or {})
         return file_cfg
 
     # -- launch ------------------------------------------------------------------------------------
     def dryrun(
-        self, app: AppDef, scheduler: str | None = None, cfg: Mapping[str, CfgVal] | None = None
-    ) -> AppDryRunInfo:
-        """Validate the app and return what ``scheduler`` would submit, without submitting it."""
-        if scheduler is None and self.config.default_scheduler:
-            try:
-                self._scheduler(self.config.default_scheduler)
-            except UnknownSchedulerError as e:  # say which file named it
-                raise ConfigError(f"{self.config.default_scheduler_origin}: default_scheduler: {e}") from e
-        scheduler = scheduler or self.default_scheduler
-        validate_app(app)
-        app = copy.deepcopy(app)
-        handle = f"{scheduler}://{self.session_name}/${{app_id}}"
-        for role in app.roles:
-            role.env.setdefault("TSM_APP_HANDLE", handle)
-        sched = self._scheduler(scheduler)
-        return sched.submit_dryrun(app, self._resolve_cfg(scheduler, cfg))
+        self,
+        app: AppDef,
+        scheduler: str | None = None,
+        cfg: Mapping[str, CfgVal] | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> AppDryRunInfo[Any]:
+        """Validate the app and return what ``scheduler`` would submit, without submitting it.
 
-    def schedule(self, dryrun_info: AppDryRunInfo) -> str:
+        ``workspace`` is built into the first role by a scheduler that can (else
+        :class:`~tsm.errors.NotSupportedError`); ``parent_run_id`` reaches every replica as
+        ``TSM_PARENT_RUN_ID`` and ``TORCHX_PARENT_RUN_ID``. The run option ``torchx_env=False`` leaves
+        TorchX's variable names out of the replicas' environment.
+        """
+        with log_event(self.session_name, "dryrun", scheduler, workspace=workspace,
+                       parent_run_id=parent_run_id, runcfg=_cfg_json(cfg)) as ctx:
+            if scheduler is None and self.config.default_scheduler:
+                try:
+                    self._scheduler(self.config.default_scheduler)
+                except UnknownSchedulerError as e:  # say which file named it
+                    raise ConfigError(f"{self.config.default_scheduler_origin}: default_scheduler: {e}") from e
+            scheduler = scheduler or self.default_scheduler
+            ctx.set(scheduler=scheduler)
+            validate_app(app)
+            app = copy.deepcopy(app)
+            sched = self._scheduler(scheduler)
+            resolved = self._resolve_cfg(scheduler, cfg)
+            torchx_env = _flag(resolved.pop(TORCHX_ENV_OPTION, True))
+            handle = f"{scheduler}://{self.session_name}/{macros.app_id}"  # the scheduler fills in the app id
+            for role in app.roles:
+                role.env.setdefault("TSM_APP_HANDLE", handle)
+                if parent_run_id:
+                    role.env.setdefault("TSM_PARENT_RUN_ID", parent_run_id)
+                if torchx_env:
+                    role.env.setdefault("TORCHX_JOB_ID", handle)
+                    if parent_run_id:
+                        role.env.setdefault("TORCHX_PARENT_RUN_ID", parent_run_id)
+                    role.env.update({k: v for k, v in self.config.tracker_env().items() if k not in role.env})
+            if getattr(sched, "requires_resource", True):  # a scheduler that places replicas by size
+                check_resources(app, scheduler)
+            if workspace:
+                build = getattr(sched, "build_workspace_and_update_role", None)
+                if build is None:
+                    raise NotSupportedError(
+                        f"the {scheduler} scheduler cannot build workspace {workspace!r}: it has no workspace "
+                        "support; pass workspace=None (or leave --workspace out)",
+                        scheduler=scheduler,
+                    )
+                build(app.roles[0], workspace, resolved)
+            info = sched.submit_dryrun(app, resolved)
+            info.scheduler = scheduler  # as the runner names it (an alias such as local_cwd stays itself)
+            if info.app is not None:
+                ctx.set(app_id=info.app.name, app_image=info.app.roles[0].image if info.app.roles else None,
+                        app_metadata=dict(info.app.metadata))
+            return info
+
+    def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Submit a dry run's request unchanged; returns the app handle and records it."""
         scheduler = dryrun_info.scheduler
-        app_id = self._scheduler(scheduler).schedule(dryrun_info)
-        handle = make_app_handle(scheduler, self.session_name, app_id)
-        app = dryrun_info.app
-        now = time.time()
-        try:
-            self._history().write([(
-                "INSERT OR REPLACE INTO apps (handle, scheduler, session, app_id, name, state, created, updated, spec, cfg) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (
-                    handle, scheduler, self.session_name, app_id, app.name if app else app_id, int(AppState.SUBMITTED),
-                    now, now, json.dumps(app.to_dict()) if app else None, json.dumps(dryrun_info.cfg, default=str),
-                ),
-            )])
-        except StoreError as e:
-            # The app runs: losing its handle would be worse than a missing history line.
-            logging.getLogger("tsm").warning(
-                "launched %s but could not add it to tsm's history (%s); `tsm list -s %s` still shows it",
-                handle, e, scheduler,
-            )
-        return handle
+        with log_event(self.session_name, "schedule", scheduler, runcfg=_cfg_json(dryrun_info.cfg)) as ctx:
+            app_id = self._scheduler(scheduler).schedule(dryrun_info)
+            ctx.set(app_id=app_id)
+            handle = make_app_handle(scheduler, self.session_name, app_id)
+            try:
+                self.history.add(handle, scheduler, self.session_name, app_id, dryrun_info.app, dryrun_info.cfg)
+            except StoreError as e:
+                # The app runs: losing its handle would be worse than a missing history line.
+                _log.warning(
+                    "launched %s but could not add it to tsm's history (%s); `tsm list -s %s` still shows it",
+                    handle, e, scheduler,
+                )
+            return handle
 
-    def run(self, app: AppDef, scheduler: str | None = None, cfg: Mapping[str, CfgVal] | None = None) -> str:
+    def run(
+        self,
+        app: AppDef,
+        scheduler: str | None = None,
+        cfg: Mapping[str, CfgVal] | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> str:
         """Dry-run then schedule ``app``; returns its handle."""
-        return self.schedule(self.dryrun(app, scheduler, cfg))
+        with log_event(self.session_name, "run", scheduler, workspace=workspace, parent_run_id=parent_run_id,
+                       runcfg=_cfg_json(cfg)) as ctx:
+            handle = self.schedule(self.dryrun(app, scheduler, cfg, workspace=workspace, parent_run_id=parent_run_id))
+            parsed = parse_app_handle(handle)
+            ctx.set(scheduler=parsed.scheduler, app_id=parsed.app_id)
+            return handle
 
-    def component_app(self, component: str, component_args: list[str] | None = None) -> AppDef:
+    def component_app(self, component: str, component_args: builtins.list[str] | None = None) -> AppDef:
         """Materialize a component (builtin, entry point or ``file.py:fn``) with its arguments."""
         from tsm.components import get_component, materialize
 
         comp = get_component(component)
-        defaults = self.config.component_defaults.get(component)
-        return materialize(comp.fn, list(component_args or []), defaults=defaults, prog=f"tsm run {component}")
+        defaults = dict(self.config.component_defaults.get(component, {}))
+        defaults.update(self._component_defaults.get(component, {}))
+        return materialize(comp.fn, list(component_args or []), defaults=defaults or None, prog=f"tsm run {component}")
 
     def dryrun_component(
         self,
         component: str,
-        component_args: list[str] | None = None,
+        component_args: builtins.list[str] | None = None,
         scheduler: str | None = None,
         cfg: Mapping[str, CfgVal] | None = None,
-    ) -> AppDryRunInfo:
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> AppDryRunInfo[Any]:
         """:meth:`dryrun` of a component."""
-        return self.dryrun(self.component_app(component, component_args), scheduler, cfg)
+        return self.dryrun(self.component_app(component, component_args), scheduler, cfg,
+                           workspace=workspace, parent_run_id=parent_run_id)
 
     def run_component(
         self,
         component: str,
-        component_args: list[str] | None = None,
+        component_args: builtins.list[str] | None = None,
         scheduler: str | None = None,
         cfg: Mapping[str, CfgVal] | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
     ) -> str:
         """:meth:`run` of a component; returns the handle."""
-        return self.schedule(self.dryrun_component(component, component_args, scheduler, cfg))
+        return self.schedule(self.dryrun_component(component, component_args, scheduler, cfg,
+                                                   workspace=workspace, parent_run_id=parent_run_id))
 
     # -- queries -----------------------------------------------------------------------------------
-    def _locate(self, app_handle: str) -> tuple[Scheduler, str]:
+    def _locate(self, app_handle: str) -> tuple[Scheduler, str, str]:
         parsed = parse_app_handle(app_handle)
-        return self._scheduler(parsed.scheduler), parsed.app_id
+        return self._scheduler(parsed.scheduler), parsed.scheduler, parsed.app_id
 
-    def _unknown(self, app_handle: str) -> UnknownAppError:
+    def _unknown(self, app_handle: str, scheduler: str | None = None) -> UnknownAppError:
         return UnknownAppError(
             f"unknown app {app_handle}: its scheduler does not know it (never launched, or removed); "
-            "`tsm list` shows known apps"
+            "`tsm list` shows known apps",
+            handle=app_handle, scheduler=scheduler,
         )
 
     def _to_status(self, app_handle: str, desc: Any) -> AppStatus:
@@ -190,55 +356,62 @@ class Runner:
             state=desc.state, num_restarts=desc.num_restarts, msg=desc.msg,
             structured_error_msg=desc.structured_error_msg, ui_url=desc.ui_url, roles=desc.roles_statuses,
         )
-        self._record_state(app_handle, desc.state)
+        self.history.set_state(app_handle, desc.state)
         return status
 
-    def _record_state(self, app_handle: str, state: AppState) -> None:
-        self._history().write([(
-            "UPDATE apps SET state=?, updated=? WHERE handle=? AND state != ?",
-            (int(state), time.time(), app_handle, int(state)),
-        )])
+    def status(self, app_handle: str) -> AppStatus | None:
+        """The app's current status, or None when its scheduler does not know it (any more)."""
+        sched, name, app_id = self._locate(app_handle)
+        with log_event(self.session_name, "status", name, app_id):
+            desc = sched.describe(app_id)
+            return None if desc is None else self._to_status(app_handle, desc)
 
-    def status(self, app_handle: str) -> AppStatus:
-        """The app's current status."""
-        sched, app_id = self._locate(app_handle)
-        desc = sched.describe(app_id)
-        if desc is None:
-            raise self._unknown(app_handle)
-        return self._to_status(app_handle, desc)
+    def wait(self, app_handle: str, wait_interval: float = 10, timeout: float | None = None) -> AppStatus | None:
+        """Block until the app is terminal (or ``timeout`` seconds pass); its status, or None if unknown.
 
-    def wait(self, app_handle: str, timeout: float | None = None) -> AppStatus:
-        """Block until the app is terminal, or ``timeout`` seconds pass; returns its status either way."""
-        sched, app_id = self._locate(app_handle)
-        desc = sched.wait(app_id, timeout=timeout)
-        if desc is None:
-            raise self._unknown(app_handle)
-        return self._to_status(app_handle, desc)
+        Schedulers with an event to wait on (the local one) return as soon as the app ends;
+        ``wait_interval`` only bounds how often a scheduler that must poll asks its backend, for those
+        that take it. With ``timeout`` the status returned may not be terminal.
+        """
+        if not wait_interval > 0:
+            raise ValueError(f"wait_interval must be > 0 seconds, got {wait_interval!r}")
+        sched, name, app_id = self._locate(app_handle)
+        with log_event(self.session_name, "wait", name, app_id):
+            if "wait_interval" in inspect.signature(sched.wait).parameters:
+                desc = sched.wait(app_id, timeout=timeout, wait_interval=wait_interval)  # type: ignore[call-arg]
+            else:
+                desc = sched.wait(app_id, timeout=timeout)
+            return None if desc is None else self._to_status(app_handle, desc)
 
     def cancel(self, app_handle: str) -> None:
-        """Stop the app (idempotent: cancelling an ended app does nothing)."""
-        sched, app_id = self._locate(app_handle)
-        if not sched.exists(app_id):
-            raise self._unknown(app_handle)
-        sched.cancel(app_id)
-        desc = sched.describe(app_id)
-        if desc is not None:
-            self._record_state(app_handle, desc.state)
+        """Stop the app; idempotent, and nothing happens for an app its scheduler does not know."""
+        sched, name, app_id = self._locate(app_handle)
+        with log_event(self.session_name, "cancel", name, app_id):
+            desc = sched.describe(app_id)
+            if desc is None:
+                return
+            if not desc.state.is_terminal:
+                sched.cancel(app_id)
+                desc = sched.describe(app_id)
+            if desc is not None:
+                self.history.set_state(app_handle, desc.state)
 
-    stop = cancel  # seed TSM name
+    def stop(self, app_handle: str) -> None:
+        """Deprecated alias of :meth:`cancel` (as in TorchX; warns with PendingDeprecationWarning)."""
+        warnings.warn("Runner.stop() will be removed; use Runner.cancel()", PendingDeprecationWarning, stacklevel=2)
+        self.cancel(app_handle)
 
-    def describe(self, app_handle: str) -> AppDef:
-        """The app definition as launched (rebuilt by the scheduler or from history)."""
-        sched, app_id = self._locate(app_handle)
-        desc = sched.describe(app_id)
-        if desc is not None and desc.app is not None:
-            return desc.app
-        rows = self._history().query("SELECT spec FROM apps WHERE handle=?", (app_handle,))
-        if rows and rows[0]["spec"]:
-            return AppDef.from_dict(json.loads(rows[0]["spec"]))
-        if desc is not None:
-            return AppDef(name=app_id)
-        raise self._unknown(app_handle)
+    def describe(self, app_handle: str) -> AppDef | None:
+        """The app definition as launched (from the scheduler, else the history), or None if unknown."""
+        sched, name, app_id = self._locate(app_handle)
+        with log_event(self.session_name, "describe", name, app_id):
+            desc = sched.describe(app_id)
+            if desc is not None and desc.app is not None:
+                return desc.app
+            spec = self.history.spec(app_handle)
+            if spec is not None:
+                return spec
+            return AppDef(name=app_id) if desc is not None else None
 
     def log_lines(
         self,
@@ -251,93 +424,106 @@ class Runner:
         should_tail: bool = False,
         streams: Stream | None = None,
     ) -> Iterator[str]:
-        """Lines of replica ``k`` of ``role_name`` (see :meth:`Scheduler.log_iter`)."""
-        sched, app_id = self._locate(app_handle)
-        if not sched.exists(app_id):
-            raise self._unknown(app_handle)
-        return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams)
+        """Lines of replica ``k`` of ``role_name`` (see :meth:`Scheduler.log_iter`); an unknown app raises."""
+        sched, name, app_id = self._locate(app_handle)
+        with log_event(self.session_name, "log_lines", name, app_id):
+            if not sched.exists(app_id):
+                raise self._unknown(app_handle, name)
+            return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams)
 
-    def list(self, scheduler: str | None = None, limit: int | None = LIST_LIMIT) -> list[ListAppResponse]:
+    def list(self, scheduler: str | None = None, limit: int | None = LIST_LIMIT) -> builtins.list[ListAppResponse]:
         """Apps newest first: one scheduler's own list, or (None) the ``limit`` newest apps launched through
         tsm anywhere (``limit=None``: all of them).
 
         Without a scheduler, live states come from one ``list()`` call per scheduler involved, not one
         query per app; an unreachable scheduler leaves the last recorded state.
         """
-        if scheduler is not None:
-            return self._scheduler(scheduler).list()
-        rows = self._history().query(
-            "SELECT handle, scheduler, app_id, name, state, created FROM apps ORDER BY created DESC LIMIT ?",
-            (-1 if limit is None else limit,),
-        )
-        live: dict[str, dict[str, AppState]] = {}
-        for sched_name in {r["scheduler"] for r in rows if not AppState(r["state"]).is_terminal}:
-            try:
-                live[sched_name] = {a.app_id: a.state for a in self._scheduler(sched_name).list()}
-            except Exception:  # noqa: BLE001 - an unreachable backend must not hide the others
-                live[sched_name] = {}
-        out = []
-        changed = []
-        for r in rows:
-            state = AppState(r["state"])
-            if not state.is_terminal:
-                new = live.get(r["scheduler"], {}).get(r["app_id"])
-                if new is not None and new != state:
-                    state = new
-                    changed.append((int(new), time.time(), r["handle"]))
-            out.append(ListAppResponse(r["app_id"], state, r["handle"], r["name"], r["created"]))
-        if changed:
-            self._history().write([("UPDATE apps SET state=?, updated=? WHERE handle=?", c) for c in changed])
-        return out
+        with log_event(self.session_name, "list", scheduler):
+            if scheduler is not None:
+                apps = self._scheduler(scheduler).list()
+                for a in apps:
+                    if not a.app_handle:
+                        a.app_handle = make_app_handle(scheduler, self.session_name, a.app_id)
+                return apps
+            rows = self.history.recent(limit)
+            live: dict[str, dict[str, AppState]] = {}
+            for sched_name in {r.scheduler for r in rows if not r.state.is_terminal}:
+                try:
+                    live[sched_name] = {a.app_id: a.state for a in self._scheduler(sched_name).list()}
+                except Exception:  # noqa: BLE001 - an unreachable backend must not hide the others
+                    live[sched_name] = {}
+            out = []
+            changed: builtins.list[tuple[str, AppState]] = []
+            for r in rows:
+                state = r.state
+                if not state.is_terminal:
+                    new = live.get(r.scheduler, {}).get(r.app_id)
+                    if new is not None and new != state:
+                        state = new
+                        changed.append((r.handle, new))
+                out.append(ListAppResponse(r.app_id, state, r.handle, r.name, r.created))
+            self.history.set_states(changed)
+            return out
 
     def remove(self, app_handles: Sequence[str], older_than_days: float | None = None) -> builtins.list[str]:
         """Forget ended apps and delete their scheduler-side state and logs; returns the handles removed.
 
         ``older_than_days`` adds every ended app in the history created more than that many days ago.
-        A running app is refused with an error (cancel it first).
+        A running app named in ``app_handles`` raises :class:`~tsm.errors.AppStillRunningError` (cancel it
+        first); an unknown one :class:`~tsm.errors.UnknownAppError`.
         """
-        targets = list(app_handles)
-        if older_than_days is not None:
-            cutoff = time.time() - older_than_days * 86400
-            rows = self._history().query("SELECT handle, state FROM apps WHERE created < ?", (cutoff,))
-            targets += [r["handle"] for r in rows if r["handle"] not in targets]
-        removed = []
-        for handle in targets:
-            sched, app_id = self._locate(handle)
-            desc = sched.describe(app_id)
-            if desc is not None and not desc.state.is_terminal:
-                if handle in app_handles:
-                    from tsm.errors import SchedulerError
-
-                    raise SchedulerError(f"{handle} is still {desc.state.name}; cancel it first")
-                continue
-            gone = sched.remove(app_id)
-            rows = self._history().query("SELECT 1 FROM apps WHERE handle=?", (handle,))
-            if rows:
-                self._history().write([("DELETE FROM apps WHERE handle=?", (handle,))])
-            if gone or rows:
-                removed.append(handle)
-            elif handle in app_handles:
-                raise self._unknown(handle)
-        return removed
+        with log_event(self.session_name, "remove", None):
+            targets = list(app_handles)
+            if older_than_days is not None:
+                cutoff = time.time() - older_than_days * 86400
+                targets += [h for h in self.history.created_before(cutoff) if h not in targets]
+            removed = []
+            for handle in targets:
+                sched, name, app_id = self._locate(handle)
+                desc = sched.describe(app_id)
+                if desc is not None and not desc.state.is_terminal:
+                    if handle in app_handles:
+                        raise AppStillRunningError(
+                            f"{handle} is still {desc.state.name}; cancel it first", handle=handle, scheduler=name
+                        )
+                    continue
+                gone = sched.remove(app_id)
+                known = self.history.forget(handle)
+                if gone or known:
+                    removed.append(handle)
+                elif handle in app_handles:
+                    raise self._unknown(handle, name)
+            return removed
 
     def scheduler_run_opts(self, scheduler: str) -> runopts:
-        """The run options ``scheduler`` accepts."""
-        return self._scheduler(scheduler).run_opts()
+        """The run options ``scheduler`` accepts, plus the runner's own ``torchx_env``."""
+        opts = runopts()
+        opts.update(self._scheduler(scheduler).run_opts())
+        if TORCHX_ENV_OPTION not in opts:
+            opts.add(TORCHX_ENV_OPTION, bool, "also set TorchX's variable names (TORCHX_JOB_ID, ...) in each "
+                     "replica's environment (handled by the runner)", default=True)
+        return opts
+
+    def cfg_from_str(self, scheduler: str, *cfg_literal: str) -> dict[str, CfgVal]:
+        """Parse ``"k=v,k2=a;b"`` strings into typed run options of ``scheduler`` (see :meth:`runopts.cfg_from_str`)."""
+        opts = self.scheduler_run_opts(scheduler)
+        out: dict[str, CfgVal] = {}
+        for text in cfg_literal:
+            out.update(opts.cfg_from_str(text))
+        return out
 
     def scheduler_backends(self) -> builtins.list[str]:
-        """Every scheduler name, builtins and plugins."""
-        return scheduler_names()
+        """The scheduler names this runner can use: its factories, or every registered one."""
+        return builtins.list(self._factories) if self._factories is not None else scheduler_names()
 
     # -- lifetime ----------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close every scheduler and the store."""
+        """Close every scheduler and the store; safe to call twice, and the runner reopens what it needs."""
         for sched in self._schedulers.values():
             sched.close()
         self._schedulers.clear()
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        if self._hist is not None:
+            self._hist.close()
 
     def __enter__(self) -> Runner:
         return self
@@ -345,10 +531,34 @@ class Runner:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        return f"Runner(name={self.session_name!r}, schedulers={self.scheduler_backends()!r})"
 
-def get_runner(name: str = "default", **scheduler_kwargs: Any) -> Runner:
-    """A :class:`Runner` for session ``name`` (the session is part of every handle it makes)."""
-    from tsm.specs.validate import check_name
 
+def _cfg_json(cfg: Mapping[str, Any] | None) -> str | None:
+    return json.dumps(dict(cfg), default=str, sort_keys=True) if cfg else None
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, str):
+        from tsm.specs.runopts import parse_cfg_value
+
+        return bool(parse_cfg_value(TORCHX_ENV_OPTION, value, bool))
+    if not isinstance(value, bool):
+        raise InvalidRunOptionError(f"run option '{TORCHX_ENV_OPTION}' expects bool, got {value!r}")
+    return value
+
+
+def get_runner(
+    name: str | None = None,
+    component_defaults: Mapping[str, Mapping[str, str]] | None = None,
+    **scheduler_params: Any,
+) -> Runner:
+    """A :class:`Runner` for session ``name`` (default ``"default"``; the session is part of every handle).
+
+    ``component_defaults`` override the config files' component defaults; ``scheduler_params`` are passed
+    to every scheduler factory (a scheduler that does not take one says so when first used).
+    """
+    name = "default" if name is None else name
     check_name(name, "session name")
-    return Runner(name, **scheduler_kwargs)
+    return Runner(name, None, component_defaults, scheduler_params)

@@ -1,11 +1,13 @@
-"""Defaults from TOML files: the default scheduler, run options per scheduler, arguments per component.
+"""Defaults from config files: the default scheduler, run options per scheduler, arguments per component.
 
 Files, highest precedence first (the command line beats them all):
 
 1. the project file: ``tsm.toml`` in the working directory, else ``[tool.tsm]`` of its ``pyproject.toml``;
-2. the user file: ``$XDG_CONFIG_HOME/tsm/config.toml`` (default ``~/.config/tsm/config.toml``).
+2. the user file: ``$XDG_CONFIG_HOME/tsm/config.toml`` (default ``~/.config/tsm/config.toml``);
+3. TorchX's ``.torchxconfig`` files, with TorchX's own precedence among them: only ``$TORCHXCONFIG``
+   when that is set (empty: none), else ``./.torchxconfig`` over ``~/.torchxconfig``.
 
-Both have the same shape::
+The two tsm files have the same shape::
 
     default_scheduler = "local"    # default scheduler for run / dryrun
 
@@ -15,18 +17,45 @@ Both have the same shape::
     [component."dist.ddp"]         # component argument defaults, as on the command line
     j = "2x1"
 
-A file that is not TOML, or holds an unknown key or a value of the wrong shape, raises
+A ``.torchxconfig`` is INI, read as TorchX reads it::
+
+    [cli:run]                      # default scheduler (and component, for TorchX's CLI)
+    scheduler = local
+
+    [local]                        # run options of one scheduler, as strings
+    log_dir = /tmp/logs
+
+    [component:dist.ddp]           # component argument defaults
+    j = 1x2
+
+    [torchx:tracker]               # trackers, each configured in [tracker:<name>]
+    my_tracker =
+
+    [tracker:my_tracker]
+    config = s3://bucket/config.json
+
+Because a ``.torchxconfig`` is shared with TorchX, a run option in it that a scheduler does not declare
+is ignored with a warning (as TorchX does), where the same in a tsm file is an error.
+
+A file that is not TOML (or INI), or holds an unknown key or a value of the wrong shape, raises
 :class:`~tsm.errors.ConfigError` naming the file. Scheduler names are not checked here: a shared user
 file may configure schedulers installed elsewhere.
+
+TorchX's ``torchx.runner.config`` functions are here under the same names and parameters:
+:func:`find_configs`, :func:`load`, :func:`apply`, :func:`dump`, :func:`get_configs`,
+:func:`get_config` and :func:`load_sections`.
 """
 
 from __future__ import annotations
 
+import configparser
+import logging
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from tsm.errors import ConfigError, did_you_mean
 
@@ -50,6 +79,20 @@ class Config:
     #: for error messages: (scheduler, option) -> file that set it
     origin: dict[tuple[str, str], str] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    #: (scheduler, option) pairs set by a ``.torchxconfig``: an undeclared one is warned about, not refused
+    lenient: dict[tuple[str, str], bool] = field(default_factory=dict)
+    #: ``[torchx:tracker]`` names with their ``[tracker:<name>] config`` (None when not set)
+    trackers: dict[str, str | None] = field(default_factory=dict)
+
+    def tracker_env(self) -> dict[str, str]:
+        """The variables TorchX gives replicas for configured trackers (``TORCHX_TRACKERS``, ...)."""
+        if not self.trackers:
+            return {}
+        env = {"TORCHX_TRACKERS": ",".join(self.trackers)}
+        for name, config in self.trackers.items():
+            if config:
+                env[f"TORCHX_TRACKER_{name.upper()}_CONFIG"] = config
+        return env
 
 
 def user_config_path() -> Path:
@@ -104,8 +147,9 @@ def _project(cwd: Path) -> tuple[dict[str, Any], str] | None:
 
 
 def load_config(cwd: str | Path | None = None) -> Config:
-    """Read and merge the user and project files (project wins)."""
+    """Read and merge the ``.torchxconfig`` files, the user file and the project file (project wins)."""
     cfg = Config()
+    _merge_torchx(cfg, Path(cwd) if cwd else Path.cwd())
     layers: list[tuple[dict[str, Any], str]] = []
     user = user_config_path()
     if user.is_file():
@@ -122,6 +166,7 @@ def load_config(cwd: str | Path | None = None) -> Config:
             cfg.scheduler_cfg.setdefault(name, {}).update(opts)
             for opt in opts:
                 cfg.origin[(name, opt)] = source
+                cfg.lenient.pop((name, opt), None)
         for comp, args in (data.get("component") or {}).items():
             cfg.component_defaults.setdefault(comp, {}).update({k: _arg_text(v) for k, v in args.items()})
     return cfg
@@ -132,3 +177,176 @@ def _arg_text(value: Any) -> str:
     from tsm.components.cmdline import format_value
 
     return "" if value == "" else format_value(value)
+
+
+
+# -- .torchxconfig (TorchX's INI config) ------------------------------------------------------------------
+#: The file name TorchX looks for.
+CONFIG_FILE = ".torchxconfig"
+#: The variable naming the one ``.torchxconfig`` to read (set but empty: read none).
+ENV_TORCHXCONFIG = "TORCHXCONFIG"
+#: Between a section's prefix and its name: ``[component:dist.ddp]``.
+CONFIG_PREFIX_DELIM = ":"
+
+_log = logging.getLogger("tsm")
+
+
+def _configparser() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # keys keep their case, as in TorchX
+    return parser
+
+
+def _read_ini(path: str | Path) -> configparser.ConfigParser:
+    parser = _configparser()
+    try:
+        with open(path, encoding="utf-8") as f:
+            parser.read_file(f, source=str(path))
+    except configparser.Error as e:
+        raise ConfigError(f"{path}: not a valid config file: {' '.join(str(e).split())}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a valid config file: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
+    return parser
+
+
+def find_configs(dirs: Iterable[str] | None = None) -> list[str]:
+    """The ``.torchxconfig`` files to read, highest precedence first.
+
+    ``$TORCHXCONFIG`` alone when set (empty: none; naming a missing file is a ConfigError); else
+    ``.torchxconfig`` in each of ``dirs`` that has one (default: the working directory, then home).
+    """
+    env = os.environ.get(ENV_TORCHXCONFIG)
+    if env is not None:
+        if not env:
+            return []
+        if not Path(env).is_file():
+            raise ConfigError(f"${ENV_TORCHXCONFIG} is set to {env!r}, which is not a file")
+        return [env]
+    if dirs is None:
+        dirs = [str(Path.cwd()), str(Path.home())]
+    return [str(Path(d) / CONFIG_FILE) for d in dirs if (Path(d) / CONFIG_FILE).is_file()]
+
+
+def _merge_torchx(cfg: Config, cwd: Path) -> None:
+    """Fill ``cfg`` from the ``.torchxconfig`` files (lowest precedence: applied before the tsm files)."""
+    for path in reversed(find_configs([str(cwd), str(Path.home())])):  # the lowest first; later ones win
+        ini = _read_ini(path)
+        cfg.files.append(path)
+        for section in ini.sections():
+            prefix, delim, name = section.partition(CONFIG_PREFIX_DELIM)
+            items = dict(ini.items(section))
+            if not delim:  # [<scheduler>]
+                cfg.scheduler_cfg.setdefault(section, {}).update(items)
+                for key in items:
+                    cfg.origin[(section, key)] = path
+                    cfg.lenient[(section, key)] = True
+            elif prefix == "cli" and name == "run" and items.get("scheduler"):
+                cfg.default_scheduler = items["scheduler"]
+                cfg.default_scheduler_origin = path
+            elif prefix == "component":
+                cfg.component_defaults.setdefault(name, {}).update(items)
+            elif prefix == "torchx" and name == "tracker":
+                for tracker in items:
+                    cfg.trackers[tracker] = None
+    for tracker in cfg.trackers:
+        cfg.trackers[tracker] = get_config("tracker", tracker, "config", dirs=[str(cwd), str(Path.home())])
+
+
+def get_configs(prefix: str, name: str, dirs: Iterable[str] | None = None) -> dict[str, str]:
+    """Section ``[prefix:name]`` merged over every ``.torchxconfig`` (a higher-precedence file wins a key)."""
+    out: dict[str, str] = {}
+    for path in reversed(find_configs(dirs)):
+        ini = _read_ini(path)
+        section = f"{prefix}{CONFIG_PREFIX_DELIM}{name}"
+        if ini.has_section(section):
+            out.update(ini.items(section))
+    return out
+
+
+def get_config(prefix: str, name: str, key: str, dirs: Iterable[str] | None = None) -> str | None:
+    """One value of section ``[prefix:name]``, or None."""
+    return get_configs(prefix, name, dirs).get(key)
+
+
+def load_sections(prefix: str, dirs: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
+    """Every ``[prefix:<name>]`` section as ``{name: {key: value}}`` (higher-precedence files win a key)."""
+    out: dict[str, dict[str, str]] = {}
+    for path in reversed(find_configs(dirs)):
+        ini = _read_ini(path)
+        for section in ini.sections():
+            pre, delim, name = section.partition(CONFIG_PREFIX_DELIM)
+            if delim and pre == prefix:
+                out.setdefault(name, {}).update(ini.items(section))
+    return out
+
+
+def _scheduler_opts(scheduler: str) -> Any:
+    from tsm.schedulers import get_scheduler
+
+    return get_scheduler(scheduler, "_").run_opts()
+
+
+def load(scheduler: str, f: TextIO, cfg: dict[str, Any]) -> None:
+    """Add the ``[scheduler]`` options of INI text ``f`` to ``cfg``, typed; keys already in ``cfg`` are kept.
+
+    An option the scheduler does not declare is skipped with a warning, as in TorchX.
+    """
+    from tsm.specs.runopts import parse_cfg_value
+
+    ini = _configparser()
+    where = getattr(f, "name", "<config>")
+    try:
+        ini.read_file(f, source=str(where))
+    except configparser.Error as e:
+        raise ConfigError(f"{where}: not a valid config file: {' '.join(str(e).split())}") from e
+    if not ini.has_section(scheduler):
+        return
+    opts = _scheduler_opts(scheduler)
+    for key, value in ini.items(scheduler):
+        if key in cfg:
+            continue
+        opt = opts.get(key)
+        if opt is None:
+            _log.warning("%s: [%s] '%s' is not a run option of the %s scheduler; ignored",
+                         where, scheduler, key, scheduler)
+            continue
+        cfg[key] = parse_cfg_value(key, value, opt.type_)
+
+
+def apply(scheduler: str, cfg: dict[str, Any], dirs: Iterable[str] | None = None) -> None:
+    """Add run options of ``scheduler`` from the ``.torchxconfig`` files to ``cfg`` (existing keys win)."""
+    for path in find_configs(dirs):  # highest precedence first: it sets a key before the others can
+        with open(path, encoding="utf-8") as f:
+            load(scheduler, f, cfg)
+
+
+def dump(f: TextIO, schedulers: Iterable[str] | None = None, required_only: bool = False) -> None:
+    """Write a ``.torchxconfig`` with every run option of ``schedulers`` (default: all), help as comments.
+
+    Options without a default are written commented out; ``required_only`` writes only required ones.
+    """
+    from tsm.schedulers import scheduler_names
+    from tsm.specs.runopts import type_name
+
+    names = list(schedulers) if schedulers is not None else [n for n in scheduler_names() if n != "local_cwd"]
+    for i, name in enumerate(names):
+        opts = _scheduler_opts(name)  # an unknown name raises UnknownSchedulerError
+        f.write(("\n" if i else "") + f"[{name}]\n")
+        for key, opt in opts:
+            if required_only and not opt.required:
+                continue
+            f.write(f"; {opt.help} ({type_name(opt.type_)}{', required' if opt.required else ''})\n")
+            if opt.default is None:
+                f.write(f"{'' if opt.required else ';'}{key} =\n")
+            else:
+                f.write(f"{key} = {_ini_value(opt.default)}\n")
+
+
+def _ini_value(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(value)
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{v}" for k, v in value.items())
+    return str(value)

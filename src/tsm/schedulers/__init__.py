@@ -1,9 +1,13 @@
-"""Scheduler registry: the builtin backends plus any registered under the entry-point group ``tsm.schedulers``
-(then ``torchx.schedulers``, for a TorchX plugin ported to import ``tsm``).
+"""Scheduler registry: the builtin backends plus plugins registered under ``tsm.schedulers`` or ``torchx.schedulers``.
 
-Each entry is a factory ``create_scheduler(session_name, **kwargs) -> Scheduler``. Backends are imported
-only when asked for, so listing names never loads a client library. Plugins add names; they never
-replace a builtin.
+Each entry is a factory ``create_scheduler(session_name, **kwargs) -> Scheduler`` (a
+:data:`SchedulerFactory`). Backends are imported only when asked for, so listing names never loads a
+client library. Plugins add names; they never replace a builtin, and on a name both groups give,
+``tsm.schedulers`` wins over TorchX's ``torchx.schedulers`` (read so a TorchX plugin that does not import
+torchx itself works unchanged).
+
+TorchX's registry functions are here under the same names: :func:`get_scheduler_factories` and
+:func:`get_default_scheduler_name`.
 """
 
 from __future__ import annotations
@@ -17,9 +21,22 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from tsm.schedulers._factory import SchedulerFactory as SchedulerFactory
     from tsm.schedulers.api import Scheduler
 
+
+def __getattr__(name: str) -> object:
+    if name == "SchedulerFactory":  # the Protocol needs typing: imported only when asked for
+        from tsm.schedulers._factory import SchedulerFactory
+
+        return SchedulerFactory
+    raise AttributeError(f"module 'tsm.schedulers' has no attribute {name!r}")
+
+
 DEFAULT_SCHEDULER = "local"
+
+#: Entry-point groups read for scheduler plugins, the winning group first.
+GROUPS = ("tsm.schedulers", "torchx.schedulers")
 
 #: name -> "module:function"; ``local_cwd`` is kept as an alias of ``local``.
 _BUILTIN: dict[str, str] = {
@@ -36,11 +53,12 @@ def _plugin_entry_points() -> dict[str, Any]:
     if _plugins is None:
         from importlib.metadata import entry_points
 
-        _plugins = {}
-        for group in ("tsm.schedulers", "torchx.schedulers"):  # TorchX's group after ours (a ported plugin)
+        found: dict[str, Any] = {}
+        for group in GROUPS:
             for ep in entry_points(group=group):
-                if ep.name not in _BUILTIN and ep.name not in _plugins:
-                    _plugins[ep.name] = ep
+                if ep.name not in _BUILTIN and ep.name not in found:
+                    found[ep.name] = ep
+        _plugins = found
     return _plugins
 
 
@@ -59,8 +77,18 @@ def get_scheduler_factory(name: str) -> Callable[..., Scheduler]:
         return plugins[name].load()  # type: ignore[no-any-return]
     names = scheduler_names()
     raise UnknownSchedulerError(
-        f"unknown scheduler '{name}'{did_you_mean(name, names)}; available: {', '.join(names)}"
+        f"unknown scheduler '{name}'{did_you_mean(name, names)}; available: {', '.join(names)}", scheduler=name
     )
+
+
+def get_scheduler_factories() -> dict[str, Callable[..., Scheduler]]:
+    """``{name: factory}`` of every scheduler (TorchX's name); plugins' modules are imported here."""
+    return {name: get_scheduler_factory(name) for name in scheduler_names()}
+
+
+def get_default_scheduler_name() -> str:
+    """The scheduler used when none is named: ``local`` (TorchX's is ``local_cwd``, an alias of it here)."""
+    return DEFAULT_SCHEDULER
 
 
 def get_scheduler(name: str, session_name: str = "default", **kwargs: Any) -> Scheduler:

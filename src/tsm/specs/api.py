@@ -6,18 +6,35 @@ Nothing here does I/O or knows a scheduler. Records are mutable dataclasses so t
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import enum
 import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from tsm.errors import InvalidAppError
+from tsm.errors import AppStatusError, InvalidAppError
+from tsm.specs.mounts import Mount, mount_from_dict
 
 #: Image value meaning "no image": replicas run in the caller's working directory.
 NULL_IMAGE = ""
+
+#: Sentinel for a string attribute that was never set (TorchX's ``MISSING``): a role's default entrypoint.
+MISSING = "<MISSING>"
+
+#: Sentinel for an optional string attribute that is unset (TorchX's ``NONE``).
+NONE = "<NONE>"
+
+#: The scheduler name that means "every scheduler" (TorchX's ``ALL``).
+ALL = "all"
+
+#: An app handle, ``scheduler://session/app_id`` (a plain string; see :mod:`tsm.specs.handles`).
+AppHandle = str
+
+#: A scheduler's name.
+SchedulerBackend = str
 
 
 @dataclass
@@ -42,6 +59,20 @@ class Resource:
         return res
 
 
+#: The resource of a role that did not say what it needs (TorchX's sentinel: every field -1). Schedulers
+#: that place replicas by size (Slurm, Kubernetes) refuse it at dry run; the local scheduler ignores it.
+NULL_RESOURCE = Resource(cpu=-1, gpu=-1, memMB=-1)
+
+
+def _null_resource() -> Resource:
+    return copy.deepcopy(NULL_RESOURCE)
+
+
+def is_null_resource(resource: Resource) -> bool:
+    """True when ``resource`` is :data:`NULL_RESOURCE` (no size given)."""
+    return (resource.cpu, resource.gpu, resource.memMB) == (-1, -1, -1)
+
+
 class RetryPolicy(str, enum.Enum):
     """What restarts when a replica fails and its role still has retries left.
 
@@ -59,24 +90,32 @@ class Role:
     """A set of identical replicas: one command run ``num_replicas`` times with the same resources.
 
     ``image`` is what the scheduler runs in: a directory for the local scheduler, a container image
-    for container schedulers. ``port_map`` names ports the replica listens on; ``mounts`` are
-    scheduler-specific mount specs. ``min_replicas`` (elastic roles) lets a scheduler start the role
-    with fewer replicas. The builder methods ``runs``/``on``/``replicas`` keep the seed TSM style working.
+    for container schedulers. ``port_map`` names ports the replica listens on; ``mounts`` are typed
+    :class:`~tsm.specs.BindMount` / ``VolumeMount`` / ``DeviceMount`` records each backend maps (or
+    refuses at dry run). ``min_replicas`` (elastic roles) lets a scheduler start the role with fewer
+    replicas. As in TorchX, ``entrypoint`` defaults to :data:`MISSING` and ``resource`` to
+    :data:`NULL_RESOURCE`: a role that does not say what it needs is refused by schedulers that place
+    replicas by size, never silently given one CPU. The builder methods ``runs``/``on``/``replicas`` keep
+    the seed TSM style working.
     """
 
     name: str
     image: str = NULL_IMAGE
-    entrypoint: str = ""
+    entrypoint: str = MISSING
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     num_replicas: int = 1
     min_replicas: int | None = None
     max_retries: int = 0
     retry_policy: RetryPolicy = RetryPolicy.APPLICATION
-    resource: Resource = field(default_factory=Resource)
+    resource: Resource = field(default_factory=_null_resource)
     port_map: dict[str, int] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
-    mounts: list[Any] = field(default_factory=list)
+    mounts: list[Mount] = field(default_factory=list)
+
+    def pre_proc(self, scheduler: str, dryrun_info: AppDryRunInfo[Any]) -> AppDryRunInfo[Any]:
+        """TorchX's per-role hook on a scheduler's request; returns it unchanged (kept for ported subclasses)."""
+        return dryrun_info
 
     # -- seed TSM builder style -------------------------------------------------------------
     def runs(self, entrypoint: str, *args: str, **env: str) -> Role:
@@ -124,6 +163,7 @@ class AppDef:
             r = dict(r)
             r["resource"] = Resource(**r.get("resource", {}))
             r["retry_policy"] = RetryPolicy(r.get("retry_policy", "APPLICATION"))
+            r["mounts"] = [mount_from_dict(m) for m in r.get("mounts", [])]
             roles.append(Role(**r))
         return AppDef(name=data["name"], roles=roles, metadata=dict(data.get("metadata", {})))
 
@@ -167,14 +207,23 @@ def is_terminal(state: AppState) -> bool:
     return state in _TERMINAL
 
 
+#: Replicas and apps share their states (TorchX's name).
+ReplicaState = AppState
+
+
 @dataclass
 class ReplicaStatus:
-    """One replica: where it runs, its state, and why it failed if it did."""
+    """One replica: where it runs, its state, and why it failed if it did.
+
+    The first four fields are TorchX's, in its order; ``structured_error_msg`` is a JSON error report
+    when the backend has one (:data:`NONE` otherwise).
+    """
 
     id: int
-    role: str
     state: AppState
+    role: str
     hostname: str = ""
+    structured_error_msg: str = NONE
     exit_code: int | None = None
     error_msg: str = ""
     restarts: int = 0
@@ -200,10 +249,29 @@ class AppStatus:
     ui_url: str | None = None
     roles: list[RoleStatus] = field(default_factory=list)
 
-    @property
     def is_terminal(self) -> bool:
-        """True once the app can no longer change."""
+        """True once the app can no longer change (a method, as in TorchX)."""
         return self.state.is_terminal
+
+    def raise_for_status(self) -> None:
+        """Raise :class:`~tsm.errors.AppStatusError` (carrying this status) unless the app SUCCEEDED."""
+        if self.state != AppState.SUCCEEDED:
+            raise AppStatusError(self, f"app did not succeed: {self.state.name}{': ' + self.msg if self.msg else ''}")
+
+    def __repr__(self) -> str:
+        """TorchX's readable dump: a YAML document ``AppStatus: {...}`` with keys sorted, states as ``NAME (n)``."""
+        data = asdict(self)
+        data["state"] = f"{self.state.name} ({int(self.state)})"
+        err = self.structured_error_msg
+        if err and err != NONE:
+            with contextlib.suppress(ValueError):  # not JSON: shown as the text it is
+                data["structured_error_msg"] = json.loads(err)
+        else:
+            data["structured_error_msg"] = NONE
+        for role in data["roles"]:
+            for rep in role["replicas"]:
+                rep["state"] = f"{AppState(rep['state']).name} ({int(rep['state'])})"
+        return _yaml({"AppStatus": data})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (states as names), as printed by ``tsm status --json``."""
@@ -240,22 +308,61 @@ class AppStatus:
         return self.format()
 
 
-@dataclass
-class AppDryRunInfo:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # a default (PEP 696) lets a plain ``AppDryRunInfo`` mean "any request" to type checkers
+    from typing_extensions import TypeVar as _TypeVarWithDefault
+
+    #: The type of a scheduler's request (a command list, an sbatch script, a manifest).
+    RequestT = _TypeVarWithDefault("RequestT", default=Any)
+else:
+    RequestT = TypeVar("RequestT")
+
+
+@dataclass(repr=False)
+class AppDryRunInfo(Generic[RequestT]):
     """A scheduler's request as a value: print it, test it, then submit it unchanged.
 
-    ``request`` is the scheduler-specific payload (a command list, an sbatch script, a manifest);
-    ``fmt`` renders it for people.
+    Generic over the request type (``AppDryRunInfo[SlurmBatchRequest]``): ``request`` is the
+    scheduler-specific payload (a command list, an sbatch script, a manifest); ``fmt`` renders it for
+    people, and both ``str()`` and ``repr()`` show that rendering, as in TorchX. TorchX's private
+    ``_app``, ``_cfg`` and ``_scheduler`` are the same as ``app``, ``cfg`` and ``scheduler``.
     """
 
-    request: Any
-    fmt: Callable[[Any], str] = repr
+    request: RequestT
+    fmt: Callable[[RequestT], str] = repr
     app: AppDef | None = None
     cfg: dict[str, Any] = field(default_factory=dict)
     scheduler: str = ""
 
     def __str__(self) -> str:
         return self.fmt(self.request)
+
+    def __repr__(self) -> str:
+        return self.fmt(self.request)
+
+    @property
+    def _app(self) -> AppDef | None:
+        return self.app
+
+    @_app.setter
+    def _app(self, value: AppDef | None) -> None:
+        self.app = value
+
+    @property
+    def _cfg(self) -> dict[str, Any]:
+        return self.cfg
+
+    @_cfg.setter
+    def _cfg(self, value: dict[str, Any]) -> None:
+        self.cfg = dict(value)
+
+    @property
+    def _scheduler(self) -> str:
+        return self.scheduler
+
+    @_scheduler.setter
+    def _scheduler(self, value: str) -> None:
+        self.scheduler = value
 
 
 # -- macros ---------------------------------------------------------------------------------------
@@ -265,9 +372,11 @@ class macros:  # noqa: N801 (a namespace, spelled as users write it)
     ``${img_root}`` the image's root directory, ``${app_id}`` the app id, ``${replica_id}`` the
     replica's index within its role, ``${rank0_env}`` the *name* of the env var that holds the
     hostname of the role's first replica (use it in a shell as ``$${rank0_env}``).
+    ``${base_img_root}`` is TorchX's deprecated macro; it is replaced by ``DEPRECATED`` as there.
     """
 
     img_root = "${img_root}"
+    base_img_root = "${base_img_root}"
     app_id = "${app_id}"
     replica_id = "${replica_id}"
     rank0_env = "${rank0_env}"
@@ -280,9 +389,10 @@ class macros:  # noqa: N801 (a namespace, spelled as users write it)
         app_id: str
         replica_id: str
         rank0_env: str = "TSM_RANK0_HOST"
+        base_img_root: str = "DEPRECATED"
 
         def substitute(self, arg: str) -> str:
-            """Replace the four macros in ``arg``; any other ``$`` text is left exactly as it was."""
+            """Replace the macros in ``arg``; any other ``$`` text is left exactly as it was."""
             if "${" not in arg:
                 return arg
             values = asdict(self)
@@ -298,9 +408,9 @@ class macros:  # noqa: N801 (a namespace, spelled as users write it)
             return role
 
 
-# Only our four names are placeholders and nothing else is touched: "$${rank0_env}" becomes
+# Only the macro names are placeholders and nothing else is touched: "$${rank0_env}" becomes
 # "$TSM_RANK0_HOST" for a shell to expand, and any other "$..." reaches the replica as written.
-_MACRO_RE = re.compile(r"\$\{(img_root|app_id|replica_id|rank0_env)\}")
+_MACRO_RE = re.compile(r"\$\{(img_root|base_img_root|app_id|replica_id|rank0_env)\}")
 
 
 def _substitute_tree(obj: Any, fn: Callable[[str], str]) -> Any:
@@ -324,3 +434,44 @@ def check_positive(value: int, what: str) -> None:
     """Raise :class:`InvalidAppError` unless ``value`` > 0 (used by components for counts)."""
     if value <= 0:
         raise InvalidAppError(f"{what} must be > 0, got {value}")
+
+
+# -- TorchX's readable dump (a small YAML emitter: tsm does not depend on PyYAML) -----------------------
+_PLAIN = re.compile(r"^[A-Za-z_/<][A-Za-z0-9_ ./()<>+-]*\Z")
+_YAML_WORDS = {"null", "true", "false", "yes", "no", "on", "off", "y", "n", "~"}
+
+
+def _yaml_scalar(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    text = str(v)
+    if _PLAIN.match(text) and text.lower() not in _YAML_WORDS and not text.endswith(" "):
+        return text
+    return json.dumps(text)  # a JSON string is a valid YAML scalar
+
+
+def _yaml(obj: Any, indent: int = 0) -> str:
+    """``obj`` (dicts, lists, scalars) as block YAML with sorted keys, ending in a newline."""
+    pad = " " * indent
+    if isinstance(obj, dict):
+        if not obj:
+            return pad + "{}\n"
+        out = []
+        for k in sorted(obj):
+            v = obj[k]
+            if isinstance(v, (dict, list)) and v:
+                out.append(f"{pad}{k}:\n" + _yaml(v, indent + 2))
+            else:
+                out.append(f"{pad}{k}: {'{}' if v == {} else '[]' if v == [] else _yaml_scalar(v)}\n")
+        return "".join(out)
+    if isinstance(obj, list):
+        out = []
+        for v in obj:
+            body = _yaml(v, indent + 2) if isinstance(v, (dict, list)) and v else " " * (indent + 2) + _yaml_scalar(v) + "\n"
+            out.append(pad + "- " + body[indent + 2:])
+        return "".join(out)
+    return pad + _yaml_scalar(obj) + "\n"

@@ -23,19 +23,28 @@ _HANDLE_RE = re.compile(
 
 
 class ParsedAppHandle(NamedTuple):
-    """The three parts of an app handle."""
+    """The three parts of an app handle; ``scheduler_backend``/``session_name`` are TorchX's names for the first two."""
 
     scheduler: str
     session: str
     app_id: str
 
+    @property
+    def scheduler_backend(self) -> str:
+        """TorchX's name for :attr:`scheduler`."""
+        return self.scheduler
 
-def make_app_handle(scheduler: str, session: str, app_id: str) -> str:
-    """Build ``scheduler://session/app_id`` (and check it parses back)."""
-    handle = f"{scheduler}://{session}/{app_id}"
+    @property
+    def session_name(self) -> str:
+        """TorchX's name for :attr:`session`."""
+        return self.session
+
+
+def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> str:
+    """Build ``scheduler_backend://session_name/app_id`` (and check it parses back); TorchX's keyword names."""
+    handle = f"{scheduler_backend}://{session_name}/{app_id}"
     parse_app_handle(handle)
     return handle
-
 
 
 def parse_app_handle(handle: str) -> ParsedAppHandle:
@@ -44,6 +53,7 @@ def parse_app_handle(handle: str) -> ParsedAppHandle:
     if not m or m.group("app_id") in (".", "..") or m.group("session") in (".", ".."):
         raise MalformedAppHandleError(
             f"malformed app handle {brief(handle, 120)}: expected scheduler://session/app_id "
-            f"(letters, digits, '_', '-', '.', at most {MAX_PART} each), e.g. local://default/echo-1a2b3c"
+            f"(letters, digits, '_', '-', '.', at most {MAX_PART} each), e.g. local://default/echo-1a2b3c",
+            handle=handle if isinstance(handle, str) else None,
         )
     return ParsedAppHandle(m.group("scheduler"), m.group("session"), m.group("app_id"))

@@ -1,14 +1,20 @@
 """Typed scheduler run options: declared once with a type, default and help; resolved against user cfg.
 
 A scheduler declares its options with :meth:`runopts.add`; :meth:`runopts.resolve` checks a user's
-``cfg`` (unknown keys get a did-you-mean, wrong types name the expected type, required options must be
-given) and fills in defaults. :func:`parse_cfg_value` reads the command line's string forms:
-``a,b`` for ``list[str]`` and ``k:v,k2:v2`` for ``dict[str, str]``.
+``cfg`` (wrong types name the expected type, required options must be given) and fills in defaults.
+As in TorchX, a cfg may be shared by several schedulers, so a key this scheduler does not declare is
+ignored, with a warning on the ``tsm`` logger that names it and suggests the closest option (a typo
+stays visible); :meth:`runopts.check_known` is the strict check for callers that want an error.
+:func:`parse_cfg_value` reads the command line's string forms: ``a,b`` for ``list[str]`` and
+``k:v,k2:v2`` for ``dict[str, str]``; :meth:`runopts.cfg_from_str` a whole ``"k=v,k2=a;b"`` string.
+Option types may be written ``list[str]`` or ``typing.List[str]`` (and ``dict``/``Dict``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +22,19 @@ from typing import Any
 from tsm.errors import InvalidRunOptionError, brief, did_you_mean
 
 CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
+
+_log = logging.getLogger("tsm")
+
+#: ``typing`` spellings of the container types, as TorchX schedulers declare them.
+_ALIASES: dict[Any, Any] = {typing.List[str]: list[str], typing.Dict[str, str]: dict[str, str]}  # noqa: UP006
+
+
+def normalize_type(type_: Any) -> Any:
+    """``typing.List[str]`` as ``list[str]`` and ``typing.Dict[str, str]`` as ``dict[str, str]``; others as given."""
+    try:
+        return _ALIASES.get(type_, type_)
+    except TypeError:  # an unhashable "type"
+        return type_
 
 _TYPES: dict[Any, str] = {
     str: "str",
@@ -29,11 +48,17 @@ _TYPES: dict[Any, str] = {
 
 def type_name(type_: Any) -> str:
     """The name of a run-option type as users read it (``list[str]``)."""
+    type_ = normalize_type(type_)
     return _TYPES.get(type_, getattr(type_, "__name__", str(type_)))
+
+
+#: TorchX's name for :func:`type_name`.
+get_type_name = type_name
 
 
 def is_type(value: Any, type_: Any) -> bool:
     """True when ``value`` is of run-option type ``type_`` (bool is not an int; an int is a float)."""
+    type_ = normalize_type(type_)
     if type_ is bool:
         return isinstance(value, bool)
     if type_ is int:
@@ -53,6 +78,7 @@ def is_type(value: Any, type_: Any) -> bool:
 
 def parse_cfg_value(name: str, text: str, type_: Any) -> CfgVal:
     """Parse the command-line string form of option ``name`` into ``type_``; raise a clear error if it can't."""
+    type_ = normalize_type(type_)
     try:
         if type_ is str:
             return text
@@ -111,6 +137,16 @@ class runopt:  # noqa: N801 (mirrors the runopts container name)
     required: bool
     help: str
 
+    @property
+    def opt_type(self) -> Any:
+        """TorchX's name for :attr:`type_`."""
+        return self.type_
+
+    @property
+    def is_required(self) -> bool:
+        """TorchX's name for :attr:`required`."""
+        return self.required
+
 
 class runopts:  # noqa: N801 (established name)
     """The options a scheduler accepts; printing it gives a help table."""
@@ -118,15 +154,20 @@ class runopts:  # noqa: N801 (established name)
     def __init__(self) -> None:
         self._opts: dict[str, runopt] = {}
 
+    #: ``runopts.is_type(value, type_)``, as TorchX spells it.
+    is_type = staticmethod(is_type)
+
     def add(
         self,
-        name: str,
+        cfg_key: str,
         type_: Any,
         help: str,
         default: CfgVal = None,
         required: bool = False,
     ) -> None:
-        """Declare option ``name``; a required option may not have a default."""
+        """Declare option ``cfg_key``; a required option may not have a default."""
+        name = cfg_key
+        type_ = normalize_type(type_)
         if type_ not in _TYPES:
             raise InvalidRunOptionError(
                 f"run option '{name}': type must be one of {', '.join(_TYPES.values())}"
@@ -167,10 +208,7 @@ class runopts:  # noqa: N801 (established name)
         cfg = dict(cfg or {})
         for key in cfg:
             if key not in self._opts:
-                known = ", ".join(sorted(self._opts)) or "none"
-                raise InvalidRunOptionError(
-                    f"unknown run option '{key}'{did_you_mean(key, self._opts)}; known options: {known}"
-                )
+                _log.warning("%s; ignored", self._unknown_message(key))
         out: dict[str, CfgVal] = {}
         for name, opt in self._opts.items():
             if name in cfg and cfg[name] is not None:
@@ -190,6 +228,44 @@ class runopts:  # noqa: N801 (established name)
                 )
             else:
                 out[name] = opt.default
+        return out
+
+    def _unknown_message(self, key: str) -> str:
+        known = ", ".join(sorted(self._opts)) or "none"
+        return f"unknown run option '{key}'{did_you_mean(key, self._opts)}; known options: {known}"
+
+    def check_known(self, cfg: Mapping[str, Any]) -> None:
+        """Raise :class:`~tsm.errors.InvalidRunOptionError` for the first key of ``cfg`` not declared here."""
+        for key in cfg:
+            if key not in self._opts:
+                raise InvalidRunOptionError(self._unknown_message(key))
+
+    def cfg_from_str(self, cfg_str: str) -> dict[str, CfgVal]:
+        """Parse ``"k=v,k2=v2"`` (``,`` or ``;`` between pairs) into typed values; no defaults are added.
+
+        A piece without ``=`` continues the previous value, so list options read ``FOO=a,b;BAR=c`` as
+        ``{"FOO": ["a", "b"], "BAR": "c"}``. Keys this scheduler does not declare are left out with a
+        warning naming them, as in TorchX; values are checked and typed as :func:`parse_cfg_value` does.
+        """
+        pairs: dict[str, str] = {}
+        last: str | None = None
+        for piece in cfg_str.replace(";", ",").split(","):
+            key, sep, value = piece.partition("=")
+            if sep and key.strip():
+                last = key.strip()
+                pairs[last] = value.strip()
+            elif last is not None:
+                if piece.strip():
+                    pairs[last] = f"{pairs[last]},{piece.strip()}" if pairs[last] else piece.strip()
+            elif piece.strip():
+                raise InvalidRunOptionError(f"run options {brief(cfg_str)}: {brief(piece)} is not key=value")
+        out: dict[str, CfgVal] = {}
+        for key, text in pairs.items():
+            opt = self._opts.get(key)
+            if opt is None:
+                _log.warning("%s; ignored", self._unknown_message(key))
+                continue
+            out[key] = parse_cfg_value(key, text, opt.type_)
         return out
 
     def __str__(self) -> str:

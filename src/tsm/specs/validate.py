@@ -15,7 +15,8 @@ import re
 from collections.abc import Iterable, Mapping
 
 from tsm.errors import InvalidAppError, brief
-from tsm.specs.api import AppDef, Resource, RetryPolicy, Role
+from tsm.specs.api import MISSING, AppDef, Resource, RetryPolicy, Role, is_null_resource
+from tsm.specs.mounts import validate_mount
 
 #: Names become path components, process titles and (on cluster schedulers) parts of host names, so
 #: they are kept to letters, digits, '-' and '_', start with a letter or digit, and are at most 63 long.
@@ -109,6 +110,8 @@ def _check_str_list(values: object, where: str) -> int:
 def _check_resource(res: object, where: str) -> None:
     if not isinstance(res, Resource):
         raise InvalidAppError(f"{where} must be a tsm.Resource, got {type(res).__name__}")
+    if is_null_resource(res):  # "not given": schedulers that need a size refuse it (check_resources)
+        return
     for field_name in ("cpu", "gpu", "memMB"):
         v = getattr(res, field_name)
         not_finite = isinstance(v, float) and not math.isfinite(v)  # NaN compares as not < 0
@@ -127,7 +130,7 @@ def validate_role(role: Role) -> None:
     """Check one role; raises :class:`InvalidAppError` naming the role and the field."""
     check_name(role.name, "role name")
     where = f"role '{role.name}'"
-    if not isinstance(role.entrypoint, str) or not role.entrypoint.strip():
+    if not isinstance(role.entrypoint, str) or not role.entrypoint.strip() or role.entrypoint == MISSING:
         raise InvalidAppError(f"{where}: entrypoint is empty; set the command to run")
     size = exec_bytes(role.entrypoint, f"{where}: entrypoint")
     if not isinstance(role.image, str) or "\x00" in role.image:
@@ -171,6 +174,23 @@ def validate_role(role: Role) -> None:
             raise InvalidAppError(f"{where}: port_map name {pname!r} must be a valid identifier")
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise InvalidAppError(f"{where}: port_map[{pname!r}] must be a port number 0-65535, got {port!r}")
+    if not isinstance(role.mounts, list):
+        raise InvalidAppError(f"{where}: mounts must be a list of BindMount, VolumeMount or DeviceMount")
+    for i, mount in enumerate(role.mounts):
+        validate_mount(mount, f"{where}: mounts[{i}]")
+
+
+def check_resources(app: AppDef, scheduler: str) -> None:
+    """Refuse a role whose resource is :data:`~tsm.specs.NULL_RESOURCE` (not given) on ``scheduler``.
+
+    Called at dry run for schedulers that place replicas by size; the local scheduler does not need it.
+    """
+    for role in app.roles:
+        if isinstance(role.resource, Resource) and is_null_resource(role.resource):
+            raise InvalidAppError(
+                f"role '{role.name}': no resource given, and the {scheduler} scheduler needs one: set "
+                "resource=tsm.Resource(cpu=..., gpu=..., memMB=...) or a named one (tsm.specs.resource(h='gpu.small'))"
+            )
 
 
 def validate_app(app: AppDef) -> None:

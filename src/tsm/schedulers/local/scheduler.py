@@ -144,6 +144,9 @@ def assign_gpus(roles: list[Role], devices: list[str]) -> dict[tuple[str, int], 
 class LocalScheduler(Scheduler):
     """Runs apps as local processes under a detached supervisor; the default scheduler."""
 
+    #: Replicas run on this machine whatever their size, so a role without a resource is fine here.
+    requires_resource = False
+
     def __init__(self, session_name: str, backend: str = "local") -> None:
         super().__init__(backend, session_name)
         self._store: Store | None = None

@@ -1,0 +1,137 @@
+"""One structured event per Runner call: which API, scheduler, app, run config, how long, and how it ended.
+
+Where events go:
+
+* the logger ``tsm.events`` (level INFO, the event as one JSON line in the message and as
+  ``record.tsm_event``), so ``logging.getLogger("tsm.events").addHandler(...)`` is all it takes;
+* every sink registered under the entry-point group ``tsm.event_handlers`` (TorchX's
+  ``torchx.event_handlers`` is read too): a callable taking the :class:`TsmEvent`. A sink that raises is
+  reported once on the ``tsm`` logger and never breaks the call it describes.
+
+When the logger is not enabled for INFO and no sink is registered, :func:`log_event` builds no event
+at all: the cost of an unobserved call is one cached lookup and a level check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: The logger every event is written to.
+logger = logging.getLogger("tsm.events")
+
+#: Entry-point groups whose entries are event sinks (callables taking a :class:`TsmEvent`), tsm's first.
+SINK_GROUPS = ("tsm.event_handlers", "torchx.event_handlers")
+
+_sinks: list[Callable[[TsmEvent], Any]] | None = None
+_failed_sinks: set[int] = set()
+
+
+@dataclass
+class TsmEvent:
+    """What one Runner call did: the fields TorchX's runner events carry, plus the session.
+
+    Times are microseconds; ``exception_*`` are set when the call raised.
+    """
+
+    session: str
+    api: str
+    scheduler: str | None = None
+    app_id: str | None = None
+    app_image: str | None = None
+    app_metadata: dict[str, Any] | None = None
+    runcfg: str | None = None
+    workspace: str | None = None
+    parent_run_id: str | None = None
+    start_epoch_time_usec: int = 0
+    wall_time_usec: int = 0
+    cpu_time_usec: int = 0
+    exception_type: str | None = None
+    exception_message: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def serialize(self) -> str:
+        """The event as one line of JSON."""
+        return json.dumps(asdict(self), default=str, sort_keys=True)
+
+
+def sinks() -> list[Callable[[TsmEvent], Any]]:
+    """The registered sinks (entry points are read once per process)."""
+    global _sinks
+    if _sinks is None:
+        from importlib.metadata import entry_points
+
+        found: list[Callable[[TsmEvent], Any]] = []
+        for group in SINK_GROUPS:
+            for ep in entry_points(group=group):
+                try:
+                    found.append(ep.load())
+                except Exception as e:  # noqa: BLE001 - a broken plugin must not break every runner call
+                    logging.getLogger("tsm").warning("event sink %s (%s) cannot be loaded: %s", ep.name, group, e)
+        _sinks = found
+    return _sinks
+
+
+def set_sinks(new: list[Callable[[TsmEvent], Any]] | None) -> None:
+    """Replace the registered sinks (None: read the entry points again on the next event)."""
+    global _sinks
+    _sinks = None if new is None else list(new)
+    _failed_sinks.clear()
+
+
+def enabled() -> bool:
+    """True when anything would see an event (a sink, or a handler for INFO on ``tsm.events``)."""
+    return bool(sinks()) or logger.isEnabledFor(logging.INFO)
+
+
+def record(event: TsmEvent) -> None:
+    """Send ``event`` to the logger and every sink."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("%s", event.serialize(), extra={"tsm_event": event})
+    for sink in sinks():
+        try:
+            sink(event)
+        except Exception as e:  # noqa: BLE001 - observing a call must never break it
+            if id(sink) not in _failed_sinks:
+                _failed_sinks.add(id(sink))
+                logging.getLogger("tsm").warning("event sink %r failed: %s", sink, e)
+
+
+class _Ctx:
+    """What :func:`log_event` yields: ``event`` is None when nothing observes events."""
+
+    def __init__(self, event: TsmEvent | None) -> None:
+        self.event = event
+
+    def set(self, **fields: Any) -> None:
+        """Fill in event fields learned during the call (ignored when no event is built)."""
+        if self.event is not None:
+            for k, v in fields.items():
+                setattr(self.event, k, v)
+
+
+@contextmanager
+def log_event(session: str, api: str, scheduler: str | None = None, app_id: str | None = None,
+              **fields: Any) -> Iterator[_Ctx]:
+    """Time the block and record one :class:`TsmEvent` for it, with the exception if it raised."""
+    if not enabled():
+        yield _Ctx(None)
+        return
+    event = TsmEvent(session=session, api=api, scheduler=scheduler, app_id=app_id, **fields)
+    event.start_epoch_time_usec = int(time.time() * 1_000_000)
+    wall, cpu = time.perf_counter(), time.process_time()
+    try:
+        yield _Ctx(event)
+    except BaseException as e:
+        event.exception_type = type(e).__name__
+        event.exception_message = str(e)
+        raise
+    finally:
+        event.wall_time_usec = int((time.perf_counter() - wall) * 1_000_000)
+        event.cpu_time_usec = int((time.process_time() - cpu) * 1_000_000)
+        record(event)

@@ -1,0 +1,30 @@
+"""TorchX's ``specs.builders`` names: make an AppDef from a component function and its command line.
+
+``materialize_appdef`` is :func:`tsm.components.materialize` under TorchX's name and parameter names
+(imported when called, so ``tsm.specs`` stays free of the components package until then);
+``parse_mounts`` and ``make_app_handle`` are re-exported from where tsm keeps them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tsm.specs.api import AppDef
+from tsm.specs.handles import make_app_handle as make_app_handle
+from tsm.specs.mounts import parse_mounts as parse_mounts
+
+
+def materialize_appdef(
+    cmpnt_fn: Callable[..., AppDef],
+    cmpnt_args: Sequence[str],
+    cmpnt_defaults: Mapping[str, str] | None = None,
+) -> AppDef:
+    """Call component ``cmpnt_fn`` with ``cmpnt_args`` (its command line) and ``cmpnt_defaults``; its AppDef.
+
+    Bad arguments raise :class:`~tsm.errors.ComponentArgumentError` carrying the component's usage.
+    """
+    from tsm.components.cmdline import materialize
+
+    fn: Any = cmpnt_fn
+    return materialize(fn, list(cmpnt_args), defaults=cmpnt_defaults)
