@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -302,12 +303,14 @@ def test_cancel_of_an_unknown_app_is_a_no_op(sched: LocalScheduler) -> None:
 
 
 # -- item 6: a replica exhausting the supervisor's descriptors -------------------------------------------------
-#: Forks workers that each hold as many timer-socket connections as they can get, until the supervisor
-#: (run under a 1024-descriptor limit) has none left; waits for the test's go-ahead, then exits 0.
+#: Forks workers that each hold as many connections as they can get to the timer socket (half of them) or
+#: the supervisor's own socket (the other half), until the supervisor (run under a 1024-descriptor limit)
+#: has none left; waits for the test's go-ahead, then exits 0.
 FLOOD = """
     import os, socket, sys, time
-    path, go = os.environ["TSM_TIMER_SOCKET"], sys.argv[1]
-    def hold():
+    timer, go = os.environ["TSM_TIMER_SOCKET"], sys.argv[1]
+    sup = os.path.join(os.path.dirname(timer), "sock")
+    def hold(path):
         socks = []
         for _ in range(200):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -319,10 +322,10 @@ FLOOD = """
             socks.append(s)
         return socks
     kids = []
-    for _ in range(16):
+    for i in range(16):
         pid = os.fork()
         if pid == 0:
-            held = hold()  # noqa: F841 - held open until the go-ahead
+            held = hold(timer if i % 2 else sup)  # noqa: F841 - held open until the go-ahead
             while not os.path.exists(go):
                 time.sleep(0.05)
             os._exit(0)
@@ -355,16 +358,24 @@ def test_replica_exhausting_the_supervisors_descriptors_does_not_kill_it(sched: 
                          capture_output=True, text=True, timeout=HANG, preexec_fn=limit, check=True)
     app_id = out.stdout.strip()
     wait_until(lambda: "flooded\n" in list(sched.log_iter(app_id, "flood", 0)), "the flood", timeout=HANG)
+    app_dir = Path(sched.store.query("SELECT app_dir FROM local_apps WHERE app_id=?", (app_id,))[0]["app_dir"])
     # clients arrive while the descriptors are gone: each is refused or served, the supervisor lives on
+    held = []
+    for _ in range(8):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(str(app_dir / "sock"))
+        held.append(s)
     for _ in range(5):
         desc = sched.wait(app_id, timeout=0.2)
         assert desc is not None and desc.state == AppState.RUNNING, desc
+    for s in held:
+        s.close()
     go.touch()
     desc = finished(sched, app_id)
     assert desc.state == AppState.SUCCEEDED, desc
-    log = (Path(sched.store.query("SELECT app_dir FROM local_apps WHERE app_id=?", (app_id,))[0]["app_dir"])
-           / "supervisor.log").read_text()
+    log = (app_dir / "supervisor.log").read_text(errors="replace")
     assert "Traceback" not in log, log[-3000:]
+    assert "refused a client" in log  # the flood did exhaust the supervisor's descriptors
 
 
 # -- item 7: hundreds of concurrent apps; failed launches are listed ---------------------------------------------

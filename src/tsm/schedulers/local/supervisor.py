@@ -119,12 +119,16 @@ class Replica:
 
 
 class Pipe:
-    """The read end of one output stream of one attempt; what arrives is appended to the stream's file."""
+    """The read end of one output stream of one attempt, and its log file held open (``O_APPEND``).
 
-    __slots__ = ("rep", "stream", "fd", "path")
+    The file stays open with the pipe, so moving output never needs a new descriptor: a replica that
+    exhausts the supervisor's descriptors cannot make it drop anyone's output.
+    """
 
-    def __init__(self, rep: Replica, stream: int, fd: int) -> None:
-        self.rep, self.stream, self.fd = rep, stream, fd
+    __slots__ = ("rep", "stream", "fd", "out", "path")
+
+    def __init__(self, rep: Replica, stream: int, fd: int, out: int) -> None:
+        self.rep, self.stream, self.fd, self.out = rep, stream, fd, out
         self.path = os.path.join(rep.rdir, STREAM_FILES[stream])
 
 
@@ -277,14 +281,17 @@ class Supervisor:
 
     # -- replicas ----------------------------------------------------------------------------------
     def _room_for_pipes(self) -> bool:
-        """True while two more pipe ends leave :data:`FD_RESERVE` descriptors free."""
-        return self.fd_base + len(self.pipes) + len(self.clients) + 2 + FD_RESERVE <= self.fd_limit
+        """True while one more attempt's pipes (2 read ends, 2 files held, 2 write ends for a moment)
+        leave :data:`FD_RESERVE` descriptors free."""
+        return self.fd_base + 2 * len(self.pipes) + len(self.clients) + 6 + FD_RESERVE <= self.fd_limit
 
-    def _outputs(self, rep: Replica) -> tuple[int, int, list[int]]:
-        """The descriptors the attempt writes to (stdout, stderr) and the read ends to watch.
+    def _outputs(self, rep: Replica) -> tuple[int, int, list[tuple[int, int]]]:
+        """The descriptors the attempt writes to (stdout, stderr), and ``(read end, log file)`` to watch.
 
-        Pipes while descriptors allow, else the files themselves (``O_APPEND``).
+        Pipes while descriptors allow, else the files themselves (``O_APPEND``) and nothing to watch.
         """
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        files = [os.path.join(rep.rdir, "stdout"), os.path.join(rep.rdir, "stderr")]
         if self._room_for_pipes():
             made: list[int] = []
             try:
@@ -292,15 +299,17 @@ class Supervisor:
                 made += [r1, w1]
                 r2, w2 = os.pipe2(os.O_CLOEXEC)
                 made += [r2, w2]
+                f1 = os.open(files[0], flags, 0o600)
+                made.append(f1)
+                f2 = os.open(files[1], flags, 0o600)
             except OSError:
                 for fd in made:
                     os.close(fd)
             else:
-                return w1, w2, [r1, r2]
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        out = os.open(os.path.join(rep.rdir, "stdout"), flags, 0o600)
+                return w1, w2, [(r1, f1), (r2, f2)]
+        out = os.open(files[0], flags, 0o600)
         try:
-            err = os.open(os.path.join(rep.rdir, "stderr"), flags, 0o600)
+            err = os.open(files[1], flags, 0o600)
         except OSError:
             os.close(out)
             raise
@@ -340,17 +349,21 @@ class Supervisor:
             self.by_pid[rep.pid] = rep
         except OSError as e:
             msg = f"cannot start {rep.cmd[0]!r}: {e.strerror or e}"
-            for fd in reads:
-                os.close(fd)
+            if reads:
+                self._write(reads[1][1], os.path.join(rep.rdir, "stderr"), (msg + "\n").encode())
+            else:
+                self._write(err, os.path.join(rep.rdir, "stderr"), (msg + "\n").encode())
+            for pair in reads:
+                os.close(pair[0])
+                os.close(pair[1])
             reads = []
-            self._append(os.path.join(rep.rdir, "stderr"), (msg + "\n").encode())
             self._replica_ended(rep, 127, msg)
         finally:
             os.close(out)
             os.close(err)
-        for stream, fd in zip((STDOUT, STDERR), reads, strict=False):
+        for stream, (fd, log) in zip((STDOUT, STDERR), reads, strict=False):
             os.set_blocking(fd, False)
-            pipe = Pipe(rep, stream, fd)
+            pipe = Pipe(rep, stream, fd, log)
             self.pipes[fd] = pipe
             rep.pipes.append(pipe)
             self.sel.register(fd, selectors.EVENT_READ, pipe)
@@ -520,16 +533,12 @@ class Supervisor:
         self._stop(self.replicas)
 
     # -- logs --------------------------------------------------------------------------------------
-    def _append(self, path: str, data: bytes) -> None:
-        """Append ``data`` to a log file; a failure (a full disk) is noted once per file and dropped."""
+    def _write(self, fd: int, path: str, data: bytes) -> None:
+        """Append ``data`` to the log file open at ``fd``; a failure (a full disk) is noted once per file."""
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
         except OSError as e:
             if path not in self.write_failed:
                 self.write_failed.add(path)
@@ -553,7 +562,7 @@ class Supervisor:
             chunks.append(data)
             total += len(data)
         if chunks:
-            self._append(pipe.path, b"".join(chunks))
+            self._write(pipe.out, pipe.path, b"".join(chunks))
             self.log_pending[id(pipe.rep)] = pipe.rep
             self._schedule_index()
         if eof:
@@ -565,6 +574,7 @@ class Supervisor:
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(pipe.fd)
         os.close(pipe.fd)
+        os.close(pipe.out)
         with contextlib.suppress(ValueError):
             pipe.rep.pipes.remove(pipe)
 
@@ -747,9 +757,13 @@ class Supervisor:
         return all(not r.live() for r in self.replicas)
 
     def _note(self, text: str) -> None:
-        """A line in the app's supervisor.log (best effort: the disk may be what is failing)."""
-        with contextlib.suppress(OSError), open(os.path.join(self.app_dir, "supervisor.log"), "a") as log:
-            log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+        """A line in the app's supervisor.log (best effort: the disk may be what is failing).
+
+        Written to stderr, which the launcher opened on supervisor.log (``O_APPEND``): no descriptor is
+        needed, so a note is written even when a replica has exhausted the supervisor's descriptors.
+        """
+        with contextlib.suppress(OSError):
+            os.write(2, f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n".encode(errors="replace"))
 
     # -- main loop ---------------------------------------------------------------------------------
     def run(self) -> int:
