@@ -86,6 +86,13 @@ def failure_of(runner: Any, handle: str, status: AppStatus) -> dict[str, Any] | 
     out.update(replica=f"{role}/{r.id}", exit_code=r.exit_code, signal=_signal_of(r), message=r.error_msg or status.msg)
     if not status.structured_error_msg:
         out["stderr_tail"] = stderr_tail(runner, handle, role, r.id)
+    else:  # a backend's own report (local: JSON with the replica's stderr_tail) is used when it has one
+        try:
+            report = json.loads(status.structured_error_msg)
+        except ValueError:
+            report = None
+        if isinstance(report, dict) and report.get("replica") == out["replica"]:
+            out["stderr_tail"] = [str(line) for line in report.get("stderr_tail") or []]
     return out
 
 
