@@ -411,7 +411,9 @@ class Runner:
             spec = self.history.spec(app_handle)
             if spec is not None:
                 return spec
-            return AppDef(name=app_id) if desc is not None else None
+            if desc is None:
+                return None
+            return AppDef(name=app_id, roles=list(desc.roles), metadata=dict(desc.metadata))  # TorchX's form
 
     def log_lines(
         self,

@@ -23,7 +23,7 @@ from tsm.schedulers.common.logs import (
     split_lines as split_lines,
     split_lines_iterator as split_lines_iterator,
 )
-from tsm.specs.api import AppDef, AppDryRunInfo, AppState, RoleStatus
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Role, RoleStatus
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import validate_app
 
@@ -38,9 +38,13 @@ class Stream(str, enum.Enum):
 
 @dataclass
 class DescribeAppResponse:
-    """What a scheduler knows of one app: state, message, per-role replica status, and the app if known."""
+    """What a scheduler knows of one app: state, message, per-role replica status, and the app if known.
 
-    app_id: str
+    Constructible with no arguments, as in TorchX; ``roles`` and ``metadata`` are TorchX's way of
+    giving back the app (used when ``app`` is None).
+    """
+
+    app_id: str = "<NOT_SET>"
     state: AppState = AppState.UNKNOWN
     num_restarts: int = 0
     msg: str = ""
@@ -49,6 +53,8 @@ class DescribeAppResponse:
     roles_statuses: list[RoleStatus] = field(default_factory=list)
     app: AppDef | None = None
     created: float | None = None
+    roles: list[Role] = field(default_factory=list)
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -47,8 +47,9 @@ def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> s
     return handle
 
 
-def parse_app_handle(handle: str) -> ParsedAppHandle:
+def parse_app_handle(app_handle: str) -> ParsedAppHandle:
     """Split a handle into its parts; anything else, including ``..`` as an app id, is an error."""
+    handle = app_handle
     m = _HANDLE_RE.match(handle) if isinstance(handle, str) else None
     if not m or m.group("app_id") in (".", "..") or m.group("session") in (".", ".."):
         raise MalformedAppHandleError(
