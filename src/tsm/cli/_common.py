@@ -137,16 +137,61 @@ def stream_logs(
     out: Callable[[str], None] | None = None,
     **kwargs: Any,
 ) -> list[BaseException]:
-    """Print the lines of every ``(role, k)`` target, prefixed ``role/k``, one thread per replica.
+    """Print the lines of every ``(role, k)`` target, prefixed ``role/k`` when ``prefix``.
 
-    Returns the errors the threads met (printing goes on for the others). Each reader has a runner of
-    its own: a runner (its store connection) belongs to one thread.
+    Where a replica's restarted attempt begins, a line ``--- attempt N ---`` goes to stderr (never into
+    the output). A line that a follower ended at ``\\r`` (a progress bar redrawing itself) is printed
+    with its ``\\r`` and no newline, so a terminal redraws it in place. Returns the errors met.
+
+    A scheduler that follows many replicas in one thread (``log_iter_many``, the local one) serves
+    every target with one reader: no thread, connection or open file per replica. Other schedulers
+    get one thread per replica, each with a runner of its own (a runner belongs to one thread).
     """
+    from tsm.runner.api import Runner
+    from tsm.specs.handles import parse_app_handle
+
+    write: Callable[[str], object] = out or sys.stdout.write
+    errors: list[BaseException] = []
+    own = Runner(runner.session_name)  # log reading needs no config; this one belongs to this thread
+    try:
+        parsed = parse_app_handle(handle)
+        many = getattr(own._scheduler(parsed.scheduler), "log_iter_many", None)  # noqa: SLF001
+        if many is not None:
+            flush = sys.stdout.flush
+            events = many(parsed.app_id, targets, should_tail=tail, idle=flush if tail else None, **kwargs)
+            for ev in events:
+                tag = f"{ev.role}/{ev.k} " if prefix else ""
+                if ev.marker:
+                    flush()  # what the replica printed before comes first
+                    sys.stderr.write(f"{tag}--- attempt {ev.attempt} ---\n")
+                    sys.stderr.flush()
+                    continue
+                text = ev.text
+                write(tag + text if text.endswith(("\n", "\r")) else tag + text + "\n")
+            return errors
+    except BaseException as e:  # noqa: BLE001 - reported by the caller
+        errors.append(e)
+        return errors
+    finally:
+        own.close()
+        sys.stdout.flush()
+    return _stream_logs_threads(runner, handle, targets, tail, prefix, write, **kwargs)
+
+
+def _stream_logs_threads(
+    runner: Runner,
+    handle: str,
+    targets: list[tuple[str, int]],
+    tail: bool,
+    prefix: bool,
+    write: Callable[[str], object],
+    **kwargs: Any,
+) -> list[BaseException]:
+    """:func:`stream_logs` for a scheduler without ``log_iter_many``: one thread and runner per replica."""
     from tsm.runner.api import Runner
 
     lock = threading.Lock()
     errors: list[BaseException] = []
-    write = out or sys.stdout.write
 
     def pump(role: str, k: int) -> None:
         tag = f"{role}/{k} " if prefix else ""
@@ -177,7 +222,9 @@ def stream_logs(
 
 def replica_targets(runner: Runner, handle: str, role: str | None, k: int | None) -> list[tuple[str, int]]:
     """Every (role, replica) of the app, narrowed to ``role``/``k`` when given."""
-    status = runner.status(handle)
+    from tsm.cli._exits import app_status
+
+    status = app_status(runner, handle)  # an unknown app: UnknownAppError (exit 2), whether the runner raises or says None
     out = []
     for rs in status.roles:
         if role is not None and rs.role != role:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -87,11 +88,13 @@ class _HeldInterrupt:
     """Holds back Ctrl-C (SIGINT) while an app is being submitted; :meth:`release` raises it afterwards.
 
     Without it, Ctrl-C during submission would leave a launched app running with no handle printed.
-    Does nothing outside the main thread or when SIGINT is ignored.
+    With ``note``, each Ctrl-C held writes that line to stderr (once per Ctrl-C) so the user knows it
+    was heard. Does nothing outside the main thread or when SIGINT is ignored.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, note: str = "") -> None:
         self.hit = False
+        self._note = note.encode(errors="replace")
         self._old: Any = None
         if threading.current_thread() is threading.main_thread():
             old = signal.getsignal(signal.SIGINT)
@@ -100,14 +103,22 @@ class _HeldInterrupt:
 
     def _on_sigint(self, signum: int, frame: object) -> None:
         self.hit = True
+        if self._note:
+            # os.write, not sys.stderr: the main thread may be inside a write to sys.stderr right now
+            with contextlib.suppress(OSError):
+                os.write(2, self._note)
 
-    def release(self) -> None:
-        """Restore the previous handler; raise KeyboardInterrupt if Ctrl-C came meanwhile."""
+    def restore(self) -> bool:
+        """Restore the previous handler; True if Ctrl-C came meanwhile (it is not raised)."""
         if self._old is not None:
             signal.signal(signal.SIGINT, self._old)
             self._old = None
-        if self.hit:
-            self.hit = False
+        hit, self.hit = self.hit, False
+        return hit
+
+    def release(self) -> None:
+        """Restore the previous handler; raise KeyboardInterrupt if Ctrl-C came meanwhile."""
+        if self.restore():
             raise KeyboardInterrupt
 
 
@@ -142,7 +153,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def attach(runner: Any, handle: str, held: _HeldInterrupt | None = None) -> int:
-    """Stream every replica's log until the app ends, then print its status; Ctrl-C cancels it."""
+    """Stream every replica's log until the app ends, then print its status; Ctrl-C cancels it.
+
+    After the first Ctrl-C, further ones are held (and acknowledged) until the app has been cancelled and
+    its final status printed: a second Ctrl-C never leaves the user without the app's final state.
+    """
     from tsm.specs.api import AppState
 
     t: threading.Thread | None = None
@@ -159,17 +174,23 @@ def attach(runner: Any, handle: str, held: _HeldInterrupt | None = None) -> int:
         status = runner.wait(handle)
         t.join()
     except KeyboardInterrupt:
-        sys.stderr.write(f"\ntsm: interrupted; cancelling {handle} ...\n")
-        sys.stderr.flush()
-        runner.cancel(handle)
-        if t is not None:
-            t.join()  # the app has ended: its log readers finish (and stop writing) now
-        sys.stdout.flush()
-        status = runner.status(handle)
-        sys.stderr.write(status.format() + "\n")
-        return 130
+        again = _HeldInterrupt(f"tsm: still cancelling {handle}; its final status follows\n")
+        try:
+            sys.stderr.write(f"\ntsm: interrupted; cancelling {handle} ...\n")
+            sys.stderr.flush()
+            runner.cancel(handle)
+            if t is not None:
+                t.join()  # the app has ended: its log readers finish (and stop writing) now
+            sys.stdout.flush()
+            sys.stderr.write(_exits.app_status(runner, handle).format() + "\n")
+            sys.stderr.flush()
+        finally:
+            again.restore()
+        return _exits.INTERRUPTED
+    if status is None:
+        raise _exits.unknown_app(handle)
     for e in errors:
         sys.stderr.write(f"tsm: log streaming stopped: {e}\n")
     sys.stdout.flush()
     sys.stderr.write(f"tsm: {handle}\n{status.format()}\n")
-    return 0 if status.state == AppState.SUCCEEDED else 1
+    return _exits.OK if status.state == AppState.SUCCEEDED else _exits.FAILED

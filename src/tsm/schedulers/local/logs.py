@@ -1,29 +1,58 @@
-"""Replica logs of the local scheduler: plain files written by the replica, plus a time index.
+"""Replica logs of the local scheduler: plain files per replica and stream, plus a time index.
 
 Layout, per replica: ``<log_dir>/<role>/<k>/stdout``, ``.../stderr`` (what the process wrote, byte
-for byte, appended across restarts) and ``.../index``. The replica writes its files directly, so a
-slow reader or a dead supervisor can never stall it or lose a line. The supervisor watches the files
-with inotify and appends one :data:`RECORD` per observed growth: ``(stream, end_offset, time)``.
-The index gives each line a time (for ``since``/``until``) and the order in which the two streams
-grew (for ``combined``). Bytes past the last record (the supervisor died, or has not caught up yet)
-are read as if recorded at the file's modification time.
+for byte, appended across restarts) and ``.../index``. The supervisor appends one :data:`RECORD` per
+observed growth: ``(stream, end_offset, time)``. The index gives each line a time (for
+``since``/``until``) and the order in which the two streams grew (for ``combined``). Bytes past the
+last record (the supervisor died, or has not caught up yet) are read as if recorded at the file's
+modification time.
+
+**Attempts.** A replica restarted by a retry policy appends to the same files. Two control records
+in the index mark it: :data:`RESTART` when the supervisor decides the restart (so a follower knows
+the ended replica will write again) and :data:`ATTEMPT` (end field: the attempt's number, 1 for the
+first retry) right before the new attempt starts, after records covering all that the previous
+attempt wrote. Readers cut lines at attempt boundaries (an unfinished last line of one attempt is
+its own line, never glued to the next attempt's first) and can select one attempt. Readers skip
+records they do not know, so an older reader still reads the logs.
+
+**What a line is.** Lines end at ``\\n``. A line longer than :data:`MAX_LINE` bytes comes out in
+pieces of at most :data:`MAX_LINE` bytes (cut between UTF-8 characters), the last piece with the
+``\\n``: readers keep linear time and bounded memory whatever a replica writes, and the pieces
+concatenate to the log byte for byte. Followers (tailing) also end a line at ``\\r`` and keep the
+``\\r``, so a progress bar that redraws itself with ``\\r`` shows each redraw as it is completed
+instead of nothing until its final ``\\n``. Text is decoded as UTF-8; other bytes survive as
+surrogate escapes (``os.fsencode`` restores them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import struct
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import re
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
+    from typing import Any, BinaryIO
 
-#: stream code (1 stdout, 2 stderr), 7 pad bytes, end offset, unix time
+#: stream code (1 stdout, 2 stderr; control records below), 7 pad bytes, end offset, unix time
 RECORD = struct.Struct("<B7xQd")
 STDOUT, STDERR = 1, 2
+#: control record: a restart of the replica is decided; end field: the attempt that will follow
+RESTART = 8
+#: control record: attempt ``end`` starts here; every byte indexed before belongs to earlier attempts
+ATTEMPT = 9
 STREAM_FILES = {STDOUT: "stdout", STDERR: "stderr"}
+
+#: bytes: a longer line is returned in pieces of at most this size (see the module docstring)
+MAX_LINE = 1 << 20
+#: bytes read from a log file at a time; at most MAX_LINE, so only a line that began in an earlier
+#: block can be longer than MAX_LINE within one block
+BLOCK = 1 << 20
+#: index bytes read at a time (whole records)
+_INDEX_BLOCK = RECORD.size * 4096
 
 
 def replica_dir(log_dir: str, role: str, k: int) -> str:
@@ -56,97 +85,36 @@ def append_records(rdir: str, records: list[tuple[int, int, float]]) -> None:
         os.close(fd)
 
 
-class _Segment:
-    __slots__ = ("stream", "start", "end", "time")
+def mark_restart(rdir: str, attempt: int) -> bool:
+    """Record that the replica will be restarted as ``attempt``; False if the index could not be written.
 
-    def __init__(self, stream: int, start: int, end: int, time: float) -> None:
-        self.stream, self.start, self.end, self.time = stream, start, end, time
-
-
-class ReplicaLogReader:
-    """Reads one replica's lines in order, incrementally, so a tailer can call :meth:`poll` again.
-
-    ``streams`` is a set of stream codes; lines come back as ``(time, text)`` with their newline,
-    never split at a read boundary. :meth:`finish` returns the last lines that lacked a newline.
+    The supervisor calls it when it decides the restart, before the replica's ended state reaches the
+    store: a follower that sees the replica ended then finds this record and keeps following.
     """
+    try:
+        append_records(rdir, [(RESTART, attempt, time.time())])
+    except OSError:
+        return False
+    return True
 
-    def __init__(self, rdir: str, streams: frozenset[int]) -> None:
-        self.rdir = rdir
-        self.streams = streams
-        self._index_pos = 0
-        self._pos = {STDOUT: 0, STDERR: 0}
-        self._carry = {STDOUT: b"", STDERR: b""}
-        self._files: dict[int, object] = {}
 
-    def _file(self, stream: int) -> object | None:
-        f = self._files.get(stream)
-        if f is None:
-            try:
-                f = open(os.path.join(self.rdir, STREAM_FILES[stream]), "rb")  # noqa: SIM115
-            except FileNotFoundError:
-                return None
-            self._files[stream] = f
-        return f
+def mark_attempt(rdir: str, attempt: int) -> bool:
+    """Record that ``attempt`` starts now (call it right before launching it); False if not written.
 
-    def _new_segments(self, drain: bool) -> Iterator[_Segment]:
-        try:
-            with open(os.path.join(self.rdir, "index"), "rb") as f:
-                f.seek(self._index_pos)
-                data = f.read()
-        except FileNotFoundError:
-            data = b""
-        usable = len(data) - len(data) % RECORD.size
-        self._index_pos += usable
-        for stream, end, t in RECORD.iter_unpack(data[:usable]):
-            if stream in self._pos and end > self._pos[stream]:
-                yield _Segment(stream, self._pos[stream], end, t)
-                self._pos[stream] = end
-        if drain:  # bytes the index never covered: the supervisor died or had not caught up
-            for stream, name in STREAM_FILES.items():
-                try:
-                    st = os.stat(os.path.join(self.rdir, name))
-                except FileNotFoundError:
-                    continue
-                if st.st_size > self._pos[stream]:
-                    yield _Segment(stream, self._pos[stream], st.st_size, st.st_mtime)
-                    self._pos[stream] = st.st_size
-
-    def poll(self, drain: bool = False) -> Iterator[tuple[float, bytes]]:
-        """Complete lines that arrived since the last call; ``drain`` also reads unindexed bytes."""
-        for seg in self._new_segments(drain):
-            if seg.stream not in self.streams:
-                continue
-            f = self._file(seg.stream)
-            if f is None:
-                continue
-            f.seek(seg.start)  # type: ignore[attr-defined]
-            chunk = f.read(seg.end - seg.start)  # type: ignore[attr-defined]
-            carry = self._carry[seg.stream]
-            if carry:
-                chunk = carry + chunk
-            cut = chunk.rfind(b"\n") + 1
-            self._carry[seg.stream] = chunk[cut:]
-            if cut:
-                t = seg.time
-                for line in chunk[:cut].split(b"\n")[:-1]:
-                    yield t, line
-
-    def finish(self) -> Iterator[tuple[float, bytes]]:
-        """The final line of each stream that ended without a newline (once the replica ended)."""
-        for stream in (STDOUT, STDERR):
-            carry = self._carry[stream]
-            if carry:
-                self._carry[stream] = b""
-                try:
-                    t = os.stat(os.path.join(self.rdir, STREAM_FILES[stream])).st_mtime
-                except OSError:
-                    t = 0.0
-                yield t, carry
-
-    def close(self) -> None:
-        for f in self._files.values():
-            f.close()  # type: ignore[attr-defined]
-        self._files.clear()
+    The record is preceded, in the same write, by records of both files' current sizes, so what the
+    earlier attempts wrote is attributed to them even if their last growth was never indexed.
+    """
+    now = time.time()
+    records: list[tuple[int, int, float]] = []
+    for stream, name in STREAM_FILES.items():
+        with contextlib.suppress(OSError):
+            records.append((stream, os.stat(os.path.join(rdir, name)).st_size, now))
+    records.append((ATTEMPT, attempt, now))
+    try:
+        append_records(rdir, records)
+    except OSError:
+        return False
+    return True
 
 
 def _decode(line: bytes) -> str:
@@ -154,76 +122,381 @@ def _decode(line: bytes) -> str:
     return line.decode("utf-8", "surrogateescape")
 
 
-def read_lines(
-    rdir: str,
-    streams: frozenset[int],
-    regex: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
-    wait_more: Callable[[], bool] | None = None,
-    ended: bool = True,
-) -> Iterator[str]:
-    """Every line of a replica as text with its newline (the last one possibly without).
+def _utf8_cut(data: bytes, limit: int) -> int:
+    """A cut point at most ``limit`` (>0) that does not split a UTF-8 character (``limit`` if none is near)."""
+    i = limit
+    while i > limit - 4 and i > 0 and data[i] & 0xC0 == 0x80:
+        i -= 1
+    return i if i > limit - 4 and i > 0 else limit
 
-    Without ``wait_more`` the log is read once to its end; a last line without a newline is returned
-    only when ``ended`` says the replica has ended (while it runs, that line is still being written).
-    With ``wait_more`` (tailing), after each pass the reader calls ``wait_more()``, which blocks until
-    there may be more and returns False once the replica has ended; a last pass drains what is left.
+
+def _pieces(data: bytes, whole: bool) -> tuple[list[str], bytes]:
+    """Cut ``data`` into decoded pieces of at most MAX_LINE bytes.
+
+    With ``whole`` every byte goes into a piece; otherwise the rest (at most MAX_LINE bytes) is
+    returned undecoded, to be continued.
     """
-    import re
+    out = []
+    start = 0
+    while len(data) - start > MAX_LINE:
+        cut = start + _utf8_cut(data[start : start + MAX_LINE + 1], MAX_LINE)
+        out.append(_decode(data[start:cut]))
+        start = cut
+    if whole:
+        if start < len(data):
+            out.append(_decode(data[start:]))
+        return out, b""
+    return out, data[start:]
 
-    pattern = re.compile(regex) if regex else None
-    if wait_more is None and since is None and until is None and len(streams) == 1:
-        yield from _fast_single_stream(rdir, next(iter(streams)), pattern, ended)
-        return
-    reader = ReplicaLogReader(rdir, streams)
-    try:
-        while True:
-            more = wait_more is not None and wait_more()
-            batch = reader.poll(drain=not more)
-            for t, raw in batch:
-                if (since is not None and t < since) or (until is not None and t > until):
-                    continue
-                text = _decode(raw) + "\n"
-                if pattern is None or pattern.search(text):
-                    yield text
-            if not more:
-                break
-        if wait_more is None and not ended:
+
+class LineSplitter:
+    """Cuts one stream's bytes into lines as text, in linear time with at most MAX_LINE bytes held.
+
+    :meth:`feed` takes the next bytes (at most :data:`BLOCK`) and returns the lines they complete,
+    each with its terminator (``\\n``; also ``\\r`` when ``cr``), and pieces of a line that grew past
+    :data:`MAX_LINE`. :meth:`flush` returns the unfinished rest, if any.
+    """
+
+    __slots__ = ("carry", "cr")
+
+    def __init__(self, cr: bool = False) -> None:
+        self.carry = b""
+        self.cr = cr
+
+    def feed(self, block: bytes) -> list[str]:
+        data = self.carry + block if self.carry else block
+        end = (max(data.rfind(b"\n"), data.rfind(b"\r")) if self.cr else data.rfind(b"\n")) + 1
+        out: list[str] = []
+        start = 0
+        if end:
+            # The carry and a block are at most MAX_LINE bytes each, so only the first line can be
+            # longer than MAX_LINE.
+            first = data.find(b"\n") + 1
+            if self.cr:
+                r = data.find(b"\r") + 1
+                first = r if r and (not first or r < first) else first
+            if first > MAX_LINE:
+                out.extend(_pieces(data[:first], whole=True)[0])
+                start = first
+            if end > start:
+                head = data[start:end] if start or end < len(data) else data
+                if self.cr and b"\r" in head:
+                    out.extend(_decode(ln) for ln in head.splitlines(True))
+                else:
+                    text = _decode(head).split("\n")
+                    text.pop()
+                    out.extend([ln + "\n" for ln in text])
+        rest = data[end:] if end else data
+        if len(rest) > MAX_LINE:
+            pieces, rest = _pieces(rest, whole=False)
+            out.extend(pieces)
+        self.carry = rest
+        return out
+
+    def flush(self) -> str | None:
+        """The unfinished last line (no terminator), or None; the splitter is empty afterwards."""
+        if not self.carry:
+            return None
+        text, self.carry = _decode(self.carry), b""
+        return text
+
+
+#: what a reader yields: ``(time, lines)`` (a batch of lines of that time), or ``(time, n)`` where
+#: attempt ``n`` begins
+Item = tuple[float, "list[str] | int"]
+
+
+class ReplicaLogReader:
+    """Reads one replica's lines in order, incrementally, so a follower can call :meth:`poll` again.
+
+    ``streams`` is a set of stream codes. :meth:`poll` yields ``(time, lines)`` batches and
+    ``(time, n)`` where attempt ``n`` begins; :attr:`attempt` is the attempt of the last batch yielded
+    and :attr:`restart_pending` says the replica is to be restarted. No file stays open between calls,
+    so a follower of thousands of replicas holds no descriptor per replica.
+    """
+
+    def __init__(self, rdir: str, streams: frozenset[int], cr: bool = False) -> None:
+        self.rdir = rdir
+        self.streams = streams
+        self.attempt = 0
+        self.restart_pending = False
+        self._index_pos = 0
+        self._pos = {STDOUT: 0, STDERR: 0}
+        self._split = {STDOUT: LineSplitter(cr), STDERR: LineSplitter(cr)}
+        self._files: dict[int, BinaryIO] = {}
+
+    def _records(self) -> Iterator[tuple[int, int, float]]:
+        path = os.path.join(self.rdir, "index")
+        try:
+            if os.stat(path).st_size - self._index_pos < RECORD.size:
+                return
+            f = open(path, "rb")  # noqa: SIM115
+        except FileNotFoundError:
             return
-        for t, raw in reader.finish():
-            text = _decode(raw)
-            if (since is not None and t < since) or (until is not None and t > until):
-                continue
-            if pattern is None or pattern.search(text):
-                yield text
-    finally:
-        reader.close()
+        with f:
+            f.seek(self._index_pos)
+            while True:
+                data = f.read(_INDEX_BLOCK)
+                usable = len(data) - len(data) % RECORD.size
+                if not usable:
+                    return
+                self._index_pos += usable
+                yield from RECORD.iter_unpack(data[:usable])
+                if usable < _INDEX_BLOCK:
+                    return
+
+    def _read(self, stream: int, end: int, t: float) -> Iterator[Item]:
+        start = self._pos[stream]
+        self._pos[stream] = end
+        if stream not in self.streams:
+            return
+        f = self._files.get(stream)
+        if f is None:
+            try:
+                f = self._files[stream] = open(os.path.join(self.rdir, STREAM_FILES[stream]), "rb")  # noqa: SIM115
+            except FileNotFoundError:
+                return
+        f.seek(start)
+        left = end - start
+        split = self._split[stream]
+        while left > 0:
+            block = f.read(min(BLOCK, left))
+            if not block:  # shorter than recorded (the disk filled up): nothing more to read here
+                return
+            left -= len(block)
+            lines = split.feed(block)
+            if lines:
+                yield t, lines
+
+    def _end_attempt(self, t: float) -> Iterator[Item]:
+        for stream in (STDOUT, STDERR):
+            last = self._split[stream].flush()
+            if last is not None:
+                yield t, [last]
+
+    def poll(self, drain: bool = False) -> Iterator[Item]:
+        """Lines that arrived since the last call; ``drain`` also reads bytes not indexed yet."""
+        try:
+            for code, end, t in self._records():
+                if code in self._pos:
+                    if end > self._pos[code]:
+                        yield from self._read(code, end, t)
+                elif code == RESTART:
+                    self.restart_pending = True
+                elif code == ATTEMPT:
+                    yield from self._end_attempt(t)
+                    self.attempt, self.restart_pending = end, False
+                    yield t, end
+            if drain:  # bytes the index never covered: the supervisor died or had not caught up
+                for stream, name in STREAM_FILES.items():
+                    try:
+                        st = os.stat(os.path.join(self.rdir, name))
+                    except FileNotFoundError:
+                        continue
+                    if st.st_size > self._pos[stream]:
+                        yield from self._read(stream, st.st_size, st.st_mtime)
+        finally:
+            self.close()
+
+    def finish(self) -> Iterator[Item]:
+        """The final line of each stream that ended without a newline (once the replica ended)."""
+        for stream in (STDOUT, STDERR):
+            last = self._split[stream].flush()
+            if last is not None:
+                try:
+                    t = os.stat(os.path.join(self.rdir, STREAM_FILES[stream])).st_mtime
+                except OSError:
+                    t = 0.0
+                yield t, [last]
+
+    def close(self) -> None:
+        """Close the files :meth:`poll` opened (it does so itself when it finishes)."""
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
 
 
-def _fast_single_stream(rdir: str, stream: int, pattern: re.Pattern[str] | None, ended: bool) -> Iterator[str]:
-    """One whole stream, read in large blocks: the common ``tsm log`` path for an ended replica."""
+def attempt_bounds(rdir: str, stream: int) -> list[int]:
+    """Offsets in ``stream``'s file where attempts 1, 2, ... begin, from the index."""
+    bounds: list[int] = []
+    reader = ReplicaLogReader(rdir, frozenset())
+    pos = 0
+    for code, end, _ in reader._records():  # noqa: SLF001 - same module
+        if code == stream:
+            pos = max(pos, end)
+        elif code == ATTEMPT:
+            bounds.append(pos)
+    return bounds
+
+
+def read_stream(rdir: str, stream: int, ended: bool, attempt: int | None = None) -> Iterator[list[str] | int]:
+    """One whole stream read in large blocks, without the index's times: the common ``tsm log`` path.
+
+    Yields batches of lines, and ``n`` (an int) where attempt ``n`` begins; only ``attempt``'s lines
+    when given. The unfinished last line is yielded only when ``ended`` (while the replica runs it is
+    still being written).
+    """
     try:
         f = open(os.path.join(rdir, STREAM_FILES[stream]), "rb")  # noqa: SIM115
     except FileNotFoundError:
         return
     with f:
-        carry = b""
-        while True:
-            block = f.read(1 << 20)
-            if not block:
-                break
-            block = carry + block
-            cut = block.rfind(b"\n") + 1
-            carry = block[cut:]
-            if not cut:
+        bounds = attempt_bounds(rdir, stream)
+        for n in range(len(bounds) + 1):
+            start = bounds[n - 1] if n else 0
+            stop = bounds[n] if n < len(bounds) else None
+            if n:
+                yield n
+            if attempt is not None and n != attempt:
                 continue
-            text = _decode(block[:cut])
-            lines = [s + "\n" for s in text.split("\n")[:-1]]
+            split = LineSplitter()
+            f.seek(start)
+            left = None if stop is None else stop - start
+            while left is None or left > 0:
+                block = f.read(BLOCK if left is None else min(BLOCK, left))
+                if not block:
+                    break
+                if left is not None:
+                    left -= len(block)
+                lines = split.feed(block)
+                if lines:
+                    yield lines
+            last = split.flush()
+            if last is not None and (ended or stop is not None):
+                yield [last]
+
+
+class LogEvent:
+    """One thing a follower of many replicas reports: a line of replica ``role``/``k``, or an attempt start.
+
+    ``text`` is the line (with its ``\\n``, or ``\\r`` when following; an unfinished last line or a
+    piece of a long line has neither); ``attempt`` is the attempt it belongs to; ``marker`` is True
+    for the event that says attempt ``attempt`` begins (its ``text`` is empty).
+    """
+
+    __slots__ = ("role", "k", "text", "attempt", "marker")
+
+    def __init__(self, role: str, k: int, text: str, attempt: int, marker: bool = False) -> None:
+        self.role, self.k, self.text, self.attempt, self.marker = role, k, text, attempt, marker
+
+    def __repr__(self) -> str:
+        what = f"attempt {self.attempt} begins" if self.marker else repr(self.text)
+        return f"LogEvent({self.role}/{self.k}: {what})"
+
+
+#: replica states a follower is told of: still running (or starting); ended, but a retry of another
+#: replica may restart it; ended for good (unless its index records a pending restart)
+RUNNING, ENDED_MAY_RESTART, ENDED = 0, 1, 2
+
+
+class _Target:
+    __slots__ = ("role", "k", "reader")
+
+    def __init__(self, role: str, k: int, reader: ReplicaLogReader) -> None:
+        self.role, self.k, self.reader = role, k, reader
+
+
+#: seconds of pause, per followed replica, between two passes over their indexes while logs grow:
+#: bounds a follower of thousands of replicas to a small share of a core (1,500 replicas: 30 ms)
+PASS_PAUSE_PER_REPLICA = 20e-6
+
+
+def follow(
+    targets: Iterable[tuple[str, int, str]],
+    streams: frozenset[int],
+    states: Callable[[], tuple[bool, dict[tuple[str, int], int]]],
+    wait_event: Callable[[], str] | None = None,
+    regex: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    attempt: int | None = None,
+    idle: Callable[[], None] | None = None,
+    text_only: bool = False,
+) -> Iterator[Any]:
+    """The lines of many replicas ``(role, k, replica_dir)`` of one app, in one thread, with no fd each.
+
+    ``states()`` returns ``(app_ended, {(role, k): RUNNING | ENDED_MAY_RESTART | ENDED})``. Without
+    ``wait_event`` every log is read once to its end (an unfinished last line only from a replica
+    that ended). With it (following), after each pass the follower calls ``wait_event()``, which
+    blocks until the app's supervisor reports something and returns what (``"S"``: a state changed,
+    ``"L"``: logs grew); a replica is followed across its attempts until it has ended for good (its
+    app ended, or it ended with no restart recorded or possible) and its log is drained. ``idle()``
+    is called before each wait (a printer flushes its output there rather than after every line).
+    Yields :class:`LogEvent` objects, or with ``text_only`` just the lines (for one replica: fast).
+    """
+    import re
+
+    pattern = re.compile(regex) if regex else None
+    tail = wait_event is not None
+    live = [_Target(role, k, ReplicaLogReader(rdir, streams, cr=tail)) for role, k, rdir in targets]
+
+    def emit(tg: _Target, batches: Iterable[tuple[float, list[str] | int]]) -> Iterator[Any]:
+        reader = tg.reader
+        for t, item in batches:
+            if isinstance(item, int):
+                if not text_only:
+                    yield LogEvent(tg.role, tg.k, "", item, True)
+                continue
+            if (
+                (attempt is not None and reader.attempt != attempt)
+                or (since is not None and t < since)
+                or (until is not None and t > until)
+            ):
+                continue
             if pattern is not None:
-                lines = [ln for ln in lines if pattern.search(ln)]
-            yield from lines
-        if carry and ended:
-            last = _decode(carry)
-            if pattern is None or pattern.search(last):
-                yield last
+                item = [ln for ln in item if pattern.search(ln)]
+            if text_only:
+                yield from item
+            else:
+                n = reader.attempt
+                for ln in item:
+                    yield LogEvent(tg.role, tg.k, ln, n)
+
+    if not tail and since is None and until is None and len(streams) == 1:
+        app_ended, st = states()
+        stream = next(iter(streams))
+        for tg in live:
+            ended = app_ended or st.get((tg.role, tg.k), RUNNING) != RUNNING
+            for batch in read_stream(tg.reader.rdir, stream, ended, attempt):
+                if isinstance(batch, int):
+                    tg.reader.attempt = batch
+                yield from emit(tg, ((0.0, batch),))
+        return
+
+    check_states = True
+    app_ended, st = False, dict[tuple[str, int], int]()
+    last_pass = 0.0
+    while live:
+        if check_states:
+            app_ended, st = states()  # before reading the indexes: a restart is recorded before the state
+        else:
+            pause = PASS_PAUSE_PER_REPLICA * len(live) - (time.monotonic() - last_pass)
+            if pause > 0:
+                time.sleep(pause)  # coalesce the growth of many replicas into one pass
+        last_pass = time.monotonic()
+        still = []
+        for tg in live:
+            state = st.get((tg.role, tg.k), RUNNING)
+            reader = tg.reader
+            before = reader.attempt
+            yield from emit(tg, reader.poll(drain=not tail))
+            # Decided only right after reading the states, and read before the index: a restart is recorded
+            # before the replica's end reaches the store, and an attempt that started since makes them stale.
+            done = app_ended or (
+                check_states and state == ENDED and not reader.restart_pending and reader.attempt == before
+            )
+            if tail and done:
+                yield from emit(tg, reader.poll(drain=True))
+            if not tail:
+                if state != RUNNING or app_ended:
+                    yield from emit(tg, tg.reader.finish())
+            elif done:
+                yield from emit(tg, tg.reader.finish())
+            else:
+                still.append(tg)
+        live = still
+        if not live or wait_event is None:
+            return
+        if idle is not None:
+            idle()
+        check_states = "S" in wait_event()

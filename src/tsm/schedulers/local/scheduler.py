@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -28,8 +28,11 @@ from typing import Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError, SubmissionError, UnknownAppError
 from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
-from tsm.schedulers.local import _os
-from tsm.schedulers.local.logs import STDERR, STDOUT, read_lines, replica_dir
+from tsm.schedulers.local import (
+    _os,
+    logs as _logs,
+)
+from tsm.schedulers.local.logs import STDERR, STDOUT, replica_dir
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus, macros
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import check_exec_size
@@ -662,67 +665,96 @@ class LocalScheduler(Scheduler):
         until: datetime | None = None,
         should_tail: bool = False,
         streams: Stream | None = None,
+        attempt: int | None = None,
     ) -> Iterator[str]:
+        """Lines of replica ``k`` of ``role_name``: every attempt in order, or only ``attempt`` (0: the first run).
+
+        What a line is (long lines in pieces, ``\\r`` while following) is said in :mod:`.logs`. Following
+        goes on across restarts of the replica and stops once it has ended for good and its log is read.
+        """
+        lines: Iterator[str] = self.log_iter_many(
+            app_id, [(role_name, k)], regex, since, until, should_tail, streams, attempt, text_only=True
+        )
+        return lines
+
+    def log_iter_many(
+        self,
+        app_id: str,
+        targets: Sequence[tuple[str, int]] | None = None,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+        attempt: int | None = None,
+        idle: Any = None,
+        text_only: bool = False,
+    ) -> Iterator[Any]:
+        """The lines of many replicas ``(role, k)`` of the app (None: all), in one thread, as :class:`.LogEvent`.
+
+        Events of one replica come in order, with an event (``marker``) where each of its restarted
+        attempts begins. However many replicas, following costs one connection to the supervisor, one
+        store query per state change and no open file per replica: what ``tsm log -f`` and an attached
+        ``tsm run`` use. ``idle()``, if given, is called whenever the follower is about to wait;
+        ``text_only`` yields just the lines (no events, no markers). Unknown roles, replicas or attempts
+        raise before anything is read.
+        """
         row = self._app_row(app_id)
         if row is None:
             raise UnknownAppError(f"unknown local app '{app_id}'")
         spec = json.loads(row["spec"])
         roles = {r["name"]: r["num_replicas"] for r in spec["roles"]}
-        if role_name not in roles:
-            raise UnknownAppError(f"app '{app_id}' has no role '{role_name}' (roles: {', '.join(roles)})")
-        if not 0 <= k < roles[role_name]:
-            raise UnknownAppError(f"role '{role_name}' of '{app_id}' has replicas 0..{roles[role_name] - 1}, not {k}")
+        if targets is None:
+            targets = [(name, i) for name, n in roles.items() for i in range(n)]
+        for role_name, k in targets:
+            if role_name not in roles:
+                raise UnknownAppError(f"app '{app_id}' has no role '{role_name}' (roles: {', '.join(roles)})")
+            if not 0 <= k < roles[role_name]:
+                raise UnknownAppError(
+                    f"role '{role_name}' of '{app_id}' has replicas 0..{roles[role_name] - 1}, not {k}"
+                )
+        if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0):
+            raise InvalidRunOptionError(f"attempt must be a whole number >= 0 (0: the first run), not {attempt!r}")
         stream = Stream(streams) if streams is not None else Stream.COMBINED
-        codes = {Stream.STDOUT: frozenset({STDOUT}), Stream.STDERR: frozenset({STDERR})}.get(stream, frozenset({STDOUT, STDERR}))
-        rdir = replica_dir(row["log_dir"], role_name, k)
-        wait_more = self._tail_waiter(app_id, row, role_name, k) if should_tail else None
-        return read_lines(
-            rdir, codes, regex=regex,
-            since=since.timestamp() if since else None, until=until.timestamp() if until else None,
-            wait_more=wait_more, ended=should_tail or not self._replica_running(app_id, role_name, k),
+        codes = {Stream.STDOUT: frozenset({STDOUT}), Stream.STDERR: frozenset({STDERR})}.get(
+            stream, frozenset({STDOUT, STDERR})
         )
-
-    def _replica_running(self, app_id: str, role: str, k: int) -> bool:
-        """True while replica ``k`` of ``role`` may still write (its app and it are not terminal)."""
-        app = self._reconcile(self._app_row(app_id))
-        if app["state"] in _TERMINAL:
-            return False
-        rows = self.store.query(
-            "SELECT state FROM local_replicas WHERE app_id=? AND role=? AND idx=?", (app_id, role, k)
+        waiter = _SupervisorEvents(self, app_id, row["app_dir"]) if should_tail else None
+        events = _logs.follow(
+            [(r, i, replica_dir(row["log_dir"], r, i)) for r, i in targets], codes, self._log_states(app_id, spec),
+            waiter, regex, since.timestamp() if since else None, until.timestamp() if until else None, attempt,
+            idle, text_only,
         )
-        return bool(rows) and rows[0]["state"] not in _TERMINAL
+        return events if waiter is None else _closing(events, waiter)
 
-    def _tail_waiter(self, app_id: str, row: Any, role: str, k: int) -> Any:
-        """A ``wait_more`` for :func:`read_lines`: blocks for the supervisor's next event."""
-        state: dict[str, Any] = {"sock": self._connect(app_id, row["app_dir"]), "first": True}
+    def _log_states(self, app_id: str, spec: dict[str, Any]) -> Any:
+        """The ``states`` callable of :func:`.logs.follow`: one store query for every replica of the app.
 
-        def replica_running() -> bool:
-            return self._replica_running(app_id, role, k)
+        A replica that succeeded may still be restarted when a retry restarts its role (ROLE policy) or
+        the whole app (APPLICATION policy of any role) while retries are left: it is followed until the
+        app ends. Any other ended replica is done unless its index records a pending restart.
+        """
+        with_retries = [r for r in spec["roles"] if r.get("max_retries", 0) > 0]
+        whole_app = any(r.get("retry_policy") == "APPLICATION" for r in with_retries)
+        by_role = {r["name"] for r in with_retries if r.get("retry_policy") == "ROLE"}
 
-        def wait_more() -> bool:
-            sock: socket.socket | None = state["sock"]
-            if state["first"]:
-                state["first"] = False
-                if replica_running():
-                    return True
-            while sock is not None:
-                try:
-                    data = sock.recv(65536)
-                except OSError:
-                    data = b""
-                if not data:
-                    sock.close()
-                    state["sock"] = None
-                    return False
-                if b"S" in data and not replica_running():
-                    sock.close()
-                    state["sock"] = None
-                    return False
-                if b"L" in data:
-                    return True
-            return False
+        def states() -> tuple[bool, dict[tuple[str, int], int]]:
+            row = self._app_row(app_id)
+            if row is None:  # removed while followed
+                return True, {}
+            if self._reconcile(row)["state"] in _TERMINAL:
+                return True, {}
+            out = {}
+            for r in self.store.query("SELECT role, idx, state FROM local_replicas WHERE app_id=?", (app_id,)):
+                if r["state"] not in _TERMINAL:
+                    out[(r["role"], r["idx"])] = _logs.RUNNING
+                elif r["state"] == int(AppState.SUCCEEDED) and (whole_app or r["role"] in by_role):
+                    out[(r["role"], r["idx"])] = _logs.ENDED_MAY_RESTART
+                else:
+                    out[(r["role"], r["idx"])] = _logs.ENDED
+            return False, out
 
-        return wait_more
+        return states
 
     def remove(self, app_id: str) -> bool:
         """Delete an ended app's directory, logs and records; a running app is refused."""
@@ -776,3 +808,51 @@ def _ms(seconds: float) -> int:
 def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
     """Factory registered as ``local`` (and its alias ``local_cwd``)."""
     return LocalScheduler(session_name, **kwargs)
+
+
+class _SupervisorEvents:
+    """The ``wait_event`` of a log follower: blocks for the app supervisor's next report on its socket.
+
+    Connected at once, before the follower's first pass, so nothing that happens after that pass is
+    missed. Returns what the supervisor reported (``S`` a state changed, ``L`` logs grew). Once the
+    supervisor is gone it waits for the app's recorded end (its watchdog may still be writing it) and
+    reports ``S``; while the supervisor is still starting it retries the connection every 5 ms.
+    """
+
+    def __init__(self, sched: LocalScheduler, app_id: str, app_dir: str) -> None:
+        self.sched, self.app_id, self.app_dir = sched, app_id, app_dir
+        self.sock = sched._connect(app_id, app_dir)
+
+    def __call__(self) -> str:
+        if self.sock is None:
+            row = self.sched._app_row(self.app_id)
+            if row is None or row["state"] in _TERMINAL:
+                return "S"
+            if row["sup_pid"] is None:  # still starting: its socket is moments away
+                time.sleep(0.005)
+                self.sock = self.sched._connect(self.app_id, self.app_dir)
+                return "S"
+            self.sched.wait(self.app_id)
+            return "S"
+        try:
+            data = self.sock.recv(65536)
+        except OSError:
+            data = b""
+        if not data:  # the supervisor exited: its last state is in the store, or its watchdog's soon
+            self.close()
+            self.sched.wait(self.app_id)
+            return "S"
+        return data.decode("ascii", "replace")
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+def _closing(events: Iterator[Any], waiter: _SupervisorEvents) -> Iterator[Any]:
+    """``events``, then the follower's connection closed (also when the consumer stops early)."""
+    try:
+        yield from events
+    finally:
+        waiter.close()

@@ -52,7 +52,15 @@ import time
 
 from tsm.errors import StoreError
 from tsm.schedulers.local import _os
-from tsm.schedulers.local.logs import STDERR, STDOUT, STREAM_FILES, append_records, replica_dir
+from tsm.schedulers.local.logs import (
+    STDERR,
+    STDOUT,
+    STREAM_FILES,
+    append_records,
+    mark_attempt,
+    mark_restart,
+    replica_dir,
+)
 
 TYPE_CHECKING = False  # keeps typing out of the supervisor's start-up
 if TYPE_CHECKING:
@@ -495,6 +503,8 @@ class Supervisor:
             for r in group:
                 if r not in self.pending_restart:
                     self.pending_restart.append(r)
+                    # before this end reaches the store: a log follower that sees it keeps following
+                    mark_restart(r.rdir, r.restarts + 1)
             self._stop(group)
         else:
             tries = ""
@@ -520,6 +530,7 @@ class Supervisor:
                 if r in self.pending_restart:
                     continue  # a failed launch queued it again: the next pass launches it
                 r.restarts += 1
+                mark_attempt(r.rdir, r.restarts)  # log readers cut the previous attempt's lines here
                 self._launch(r)
         if self.final_state is not None:
             self.pending_restart = []
