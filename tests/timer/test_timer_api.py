@@ -17,7 +17,7 @@ import pytest
 
 import tsm.timer as timer
 from tsm.errors import TimerError, TsmError
-from tsm.timer import api
+from tsm.timer import _expires as api
 
 CTX = mp.get_context("fork")
 WAIT = 30.0

@@ -166,19 +166,31 @@ def test_request_roundtrip_and_equality() -> None:
 
 
 @pytest.mark.parametrize("whom", ["pid1", "server", "ancestor", "missing"])
-def test_dangerous_pids_are_refused(
+def test_dangerous_pids_are_armed_but_never_signalled(
     servers: list[timer.FileTimerServer], fifo: str, whom: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """torch's servers take any worker id; tsm's too, and guard the reaping instead (pid 1, itself, ...)."""
     srv = start(servers, fifo)
     target = {"pid1": 1, "server": os.getpid(), "ancestor": os.getppid(), "missing": 2**22 + 17}[whom]
-    # signal 0: even if the guard failed, nobody would be signalled by this test.
+    got: list[int] = []
+    old = signal.signal(signal.SIGURG, lambda signum, frame: got.append(signum))
     client = timer.FileTimerClient(fifo)
-    with caplog.at_level(logging.WARNING, logger="tsm.timer"):
-        client.send_request(timer.FileTimerRequest(target, "evil", time.time() + 600, 0))
-        wait_until(lambda: srv.stats["refused"] == 1, "the refusal")
-    assert target not in srv.get_expired_timers(float("inf"))
-    assert any("refused" in r.getMessage() for r in caplog.records if r.name == "tsm.timer")
-    client.close()
+    try:
+        with caplog.at_level(logging.INFO, logger="tsm.timer"):
+            # SIGURG is ignored by default: even a broken guard could not hurt anyone in this test.
+            client.send_request(timer.FileTimerRequest(target, "evil", time.time() + 600, signal.SIGURG))
+            wait_until(lambda: target in srv.get_expired_timers(float("inf")), "the timer to be armed")
+            client.send_request(timer.FileTimerRequest(target, "evil", time.time() + 0.05, signal.SIGURG))
+            wait_until(lambda: srv.stats["refused"] + srv.stats["skipped"] == 1, "the expiry")
+        assert srv.stats["reaped"] == 0 and got == []
+        assert srv.get_expired_timers(float("inf")) == {}
+        kind = "skipped" if whom == "missing" else "refused"
+        assert srv.stats[kind] == 1
+        text = "did not exist when it was armed" if whom == "missing" else "not reaping"
+        assert any(text in r.getMessage() for r in caplog.records if r.name == "tsm.timer")
+    finally:
+        client.close()
+        signal.signal(signal.SIGURG, old)
 
 
 def test_the_server_never_kills_itself(servers: list[timer.FileTimerServer], fifo: str) -> None:
@@ -242,9 +254,10 @@ def test_sixteen_clients_lose_nothing_under_back_pressure(fifo: str) -> None:
         srv.stop()
 
 
-def test_client_without_server_raises(fifo: str) -> None:
-    with pytest.raises(TimerError, match="no FileTimerServer"):
+def test_client_without_server_raises_broken_pipe(fifo: str) -> None:
+    with pytest.raises(BrokenPipeError, match="no FileTimerServer") as info:
         timer.FileTimerClient(fifo).acquire("x", time.time() + 1)
+    assert isinstance(info.value, TimerError)
 
 
 def test_run_once_processes_pending_requests(fifo: str) -> None:

@@ -70,24 +70,22 @@ How it differs from PyTorch
 
 from __future__ import annotations
 
-from .api import (
-    TIMER_SOCKET_ENV,
-    RequestQueue,
-    TimerClient,
-    TimerRequest,
-    TimerServer,
-    configure,
-    expires,
-)
+from . import _expires
+from ._errors import InvalidTimerRequestError, TimerServerUnavailableError
+from ._expires import TIMER_SOCKET_ENV, configure, expires
+from .api import RequestQueue, TimerClient, TimerRequest, TimerServer
 from .file_based_local_timer import FileTimerClient, FileTimerRequest, FileTimerServer
 from .local_timer import LocalTimerClient, LocalTimerServer, MultiprocessingRequestQueue
 from .socket_timer import SocketTimerClient, SocketTimerServer
+
+_expires._set_env_client_factory(SocketTimerClient)
 
 __all__ = [
     "TIMER_SOCKET_ENV",
     "FileTimerClient",
     "FileTimerRequest",
     "FileTimerServer",
+    "InvalidTimerRequestError",
     "LocalTimerClient",
     "LocalTimerServer",
     "MultiprocessingRequestQueue",
@@ -97,6 +95,7 @@ __all__ = [
     "TimerClient",
     "TimerRequest",
     "TimerServer",
+    "TimerServerUnavailableError",
     "configure",
     "expires",
 ]

@@ -131,6 +131,43 @@ class Guard:
         self._cache[pid] = start
         return start
 
+    def start_of(self, worker_id: object) -> int | None:
+        """Start time to record for a timer of ``worker_id``: the process's if it is a live pid, else None.
+
+        Timers are armed for any worker id (torch's servers are pid-agnostic); this only remembers which
+        process the id named at that moment, so that a later reuse of the pid is never signalled.
+        """
+        if type(worker_id) is not int or worker_id <= 0:
+            return None
+        cached = self._cache.get(worker_id)
+        if cached is not None:
+            return cached
+        start = process_start_time(worker_id)
+        if start is not None:
+            if len(self._cache) > 65536:
+                self._cache.clear()
+            self._cache[worker_id] = start
+        return start
+
+    def reapable(self, worker_id: object) -> str | None:
+        """None if ``worker_id`` names a process this server may signal, else a one-line reason.
+
+        Checked when a timer expires (not when it is armed): the id must be a pid > 1 that is neither the
+        server nor one of its ancestors and belongs to the server's user.
+        """
+        if type(worker_id) is not int:
+            return f"worker id {worker_id!r} is not a pid"
+        if worker_id <= 1:
+            return f"pid {worker_id} may never be reaped"
+        if worker_id == self.own_pid:
+            return f"pid {worker_id} is the timer server itself"
+        if worker_id in self.ancestors:
+            return f"pid {worker_id} is an ancestor of the timer server"
+        owner = process_uid(worker_id)
+        if owner is not None and owner != self.uid:
+            return f"pid {worker_id} belongs to uid {owner}, not to the server's uid {self.uid}"
+        return None
+
 
 # A final signal waiting for its grace period: (when, seq, pid, start_time, pgid or None, signal, scope_id).
 _Pending = tuple[float, int, int, int, "int | None", int, str]
@@ -166,11 +203,19 @@ class Reaper:
         self._seq = 0
         self._callbacks: list[tuple[int, str]] = []
 
-    def reap(self, pid: int, start_time: int, scope_id: str, sig: int | None = None) -> bool:
-        """Start reaping ``pid`` for ``scope_id``; return False (and log why) if nothing was signalled."""
+    def reap(self, pid: int, start_time: int | None, scope_id: str, sig: int | None = None) -> bool:
+        """Start reaping ``pid`` for ``scope_id``; return False (and log why) if nothing was signalled.
+
+        ``start_time`` is the pid's start time when the timer was armed (None: no such process then, so
+        whatever holds the pid now is another process and is never signalled).
+        """
         sig = self.sig if sig is None else sig
         if sig <= 0:
             logger.info("timer %r of pid %d expired; signal %d means do not reap", scope_id, pid, sig)
+            return False
+        if start_time is None:
+            logger.info("timer %r expired but pid %d did not exist when it was armed; nothing to reap", scope_id, pid)
+            self._count("skipped")
             return False
         st = read_stat(pid)
         if st is None:
@@ -263,7 +308,7 @@ class Reaper:
                 os.kill(pid, sig)
         except ProcessLookupError:
             pass
-        except OSError:
+        except (OSError, ValueError, OverflowError):
             logger.exception("could not send signal %d to %s", sig, f"group {pgid}" if pgid else f"pid {pid}")
 
     def _done(self, pid: int, scope_id: str) -> None:

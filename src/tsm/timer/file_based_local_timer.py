@@ -9,7 +9,14 @@ Differences from torch:
 * the server never kills itself, and arms timers only for pids > 1 that are not the server or one of its
   ancestors and that belong to the server's user; refusals are logged (the FIFO is one-way, so the client
   is not told); the FIFO is created 0600 in a directory only the user (or root, for sticky ``/tmp``) controls;
-* a reused pid is never signalled (start time recorded when the timer is armed).
+* a reused pid is never signalled (start time recorded when the timer is armed);
+* a malformed line (not JSON, wrong types, a NaN, infinite or absurd deadline) is refused on its own --
+  counted, logged at a limited rate, reported to ``log_event`` as "request refused" -- and the lines around
+  it still apply; a client with no server gets :class:`~tsm.timer.TimerServerUnavailableError`, a
+  ``BrokenPipeError`` as torch raises.
+
+``log_debug_info_for_expired_timers`` is torch's function of that name (see :mod:`.debug_info_logging`); the
+server calls it through this module, once per round in which timers expired.
 """
 
 from __future__ import annotations
@@ -26,18 +33,20 @@ import time
 import weakref
 from collections.abc import Callable
 
-from tsm.errors import TimerError
+from tsm.errors import TimerError, brief
 
-from ._core import Core, ServerExtras, Timer, poll_until
+from ._core import Core, ServerExtras, Timer, check_expiration, poll_until
+from ._errors import TimerServerUnavailableError
 from ._fs import Ident, make_fifo, remove_if_ours
 from ._proc import Guard, OnReap, Reaper
 from .api import TimerClient, TimerRequest
+from .debug_info_logging import log_debug_info_for_expired_timers
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["FileTimerClient", "FileTimerRequest", "FileTimerServer"]
+__all__ = ["FileTimerClient", "FileTimerRequest", "FileTimerServer", "log_debug_info_for_expired_timers"]
 
 logger = logging.getLogger("tsm.timer")
 
@@ -101,7 +110,8 @@ class FileTimerClient(TimerClient):
 
     ``signal`` is what the server sends when this client's timers expire (<= 0: expire without reaping).
     Writes never get lost: the FIFO stays open and a full pipe blocks the caller until the server reads.
-    TimerError if no server has the FIFO open (after about a second of retries).
+    :class:`~tsm.timer.TimerServerUnavailableError` (a ``BrokenPipeError``, as torch raises) if no server
+    has the FIFO open after about a second of retries.
     """
 
     def __init__(self, file_path: str, signal: int = _signal.SIGKILL) -> None:
@@ -121,7 +131,8 @@ class FileTimerClient(TimerClient):
         self.send_request(FileTimerRequest(os.getpid(), scope_id, -1, 0))
 
     def send_request(self, request: FileTimerRequest) -> None:
-        """Write one request line, waiting while the pipe is full; TimerError if the server is gone."""
+        """Write one request line, waiting while the pipe is full; TimerServerUnavailableError (a
+        BrokenPipeError) if no server reads the FIFO."""
         exp = request.expiration_time
         exp_text = repr(exp) if isinstance(exp, (int, float)) and math.isfinite(exp) else json.dumps(exp)
         line = (
@@ -152,7 +163,7 @@ class FileTimerClient(TimerClient):
                 return self._fd
             except OSError as e:
                 if attempt == 10:
-                    raise TimerError(
+                    raise TimerServerUnavailableError(
                         f"no FileTimerServer reads {self._file_path} ({e.strerror}); request not delivered"
                     ) from e
                 time.sleep(0.1)
@@ -175,7 +186,7 @@ class FileTimerClient(TimerClient):
                 os.close(fd)
                 self._fd = None
                 if reopened:
-                    raise TimerError(
+                    raise TimerServerUnavailableError(
                         f"FileTimerServer at {self._file_path} is gone; request not delivered"
                     ) from e
                 reopened = True
@@ -191,7 +202,10 @@ class FileTimerServer(ServerExtras):
     ``max_interval`` is accepted and unused: the loop sleeps until the earliest deadline or the next request.
     Extra keyword options as for :class:`SocketTimerServer`: ``term_grace``, ``kill_group``, ``on_reap``; the
     signal itself comes from each request, as in torch.  The FIFO is created (0600) and opened by the
-    constructor, so clients can write before :meth:`start`.
+    constructor, so clients can write before :meth:`start`.  ``start()`` on a started server and ``stop()``
+    on a stopped one do nothing (as in torch); starting again after ``stop()`` is a TimerError (the FIFO is
+    gone; torch's thread would die on it).  A subclass's ``_reap_worker(worker_pid, signal)`` is called for
+    each worker to reap, as torch's loop does, once the guard allowed it.
     """
 
     def __init__(
@@ -223,6 +237,7 @@ class FileTimerServer(ServerExtras):
         self._ep.register(self._rfd, select.EPOLLIN)
         self._ep.register(self._wake_r, select.EPOLLIN)
         self._partial = b""
+        self._discarding = False
         self._watchdog_thread: threading.Thread | None = None
         self._stop_signaled = False
         self._run_once = False
@@ -236,8 +251,11 @@ class FileTimerServer(ServerExtras):
         """Run the server loop in a background thread."""
         if self._closed:
             raise TimerError("this FileTimerServer was stopped; create a new one")
-        if self._watchdog_thread is not None:
-            raise TimerError("FileTimerServer is already started")
+        thread = self._watchdog_thread
+        if thread is not None and thread.is_alive():
+            logger.info("FileTimerServer (run %s) is already started", self._run_id)
+            return
+        self._stop_signaled = False
         self._core.refresh_identity()
         self._watchdog_thread = threading.Thread(
             target=self._loop, name="tsm-FileTimerServer", daemon=self._daemon
@@ -302,15 +320,24 @@ class FileTimerServer(ServerExtras):
         return {pid: [r for r in rs if isinstance(r, FileTimerRequest)] for pid, rs in expired.items()}
 
     def _reap_worker(self, worker_pid: int, signal: int) -> bool:
-        """Signal ``worker_pid`` now (pid checks and start time as for an expired timer)."""
-        verdict = self._core.guard.admit(worker_pid)
-        if isinstance(verdict, str):
-            logger.warning("not reaping pid %d: %s", worker_pid, verdict)
-            return True
+        """Signal ``worker_pid`` now if the guard allows it (start time as recorded with its timers).
+
+        True whether it was signalled or can never be (refused, gone, reused): retrying changes nothing.
+        """
+        core = self._core
+        with core.lock:
+            start = core.start_time_of_locked(worker_pid)
+            if start is None:
+                start = core.guard.start_of(worker_pid)
+            core.reap_locked(worker_pid, start, "<direct>", signal if signal > 0 else -1, use_hook=False)
+        core.reaper.flush_callbacks()
+        return True
+
+    @property
+    def _timers(self) -> dict[tuple[int, str], FileTimerRequest]:
+        """A snapshot of the armed timers as torch's server keeps them: ``(pid, scope_id) -> request``."""
         with self._core.lock:
-            done = self._core.reaper.reap(worker_pid, verdict, "<direct>", signal if signal > 0 else -1)
-        self._core.reaper.flush_callbacks()
-        return done
+            return {k: _make_request_typed(k[0], k[1], t) for k, t in self._core.timers.items()}
 
     @property
     def _request_count(self) -> int:
@@ -327,13 +354,17 @@ class FileTimerServer(ServerExtras):
                 if self._run_once:
                     return
             except Exception:
-                logger.exception("error in the FileTimerServer loop (run %s)", self._run_id)
-                time.sleep(0.001)
+                self._core.log.log(
+                    logging.ERROR, "error in the FileTimerServer loop (run %s)", self._run_id, exc_info=True
+                )
+                time.sleep(0.01)
 
     def _iterate(self, remaining: float | None) -> None:
         events = poll_until(self._ep, remaining)
         self._busy_since = time.time()
         core = self._core
+        overridden = type(self)._reap_worker is not FileTimerServer._reap_worker
+        core.reap_hook = self._call_reap_worker if overridden else None
         with core.lock:
             for fd, _ev in events:
                 if fd == self._wake_r:
@@ -366,24 +397,27 @@ class FileTimerServer(ServerExtras):
         self._read_locked()
 
     def _consume_locked(self, data: bytes) -> None:
+        if self._discarding:  # the rest of an over-long line: drop it up to its end
+            cut = data.find(b"\n")
+            if cut < 0:
+                return
+            self._discarding = False
+            data = data[cut + 1 :]
         buf = self._partial + data if self._partial else data
         lines = buf.split(b"\n")
         self._partial = lines.pop()
         if len(self._partial) > _LINE_MAX:
-            self._core.refuse("request line longer than 64 KiB", "?")
+            self._refuse_line(f"request line longer than {_LINE_MAX} bytes")
             self._partial = b""
+            self._discarding = True
         requests: list[TimerRequest] = []
         for line in lines:
             if not line.strip():
                 continue
             try:
-                d = json.loads(line)
-                req = FileTimerRequest(
-                    int(d["pid"]), str(d["scope_id"]), float(d["expiration_time"]), int(d.get("signal", 0))
-                )
-            except (ValueError, KeyError, TypeError) as e:
-                self._core.refuse(f"malformed request line ({e})", "?")
-                self._event("request refused", None)
+                req = _parse_line(line)
+            except Exception as e:  # noqa: BLE001 - anything a client writes is refused, never raised
+                self._refuse_line(f"malformed request line {brief(line, 60)} ({type(e).__name__}: {e})")
                 continue
             requests.append(req)
         if requests:
@@ -392,9 +426,19 @@ class FileTimerServer(ServerExtras):
             if self._core.stats["refused"] != before:
                 self._event("request refused", None)
 
-    def _expired(self, pid: int, live: list[tuple[str, Timer]]) -> None:
-        for scope_id, t in live:
-            self._event("timer expired", _make_request_typed(pid, scope_id, t))
+    def _refuse_line(self, reason: str) -> None:
+        self._core.refuse(reason, "?")
+        self._event("request refused", None)
+
+    def _call_reap_worker(self, worker_id: Any, sig: int) -> bool:
+        return self._reap_worker(worker_id, sig)
+
+    def _expired(self, expired: dict[Any, list[tuple[Any, Timer]]]) -> None:
+        requests = {pid: [_make_request_typed(pid, s, t) for s, t in live] for pid, live in expired.items()}
+        log_debug_info_for_expired_timers(self._run_id, {pid: [r.to_json() for r in rs] for pid, rs in requests.items()})
+        for rs in requests.values():
+            for r in rs:
+                self._event("timer expired", r)
 
     def _reaped(self, pid: int, scope_id: str) -> None:
         self._event("kill worker process", FileTimerRequest(pid, scope_id, -1, 0))
@@ -429,6 +473,21 @@ class FileTimerServer(ServerExtras):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._ep.close()
+
+
+def _parse_line(line: bytes) -> FileTimerRequest:
+    """One JSON line of the FIFO protocol as a request; any exception means the line is malformed."""
+    d = json.loads(line)
+    if not isinstance(d, dict):
+        raise TypeError("not a JSON object")
+    pid, scope, sig = d["pid"], d["scope_id"], d.get("signal", 0)
+    if type(pid) is not int:
+        raise TypeError(f"pid {brief(pid)} is not an integer")
+    if not isinstance(scope, str):
+        raise TypeError(f"scope_id {brief(scope)} is not a string")
+    if type(sig) is not int or sig >= _signal.NSIG:
+        raise TypeError(f"signal {brief(sig)} is not a signal number")
+    return FileTimerRequest(pid, scope, check_expiration(d["expiration_time"]), sig)
 
 
 def _make_request_typed(pid: int, scope_id: str, t: Timer) -> FileTimerRequest:

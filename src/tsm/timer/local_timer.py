@@ -1,9 +1,34 @@
 """Timers over a ``multiprocessing`` queue, for workers that are child processes of the server's process.
 
-Same constructor and meaning as torch's ``LocalTimerServer(mp_queue, max_interval=60, daemon=True)`` and
-``LocalTimerClient(mp_queue)``; the server blocks on the queue until the earliest deadline (woken by a
-marker put on the queue for ``stop``/``arm``), validates every pid before arming, and reaps through the
-shared safe reaper.
+Same constructor and meaning as torch's ``LocalTimerServer(mp_queue, max_interval=60, daemon=True)``,
+``LocalTimerClient(mp_queue)`` and ``MultiprocessingRequestQueue(mp_queue)``.
+
+Two loops, one server
+---------------------
+tsm's headline is event-driven reaping: a worker is dead about a millisecond after its deadline, whatever
+``max_interval`` is, while torch's loop waits up to ``max_interval`` for requests before it looks at the
+deadlines.  But code written for torch subclasses ``LocalTimerServer`` (or ``TimerServer``) and overrides
+the hooks ``register_timers``, ``clear_timers``, ``get_expired_timers`` and ``_reap_worker``, or swaps
+``_request_queue``; a fast loop that went straight to the internal table would silently ignore them.  So
+each ``_run_watchdog`` round picks its shape:
+
+* **fast path** (no hook overridden, on the class or the instance, and the queue is the server's own): wait
+  on the queue only until the earliest deadline (a heap) or ``max_interval``, whichever comes first, apply
+  the batch, then reap what is due.  Before reaping, what the expiring workers already put on the queue is
+  applied, so a release sent before the deadline always wins.  ``max_interval`` keeps torch's meaning (the
+  longest wait for requests; an idle server still runs one round per ``max_interval``) without delaying
+  any reap.
+* **torch's shape** (any hook overridden): :meth:`TimerServer._run_watchdog` exactly as torch runs it --
+  ``get(size, max_interval)``, ``register_timers``, ``get_expired_timers(now)``, ``_reap_worker`` per worker,
+  ``clear_timers`` -- so the subclass sees every call it expects, with torch's timing.
+
+The check costs a few attribute lookups per round, is made every round (so ``mock.patch.object`` on a
+running server takes effect), and needs no configuration.  ``stop()`` wakes either loop at once by putting a
+private marker on the queue, which :class:`MultiprocessingRequestQueue` never hands to a caller.
+
+Worker ids are taken as the client sends them (torch's servers are pid-agnostic).  Reaping is where the
+guard sits: only a pid > 1 that is not the server or one of its ancestors, of the server's user, and still
+the process that was running when the timer was armed, is ever signalled.
 """
 
 from __future__ import annotations
@@ -16,8 +41,9 @@ import signal as _signal
 import time
 
 from ._core import FINE_WAIT, Core, ServerExtras, Timer
+from ._log import LimitedLog
 from ._proc import Guard, OnReap, Reaper
-from .api import RequestQueue, TimerClient, TimerRequest, TimerServer
+from .api import RequestQueue, TimerClient, TimerRequest, TimerServer, bounded_wait
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["LocalTimerClient", "LocalTimerServer", "MultiprocessingRequestQueue"]
 
 logger = logging.getLogger("tsm.timer")
+_queue_errors = LimitedLog(logger)
 
 _DRAIN_MAX = 100_000
 
@@ -59,9 +86,31 @@ class LocalTimerClient(TimerClient):
         self._mp_queue.put(TimerRequest(os.getpid(), scope_id, -1))
 
 
+_UNREADABLE = object()
+
+
+def _get_one(mp_queue: MpQueue[Any], timeout: float | None) -> Any:
+    """One item (``queue.Empty`` when none came in time).  An item that cannot be unpickled is logged and
+    reported as ``_UNREADABLE``: a bad object on the queue must not take the items around it along."""
+    try:
+        if timeout is None:
+            return mp_queue.get_nowait()
+        return mp_queue.get(block=True, timeout=timeout)
+    except _queue.Empty:
+        raise
+    except (OSError, ValueError):
+        raise  # the queue itself is closed or broken
+    except Exception as e:  # noqa: BLE001 - e.g. an unpicklable object put by a client
+        _queue_errors.log(
+            logging.WARNING, "dropped an unreadable item from the timer queue: %s: %s", type(e).__name__, e
+        )
+        return _UNREADABLE
+
+
 class MultiprocessingRequestQueue(RequestQueue):
     """A :class:`RequestQueue` over a ``multiprocessing`` queue, with torch's contract: ``get(size, timeout)``
-    waits for up to ``size`` requests until ``timeout`` runs out (for generic :class:`TimerServer` subclasses).
+    waits for up to ``size`` requests until ``timeout`` runs out.  The server's wake-up marker ends the wait
+    early and is never returned; so is an item that cannot be unpickled (logged).
     """
 
     def __init__(self, mp_queue: MpQueue[Any]) -> None:
@@ -73,45 +122,53 @@ class MultiprocessingRequestQueue(RequestQueue):
         return self._mp_queue.qsize()
 
     def get(self, size: int, timeout: float) -> list[TimerRequest]:
-        """Up to ``size`` requests, waiting at most ``timeout`` seconds in all."""
+        """Up to ``size`` requests, waiting at most ``timeout`` seconds in all (at most an hour per call)."""
         out: list[TimerRequest] = []
-        end = time.monotonic() + max(timeout, 0.0)
+        end = time.monotonic() + bounded_wait(timeout)
         try:
             while len(out) < size:
-                out.append(self._mp_queue.get(block=True, timeout=max(0.0, end - time.monotonic())))
-        except _queue.Empty:
+                item = _get_one(self._mp_queue, max(0.0, end - time.monotonic()))
+                if isinstance(item, _Wake):
+                    break
+                if item is not _UNREADABLE:
+                    out.append(item)
+        except (_queue.Empty, OSError, ValueError):
             pass
         return out
 
 
-def _fetch(mp_queue: MpQueue[Any], timeout: float | None) -> list[Any]:
-    """Wait up to about ``timeout`` (None: forever) for one item, then take whatever else is already there.
+def _fetch(mp_queue: MpQueue[Any], timeout: float) -> list[Any]:
+    """Wait up to about ``timeout`` for one item, then take whatever else is already there.
 
     Like :func:`~tsm.timer._core.poll_until`, it never sleeps past the deadline by the queue's millisecond
     rounding: it returns up to a millisecond early, and sleeps the last stretch precisely.
     """
     out: list[Any] = []
     try:
-        if timeout is not None and timeout <= FINE_WAIT:
+        if timeout <= FINE_WAIT:
             if timeout > 0:
                 time.sleep(timeout)  # the queue's own wait rounds up to whole milliseconds
-            out.append(mp_queue.get_nowait())
+            out.append(_get_one(mp_queue, None))
         else:
-            out.append(mp_queue.get(block=True, timeout=None if timeout is None else timeout - 0.001))
+            out.append(_get_one(mp_queue, bounded_wait(timeout - 0.001)))
         while len(out) < _DRAIN_MAX:
-            out.append(mp_queue.get_nowait())
-    except _queue.Empty:
+            out.append(_get_one(mp_queue, None))
+    except (_queue.Empty, OSError, ValueError):
         pass
     return out
+
+
+_HOOKS = ("register_timers", "clear_timers", "get_expired_timers", "_reap_worker", "_reap_worker_no_throw")
 
 
 class LocalTimerServer(ServerExtras, TimerServer):
     """Reaps child-process workers whose timers expire; requests come over a ``multiprocessing`` queue.
 
-    ``max_interval`` is accepted for compatibility and not used for waiting: the server sleeps until the
-    earliest deadline or the next request.  Extra keyword options (tsm): ``signal`` sent at expiry (default
-    SIGKILL), ``term_grace`` seconds of SIGTERM first (None: no SIGTERM), ``kill_group`` to signal the
-    worker's process group, ``on_reap(pid, scope_id)`` called after a worker is reaped.
+    Reaps at the deadline (not on the next ``max_interval`` tick) unless a subclass overrides torch's hooks,
+    in which case it runs torch's loop (see the module's docstring).  ``start()`` on a started server and
+    ``stop()`` on a stopped one do nothing, as in torch.  Extra keyword options (tsm): ``signal`` sent at
+    expiry (default SIGKILL), ``term_grace`` seconds of SIGTERM first (None: no SIGTERM), ``kill_group`` to
+    signal the worker's process group, ``on_reap(pid, scope_id)`` called after a worker is reaped.
     """
 
     def __init__(
@@ -127,71 +184,89 @@ class LocalTimerServer(ServerExtras, TimerServer):
     ) -> None:
         super().__init__(MultiprocessingRequestQueue(mp_queue), max_interval, daemon)
         self._mp_queue = mp_queue
+        self._own_queue: RequestQueue = self._request_queue
         self._token = os.urandom(8).hex()
         self._core = Core(Reaper(signal, term_grace, kill_group, on_reap, {}), Guard())
 
     def start(self) -> None:
-        """Run the server loop in a background thread."""
+        """Run the server loop in a background thread (no-op if it runs already)."""
         self._core.refresh_identity()
         super().start()
 
     # -- torch's contract ---------------------------------------------------------------------------
     def register_timers(self, timer_requests: list[TimerRequest]) -> None:
-        """Apply acquires (after checking the pid may be reaped) and releases."""
+        """Apply acquires and releases; worker ids are taken as sent, malformed requests refused."""
         with self._core.lock:
             self._core.register_locked(timer_requests)
 
     def clear_timers(self, worker_ids: set[Any]) -> None:
-        """Drop every timer of these pids."""
+        """Drop every timer of these workers."""
         with self._core.lock:
             self._core.clear_locked(worker_ids)
 
     def get_expired_timers(self, deadline: float) -> dict[Any, list[TimerRequest]]:
-        """Armed timers with ``expiration_time <= deadline``, by pid."""
+        """Armed timers with ``expiration_time <= deadline``, by worker id."""
         with self._core.lock:
-            return dict(self._core.expired_locked(deadline, _make_request))
+            return self._core.expired_locked(deadline, _make_request)
 
     def _reap_worker(self, worker_id: Any) -> bool:
-        """Signal ``worker_id`` now with the configured signal (start time checked against the current one)."""
-        start = self._core.guard.admit(worker_id) if isinstance(worker_id, int) else "not a pid"
-        if isinstance(start, str):
-            logger.warning("not reaping %r: %s", worker_id, start)
-            return True
-        with self._core.lock:
-            done = self._core.reaper.reap(worker_id, start, "<direct>")
-        self._core.reaper.flush_callbacks()
-        return done
+        """Signal ``worker_id`` with the configured signal if it may be (guarded, start time checked).
 
-    # -- loop ---------------------------------------------------------------------------------------------
-    def _run_watchdog(self) -> None:
+        True whether it was signalled or can never be (not a pid, refused, gone, reused): retrying would
+        change nothing, so its timers are cleared either way.
+        """
         core = self._core
         with core.lock:
+            start = core.start_time_of_locked(worker_id)
+            if start is None:
+                start = core.guard.start_of(worker_id)
+            core.reap_locked(worker_id, start, "<direct>", None, use_hook=False)
+        core.reaper.flush_callbacks()
+        return True
+
+    @property
+    def _timers(self) -> dict[tuple[Any, Any], TimerRequest]:
+        """A snapshot of the armed timers as torch's server keeps them: ``(worker_id, scope_id) -> request``."""
+        with self._core.lock:
+            return {k: _make_request(k[0], k[1], t) for k, t in self._core.timers.items()}
+
+    # -- loop ---------------------------------------------------------------------------------------------
+    def _torch_shaped(self) -> bool:
+        """True when a hook or the request queue was replaced: then torch's loop runs, calling them."""
+        for name in _HOOKS:
+            if getattr(getattr(self, name), "__func__", None) is not _OWN_HOOKS[name]:
+                return True
+        return self._request_queue is not self._own_queue
+
+    def _run_watchdog(self) -> None:
+        core = self._core
+        if self._torch_shaped():
+            super()._run_watchdog()
+            with core.lock:
+                core.reaper.run_due(time.time())  # final signals after a term_grace
+            core.reaper.flush_callbacks()
+            return
+        with core.lock:
             deadline = core.next_deadline_locked()
-        timeout = None if deadline is None else deadline - time.time()
+        timeout = max(bounded_wait(self._max_interval), 0.001)
+        if deadline is not None:
+            timeout = min(timeout, deadline - time.time())
         batch = _fetch(self._mp_queue, timeout)
         with core.lock:
             core.register_locked(self._requests_only(batch))
             core.fire_locked(time.time(), self._drain)
         core.reaper.flush_callbacks()
 
-    def _requests_only(self, batch: list[Any]) -> list[TimerRequest]:
-        out: list[TimerRequest] = []
-        for item in batch:
-            if isinstance(item, _Wake):
-                continue
-            if hasattr(item, "worker_id") and hasattr(item, "scope_id") and hasattr(item, "expiration_time"):
-                out.append(item)
-            else:
-                self._core.refuse(f"not a TimerRequest: {type(item).__name__}", "?")
-        return out
+    def _requests_only(self, batch: list[Any]) -> list[Any]:
+        return [item for item in batch if item is not _UNREADABLE and not isinstance(item, _Wake)]
 
-    def _drain(self, pids: set[int]) -> None:
+    def _drain(self, pids: set[Any]) -> None:
         """Apply everything already queued, so releases sent before the deadline win over reaping."""
         batch: list[Any] = []
         try:
             while len(batch) < _DRAIN_MAX:
-                batch.append(self._mp_queue.get_nowait())
-        except _queue.Empty:
+                batch.append(_get_one(self._mp_queue, None))
+        except (_queue.Empty, OSError, ValueError):
             pass
         self._core.register_locked(self._requests_only(batch))
 
@@ -203,5 +278,8 @@ class LocalTimerServer(ServerExtras, TimerServer):
         return 10.0
 
 
-def _make_request(pid: int, scope_id: str, t: Timer) -> TimerRequest:
-    return TimerRequest(pid, scope_id, t[0])
+_OWN_HOOKS = {name: getattr(LocalTimerServer, name) for name in _HOOKS}
+
+
+def _make_request(worker_id: Any, scope_id: Any, t: Timer) -> TimerRequest:
+    return TimerRequest(worker_id, scope_id, t[0])

@@ -9,13 +9,21 @@ killed.  The protocol is binary and small:
 * server -> client: ``<BBHI`` = kind (1 welcome, 2 ack, 3 refused, 4 connection rejected), 0, text length,
   value (welcome: the client's pid as the server sees it; ack/refused: the sequence number); then the text.
 
-Delivery: on connect the server checks the peer (pid > 1, not the server, not its ancestor, same user) and
-answers *welcome* or *rejected*; the client waits for that answer, so a refused process gets a TimerError at
-its first ``acquire``.  After that, ``acquire``/``release`` are fire-and-forget writes on a blocking socket
+Delivery: on connect the server checks the peer (pid > 1, not the server, not its ancestor, same user, at
+most :data:`MAX_CONNS_PER_PID` connections) and answers *welcome* or *rejected*; the client waits for that
+answer, so a refused process gets a TimerError at its first ``acquire``.  After that, ``acquire``/``release`` are fire-and-forget writes on a blocking socket
 (back-pressure, never a drop) that cannot be refused, because they name no pid.  Requests that do name a pid
 (:meth:`SocketTimerClient.send_request`) and every request of a client made with ``ack=True`` wait for the
 server's answer; a refusal raises TimerError.  :meth:`SocketTimerClient.sync` waits until the server has
 processed everything sent before it.
+
+Hostile or broken clients: an acquire whose deadline is NaN, infinite or after year 9999 is answered
+*refused* (the client's next ``sync``/ack raises TimerError; :class:`SocketTimerClient` refuses such values
+itself with :class:`~tsm.timer.InvalidTimerRequestError` before sending); a record of an unknown kind or with
+a scope longer than :data:`MAX_SCOPE` closes that client's connection.  Refusals are counted in ``stats`` and
+logged at a limited rate, and no request, however malformed, stops the server from serving the others or
+from reaping on time.  When the process runs out of file descriptors, the server stops accepting for a
+moment instead of spinning.
 """
 
 from __future__ import annotations
@@ -35,7 +43,8 @@ from types import TracebackType
 
 from tsm.errors import TimerError
 
-from ._core import Core, ServerExtras, Timer, poll_until
+from ._core import MAX_EXPIRATION, Core, ServerExtras, Timer, check_expiration, poll_until
+from ._errors import InvalidTimerRequestError, TimerServerUnavailableError
 from ._fs import Ident, bind_socket, connect_socket, remove_if_ours
 from ._proc import Guard, OnReap, Reaper
 from .api import TimerClient, TimerRequest
@@ -51,6 +60,9 @@ ACQUIRE, RELEASE, PING = 1, 2, 3
 FLAG_ACK = 1
 WELCOME, ACK, REFUSED, REJECTED = 1, 2, 3, 4
 MAX_SCOPE = 4096  # bytes of UTF-8; keeps every record small
+#: Connections one process may hold open at once; more are rejected (each costs the server a descriptor).
+MAX_CONNS_PER_PID = 64
+_ACCEPT_PAUSE = 0.1  # seconds without accepting after the process ran out of descriptors
 _READ = 1 << 16
 _DRAIN_MAX = 1 << 22
 _OUT_MAX = 1 << 20
@@ -92,11 +104,13 @@ class SocketTimerClient(TimerClient):
 
     # -- TimerClient ------------------------------------------------------------------------------------
     def acquire(self, scope_id: str, expiration_time: float) -> None:
-        """Arm ``scope_id`` for this process until ``expiration_time``; TimerError if the server refuses us."""
-        exp = float(expiration_time)
-        if exp != exp:
-            raise ValueError("expiration_time is NaN")
-        self._send(ACQUIRE, scope_id, exp, 0, self._ack)
+        """Arm ``scope_id`` for this process until ``expiration_time``; TimerError if the server refuses us.
+
+        InvalidTimerRequestError (a ValueError) at once, with nothing sent, for a deadline that is not a
+        number, NaN, infinite or after year 9999; a negative one releases, as in torch.
+        """
+        exp = check_expiration(expiration_time)
+        self._send(ACQUIRE if exp >= 0 else RELEASE, scope_id, exp, 0, self._ack)
 
     def release(self, scope_id: str) -> None:
         """Release ``scope_id`` of this process (unknown scopes are ignored by the server)."""
@@ -108,9 +122,11 @@ class SocketTimerClient(TimerClient):
 
         The server refuses any pid other than the sender's own (and pid 1, its own pid, ...): TimerError.
         """
-        pid = 0 if request.worker_id is None else int(request.worker_id)
-        exp = float(request.expiration_time)
-        self._send(RELEASE if exp < 0 else ACQUIRE, request.scope_id, exp, pid, True)
+        wid = request.worker_id
+        if wid is not None and (type(wid) is not int or not -(2**31) <= wid < 2**31):
+            raise InvalidTimerRequestError(f"worker_id {wid!r} is not a pid")
+        exp = check_expiration(request.expiration_time)
+        self._send(RELEASE if exp < 0 else ACQUIRE, request.scope_id, exp, wid or 0, True)
 
     def sync(self) -> None:
         """Return once the server has processed every request this client sent before; TimerError on refusals."""
@@ -131,9 +147,11 @@ class SocketTimerClient(TimerClient):
 
     # -- internals ------------------------------------------------------------------------------------------
     def _send(self, kind: int, scope_id: str, exp: float, pid: int, wait: bool) -> None:
-        raw = scope_id.encode()
+        if not isinstance(scope_id, str):
+            raise InvalidTimerRequestError(f"scope_id {scope_id!r} is not a string")
+        raw = scope_id.encode(errors="surrogatepass")
         if len(raw) > MAX_SCOPE:
-            raise ValueError(f"scope_id is {len(raw)} bytes; the limit is {MAX_SCOPE}")
+            raise InvalidTimerRequestError(f"scope_id is {len(raw)} bytes; the limit is {MAX_SCOPE}")
         with self._lock:
             sock = self._sock if self._sock is not None else self._connect_locked()
             if wait:
@@ -146,7 +164,9 @@ class SocketTimerClient(TimerClient):
                 sock.sendall(data, socket.MSG_NOSIGNAL)
             except OSError as e:
                 self._drop_locked()
-                raise TimerError(f"timer server at {self.path} is gone ({e}); request not delivered") from e
+                raise TimerServerUnavailableError(
+                    f"timer server at {self.path} is gone ({e}); request not delivered"
+                ) from e
             if wait:
                 self._wait_locked(sock, seq, scope_id)
 
@@ -158,15 +178,17 @@ class SocketTimerClient(TimerClient):
                 break
             except (FileNotFoundError, ConnectionRefusedError) as e:
                 if time.monotonic() >= deadline:
-                    raise TimerError(f"no timer server at {self.path} ({e.strerror}); is it started?") from e
+                    raise TimerServerUnavailableError(
+                        f"no timer server at {self.path} ({e.strerror}); is it started?"
+                    ) from e
                 time.sleep(0.02)
             except OSError as e:
-                raise TimerError(f"cannot connect to the timer server at {self.path}: {e}") from e
+                raise TimerServerUnavailableError(f"cannot connect to the timer server at {self.path}: {e}") from e
         try:
             kind, value, text = self._read_reply(sock)
         except (OSError, TimerError) as e:
             sock.close()
-            raise TimerError(f"timer server at {self.path} did not greet us: {e}") from e
+            raise TimerServerUnavailableError(f"timer server at {self.path} did not greet us: {e}") from e
         if kind != WELCOME:
             sock.close()
             raise TimerError(f"timer server at {self.path} refused this process: {text}")
@@ -194,7 +216,9 @@ class SocketTimerClient(TimerClient):
                 kind, value, text = self._read_reply(sock)
             except (OSError, TimerError) as e:
                 self._drop_locked()
-                raise TimerError(f"timer server at {self.path} is gone ({e}); no answer received") from e
+                raise TimerServerUnavailableError(
+                    f"timer server at {self.path} is gone ({e}); no answer received"
+                ) from e
             if kind == REFUSED:
                 if value == seq:
                     raise TimerError(f"timer {scope_id!r} refused by the server: {text}")
@@ -239,6 +263,8 @@ class SocketTimerServer(ServerExtras):
     The socket is created (mode 0600, in a directory only you or root can change; paths longer than
     ``sun_path`` work) by the constructor, so clients may connect before :meth:`start`.  :meth:`start` runs
     the loop in a thread (daemon unless ``daemon=False``); :meth:`stop` stops it and removes the socket.
+    Starting a started server or stopping a stopped one does nothing; starting after ``stop()`` is a
+    TimerError (the socket is gone: create a new server).
 
     Options: ``signal`` sent at expiry (default SIGKILL); ``term_grace`` seconds between a first SIGTERM
     and ``signal`` (None: no SIGTERM); ``kill_group`` signals the worker's process group (never the
@@ -277,14 +303,17 @@ class SocketTimerServer(ServerExtras):
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._closed = False
+        self._accept_paused_until: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def start(self) -> None:
         """Run the server loop in a background thread."""
         if self._closed:
             raise TimerError("this SocketTimerServer was stopped; create a new one")
-        if self._thread is not None:
-            raise TimerError("SocketTimerServer is already started")
+        if self._thread is not None and self._thread.is_alive():
+            logger.info("SocketTimerServer on %s is already started", self.path)
+            return
+        self._stopping = False
         self._core.refresh_identity()
         self._thread = threading.Thread(target=self._loop, name="tsm-SocketTimerServer", daemon=self._daemon)
         self._thread.start()
@@ -342,6 +371,13 @@ class SocketTimerServer(ServerExtras):
             try:
                 with core.lock:
                     deadline = core.next_deadline_locked()
+                paused = self._accept_paused_until
+                if paused is not None:
+                    if time.monotonic() >= paused:
+                        self._resume_accepting()
+                    else:
+                        wait = paused - time.monotonic() + time.time()
+                        deadline = wait if deadline is None else min(deadline, wait)
                 events = poll_until(self._ep, None if deadline is None else deadline - time.time())
                 with core.lock:
                     for fd, ev in events:
@@ -368,8 +404,8 @@ class SocketTimerServer(ServerExtras):
                     core.fire_locked(time.time(), self._drain_locked)
                 core.reaper.flush_callbacks()
             except Exception:
-                logger.exception("error in the SocketTimerServer loop")
-                time.sleep(0.001)
+                core.log.log(logging.ERROR, "error in the SocketTimerServer loop", exc_info=True)
+                time.sleep(0.01)  # never spin on a persistent error
 
     def _accept_locked(self) -> None:
         assert self._lsock is not None
@@ -381,13 +417,22 @@ class SocketTimerServer(ServerExtras):
                 return
             except OSError as e:
                 if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    logger.error("cannot accept timer clients: %s", e)
+                    # Out of descriptors or memory: the pending connection stays queued and the listener stays
+                    # readable, so stop watching it for a moment rather than spin on it.
+                    core.log.log(logging.ERROR, "cannot accept timer clients for now: %s", e)
+                    self._pause_accepting()
                 return
-            sock.setblocking(False)
-            pid, uid, _gid = _PEERCRED.unpack(
-                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-            )
-            verdict = core.guard.admit(pid, uid)
+            try:
+                sock.setblocking(False)
+                pid, uid, _gid = _PEERCRED.unpack(
+                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+                )
+            except OSError:
+                sock.close()
+                continue
+            verdict: int | str = core.guard.admit(pid, uid)
+            if not isinstance(verdict, str) and len(self._by_pid.get(pid, ())) >= MAX_CONNS_PER_PID:
+                verdict = f"pid {pid} already holds {MAX_CONNS_PER_PID} connections to the timer server"
             if isinstance(verdict, str):
                 core.refuse(verdict, "<connection>")
                 text = verdict.encode()
@@ -401,6 +446,19 @@ class SocketTimerServer(ServerExtras):
             core.stats["connections"] += 1
             self._ep.register(conn.fd, select.EPOLLIN)
             self._reply(conn, _REP.pack(WELCOME, 0, 0, pid))
+
+    def _pause_accepting(self) -> None:
+        if self._lsock is None or self._accept_paused_until is not None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self._ep.modify(self._lsock.fileno(), 0)
+        self._accept_paused_until = time.monotonic() + _ACCEPT_PAUSE
+
+    def _resume_accepting(self) -> None:
+        self._accept_paused_until = None
+        if self._lsock is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._ep.modify(self._lsock.fileno(), select.EPOLLIN)
 
     def _read_locked(self, conn: _Conn, limit: int) -> None:
         total = 0
@@ -435,6 +493,17 @@ class SocketTimerServer(ServerExtras):
         replies: list[bytes] = []
         while n - off >= hdr:
             kind, flags, slen, seq, rpid, exp = unpack(buf, off)
+            if slen > MAX_SCOPE or kind not in (ACQUIRE, RELEASE, PING):
+                self._core.log.log(
+                    logging.WARNING,
+                    "pid %d broke the timer protocol (record kind %d, scope of %d bytes); closing its connection",
+                    pid,
+                    kind,
+                    slen,
+                )
+                self._core.stats["refused"] += 1
+                self._close_conn(conn)
+                return
             end = off + hdr + slen
             if end > n:
                 break
@@ -450,24 +519,21 @@ class SocketTimerServer(ServerExtras):
                 text = reason.encode()
                 replies.append(_REP.pack(REFUSED, 0, len(text), seq) + text)
                 continue
-            if kind == ACQUIRE and exp >= 0:
+            if kind == ACQUIRE and 0 <= exp <= MAX_EXPIRATION:
                 s = next(seqgen)
                 key = (pid, scope)
                 timers[key] = (exp, s, start, 0)
                 dirty.append((exp, s, key))
                 acquired += 1
-            elif kind in (RELEASE, ACQUIRE):
-                if exp != exp:
-                    self._core.refuse("expiration_time is NaN", scope)
-                    text = b"expiration_time is NaN"
-                    replies.append(_REP.pack(REFUSED, 0, len(text), seq) + text)
-                    continue
+            elif kind == RELEASE or (kind == ACQUIRE and exp < 0):
                 timers.pop((pid, scope), None)
                 released += 1
-            elif kind != PING:
-                logger.warning("pid %d sent an unknown record kind %d; closing its connection", pid, kind)
-                self._close_conn(conn)
-                return
+            elif kind == ACQUIRE:  # NaN, infinite or after year 9999
+                reason = f"expiration_time {exp!r} is not a time.time() deadline (finite, before year 10000)"
+                self._core.refuse(f"{reason} (pid {pid})", scope)
+                text = reason.encode()
+                replies.append(_REP.pack(REFUSED, 0, len(text), seq) + text)
+                continue
             if flags & FLAG_ACK:
                 replies.append(_REP.pack(ACK, 0, 0, seq))
         conn.buf = buf[off:] if off < n else b""
