@@ -160,3 +160,7 @@ def test_a_broken_torchxconfig_names_the_file(dirs: tuple[Path, Path]) -> None:
     (cwd / ".torchxconfig").write_text("no section header\n")
     with pytest.raises(ConfigError, match=r"\.torchxconfig: not a valid config file"):
         cfgmod.load_config()
+
+
+def test_constants() -> None:
+    assert (cfgmod.CONFIG_FILE, cfgmod.ENV_TORCHXCONFIG, cfgmod.CONFIG_PREFIX_DELIM) == (".torchxconfig", "TORCHXCONFIG", ":")

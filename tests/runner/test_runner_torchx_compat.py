@@ -366,3 +366,18 @@ def test_entry_point_sinks_are_loaded(tmp_path: Path, monkeypatch: pytest.Monkey
         assert importlib.import_module(module).SEEN == ["status"]
     finally:
         events.set_sinks(None)
+
+
+def test_scheduler_factory_protocol_and_default_name() -> None:
+    import tsm.schedulers as registry
+
+    factories = registry.get_scheduler_factories()
+    assert {"local", "local_cwd", "slurm"} <= set(factories)
+    factory: registry.SchedulerFactory = factories["local"]
+    sched = factory("s")
+    try:
+        assert isinstance(sched, Scheduler)
+    finally:
+        sched.close()
+    assert registry.get_default_scheduler_name() == "local"
+    assert set(inspect.signature(registry.SchedulerFactory.__call__).parameters) == {"self", "session_name", "kwargs"}

@@ -328,3 +328,79 @@ def test_resolve_keeps_going_past_keys_another_scheduler_declares(caplog: pytest
 def test_structured_error_msg_json_survives_to_dict() -> None:
     msg = json.dumps({"message": "x"})
     assert specs.AppStatus(specs.AppState.FAILED, structured_error_msg=msg).to_dict()["structured_error_msg"] == msg
+
+
+def test_app_state_repr_and_status_format_filter() -> None:
+    assert repr(specs.AppState.RUNNING) == "RUNNING (3)"
+    status = specs.AppStatus(specs.AppState.RUNNING, roles=[
+        specs.RoleStatus("a", [specs.ReplicaStatus(0, specs.AppState.RUNNING, "a")]),
+        specs.RoleStatus("b", [specs.ReplicaStatus(0, specs.AppState.PENDING, "b")]),
+    ])
+    text = status.format(filter_roles=["b"])
+    assert "b/0: PENDING" in text and "a/0" not in text
+    assert "a/0: RUNNING" in status.format()
+    assert specs.GiB == 1024
+
+
+# -- the compatibility table itself ---------------------------------------------------------------------
+DOC = Path(__file__).resolve().parents[2] / "docs" / "torchx-compat.md"
+SHORT = {"specs": "tests/specs/test_specs_torchx_compat.py", "runner": "tests/runner/test_runner_torchx_compat.py",
+         "config": "tests/runner/test_config_torchx.py"}
+
+
+def _table_rows() -> dict[str, list[tuple[str, str, str]]]:
+    """``{section title: [(name, status, notes)]}`` of every table but the counts."""
+    import re
+
+    out: dict[str, list[tuple[str, str, str]]] = {}
+    for section in re.split(r"^## ", DOC.read_text(), flags=re.M)[1:]:
+        title = section.splitlines()[0]
+        if title.startswith("Counts"):
+            continue
+        rows = []
+        for line in section.splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 3 and cells[1] in ("same", "extended", "different"):
+                rows.append((cells[0], cells[1], " ".join(cells[2:])))
+        out[title] = rows
+    return out
+
+
+def test_compat_table_counts_match_its_rows() -> None:
+    import re
+
+    rows = _table_rows()
+    text = DOC.read_text()
+    total = {"same": 0, "extended": 0, "different": 0}
+    for title, table in rows.items():
+        module = re.match(r"`torchx\.([a-z.]+)`", title)
+        assert module, title
+        n = {s: sum(1 for _, st, _ in table if st == s) for s in total}
+        for s in total:
+            total[s] += n[s]
+        line = f"| {module.group(1)} | {n['same']} | {n['extended']} | {n['different']} | {len(table)} |"
+        assert line in text, f"counts row for {module.group(1)} should read: {line}"
+    all_line = (f"| **all** | **{total['same']}** | **{total['extended']}** | **{total['different']}** | "
+                f"**{sum(total.values())}** |")
+    assert all_line in text, all_line
+
+
+def test_every_same_row_names_a_test_that_exists() -> None:
+    import re
+
+    root = DOC.parents[1]
+    for title, table in _table_rows().items():
+        for name, status, notes in table:
+            if status != "same":
+                continue
+            refs = re.findall(r"`(specs|runner|config)::(\w+)`", notes)
+            files = re.findall(r"`(tests/[\w/.]+?)(?:::(\w+)\*?)?`", notes)
+            assert refs or files or "see specs" in notes, f"{title}: same row {name} names no test"
+            for short, test in refs:
+                source = (root / SHORT[short]).read_text()
+                assert f"def {test}(" in source, f"{name}: {SHORT[short]} has no {test}"
+            for path, test in files:
+                target = root / path
+                assert target.exists(), f"{name}: {path} does not exist"
+                if test and target.is_file():
+                    assert f"def {test}" in target.read_text(), f"{name}: {path} has no {test}"

@@ -42,6 +42,7 @@ from tsm.specs.builders import materialize_appdef
 from tsm.specs.handles import ParsedAppHandle, make_app_handle, parse_app_handle
 from tsm.specs.mounts import BindMount, DeviceMount, Mount, MountType, VolumeMount, parse_mounts
 from tsm.specs.named_resources import (
+    GiB,
     get_named_resource,
     get_named_resources,
     named_resources,
@@ -67,6 +68,7 @@ __all__ = [
     "ComponentNotFoundException",
     "ComponentValidationException",
     "DeviceMount",
+    "GiB",
     "InvalidRunConfigException",
     "MalformedAppHandleException",
     "Mount",

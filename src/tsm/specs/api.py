@@ -194,6 +194,9 @@ class AppState(enum.IntEnum):
     def __str__(self) -> str:
         return self.name
 
+    def __repr__(self) -> str:
+        return f"{self.name} ({self.value})"  # TorchX's form
+
     def __format__(self, spec: str) -> str:
         # IntEnum formats as its number when given a spec (f"{state:<10}"); always use the name.
         return format(self.name, spec)
@@ -280,16 +283,17 @@ class AppStatus:
         data = asdict(self, dict_factory=lambda kv: {k: v.name if isinstance(v, enum.Enum) else v for k, v in kv})
         return json.loads(json.dumps(data))  # type: ignore[no-any-return]
 
-    def format(self) -> str:
-        """A readable multi-line summary: app state, then one line per replica."""
+    def format(self, filter_roles: list[str] | None = None) -> str:
+        """A readable multi-line summary: app state, then one line per replica (of ``filter_roles`` only, if given)."""
         lines = [f"State: {self.state.name}", f"Num Restarts: {self.num_restarts}"]
         if self.msg:
             lines.append(f"Msg: {self.msg}")
         if self.ui_url:
             lines.append(f"UI: {self.ui_url}")
-        if self.roles:
+        roles = [rs for rs in self.roles if filter_roles is None or rs.role in filter_roles]
+        if roles:
             lines.append("Roles:")
-        for rs in self.roles:
+        for rs in roles:
             for r in rs.replicas:
                 detail = [r.state.name]
                 if r.hostname:
