@@ -1,4 +1,6 @@
-"""Log readers on a line without a newline: linear time and bounded memory (issue 11, item 11).
+"""Log readers: a line without a newline in linear time and bounded memory; one follower for many replicas.
+
+Issue 11, items 11 and 12.
 
 A replica writes one line of 50, 100 and 300 MB without a newline; each reader reads the whole log:
 ``log_lines`` (combined streams: the index reader), ``log_lines`` of stdout only (the block reader) and a
@@ -6,11 +8,17 @@ follower (``should_tail``, on the ended replica). Printed beside each: the physi
 same file in 1 MiB blocks and decoding it (what any reader must pay), and the reader's peak of traced
 Python memory. Targets (2-core machine): time within 5x the baseline and linear in the size (300 MB within
 3.5x of 100 MB); peak memory under 8 MiB whatever the size; 300 MB in a few seconds.
+
+Then an attached ``tsm run`` of 1,500 replicas (each prints a first line, sleeps 1 s, prints a last line)
+under ``ulimit -n 1024``: every line delivered, and the CPU the ``tsm`` process spent following them beside
+the baseline of ``tsm wait`` on the same app run detached (what attaching costs over just waiting).
+Targets: 3,000 lines of 3,000; CPU within 3 s more than the baseline.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -56,6 +64,39 @@ def measure(read: Callable[[], Iterator[str]]) -> tuple[float, float, int]:
     return seconds, peak / (1 << 20), pieces
 
 
+#: runs ``tsm ARGS`` with at most 1,024 descriptors, then prints the CPU seconds it used on stderr
+LAUNCHER = (
+    "import resource, sys\n"
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))\n"
+    "from tsm.cli.main import main\n"
+    "code = main(sys.argv[1:])\n"
+    "ru = resource.getrusage(resource.RUSAGE_SELF)\n"
+    "sys.stderr.write(f'\\ncpu_seconds {ru.ru_utime + ru.ru_stime:.3f}\\n')\n"
+    "sys.exit(code)\n"
+)
+
+
+def tsm_cpu(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run ``tsm ARGS`` under ``ulimit -n 1024``; the result and the CPU seconds the tsm process used."""
+    r = subprocess.run([sys.executable, "-c", LAUNCHER, *args], capture_output=True, text=True, timeout=600)
+    line = [ln for ln in r.stderr.splitlines() if ln.startswith("cpu_seconds ")]
+    return r, float(line[-1].split()[1]) if line else float("nan")
+
+
+def many_replicas() -> None:
+    n = 1500
+    app = ["utils.sh", "--num_replicas", str(n), "--", "echo first $TSM_REPLICA_ID; sleep 1; echo last $TSM_REPLICA_ID"]
+    attached, cpu = tsm_cpu("run", "-c", "grace_period=5", *app)
+    want = {f"sh/{k} first {k}" for k in range(n)} | {f"sh/{k} last {k}" for k in range(n)}
+    delivered = len(want & set(attached.stdout.splitlines()))
+    detached = subprocess.run([sys.executable, "-m", "tsm.cli.main", "run", "--detach", "-c", "grace_period=5", *app],
+                              capture_output=True, text=True, timeout=600)
+    _, base = tsm_cpu("wait", detached.stdout.strip())
+    emit("attached tsm run, 1,500 replicas, ulimit -n 1024", target="3000 of 3000 lines; cpu <= baseline + 3 s",
+         lines_delivered=delivered, lines_expected=2 * n, exit_code=attached.returncode,
+         cpu_seconds=round(cpu, 3), baseline_wait_cpu_seconds=round(base, 3))
+
+
 def main() -> None:
     private_home()
     runner = get_runner("bench")
@@ -85,6 +126,7 @@ def main() -> None:
         emit(f"{name}: 300 MB / 100 MB time", target="<= 3.5 (linear: 3)",
              ratio=round(times[(name, 300 * MB)] / times[(name, 100 * MB)], 2))
     runner.close()
+    many_replicas()
 
 
 if __name__ == "__main__":

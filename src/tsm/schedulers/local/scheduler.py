@@ -816,7 +816,8 @@ class _SupervisorEvents:
     Connected at once, before the follower's first pass, so nothing that happens after that pass is
     missed. Returns what the supervisor reported (``S`` a state changed, ``L`` logs grew). Once the
     supervisor is gone it waits for the app's recorded end (its watchdog may still be writing it) and
-    reports ``S``; while the supervisor is still starting it retries the connection every 5 ms.
+    reports ``S``; while the supervisor is still starting (or alive but refusing connections) it retries
+    the connection every 5 ms (50 ms), reporting ``S`` each time so the follower reads on meanwhile.
     """
 
     def __init__(self, sched: LocalScheduler, app_id: str, app_dir: str) -> None:
@@ -828,8 +829,13 @@ class _SupervisorEvents:
             row = self.sched._app_row(self.app_id)
             if row is None or row["state"] in _TERMINAL:
                 return "S"
-            if row["sup_pid"] is None:  # still starting: its socket is moments away
-                time.sleep(0.005)
+            try:
+                up = row["sup_pid"] is None or _os.is_alive(row["sup_pid"], row["sup_start"])
+            except OSError:  # cannot tell (our fd table is full): it may well be alive
+                up = True
+            if up:
+                # starting (its socket is moments away), or alive but not taking us now: try again shortly
+                time.sleep(0.005 if row["sup_pid"] is None else 0.05)
                 self.sock = self.sched._connect(self.app_id, self.app_dir)
                 return "S"
             self.sched.wait(self.app_id)
