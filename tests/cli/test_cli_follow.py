@@ -69,6 +69,13 @@ def test_attached_run_follows_every_attempt_with_a_marker_on_stderr(tmp_path: Pa
     with get_runner() as runner:
         log_dir = runner.status(handle).ui_url.removeprefix("file://")  # type: ignore[union-attr]
     assert Path(log_dir, "sh", "0", "stdout").read_text() == "first\npartialsecond\n"
+    # One attempt alone.
+    assert tsm("log", "--attempt", "0", handle).stdout == "sh/0 first\nsh/0 partial\n"
+    one = tsm("log", "--attempt", "1", handle)
+    assert (one.returncode, one.stdout) == (0, "sh/0 second\n")
+    bad = tsm("log", "--attempt", "-1", handle)
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1, bad
+    assert "--attempt" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_log_follow_started_during_the_first_attempt_sees_the_second(tmp_path: Path) -> None:

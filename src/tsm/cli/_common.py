@@ -190,6 +190,9 @@ def _stream_logs_threads(
     """:func:`stream_logs` for a scheduler without ``log_iter_many``: one thread and runner per replica."""
     from tsm.runner.api import Runner
 
+    if kwargs.pop("attempt", None) is not None:
+        raise UsageError(f"--attempt: the scheduler of {handle} does not keep a replica's attempts apart")
+
     lock = threading.Lock()
     errors: list[BaseException] = []
 

@@ -13,11 +13,16 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("log", help="print an app's logs", description="Print the logs of every replica, of one "
                        "role (HANDLE/ROLE) or of one replica (HANDLE/ROLE/K).")
     p.add_argument("target", help="scheduler://session/app_id[/role[/replica]]")
-    p.add_argument("-f", "--follow", action="store_true", help="follow until the replicas end")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="follow until the replicas end, across their restarts; a line a replica ends with \\r "
+                   "(a progress bar) is shown as it comes, with its \\r")
     p.add_argument("--regex", help="only lines matching this regular expression")
     p.add_argument("--streams", choices=["stdout", "stderr", "combined"], help="which output (default combined)")
     p.add_argument("--since", help="only lines after this time: ISO time or duration ago (5m)")
     p.add_argument("--until", help="only lines before this time: ISO time or duration ago")
+    p.add_argument("--attempt", metavar="N",
+                   help="only attempt N of each replica (0: its first run, 1: its first restart, ...); default: "
+                        "every attempt in order, with a '--- attempt N ---' line on stderr where a restart begins")
     p.set_defaults(func=run)
 
 
@@ -34,11 +39,17 @@ def run(args: argparse.Namespace) -> int:
         except re.error as e:
             raise UsageError(f"--regex {args.regex!r} is not a valid regular expression: {e}") from None
     since, until = parse_time(args.since, "--since"), parse_time(args.until, "--until")
+    extra: dict[str, Any] = {}
+    if args.attempt is not None:
+        if not (args.attempt.isascii() and args.attempt.isdigit()) or len(args.attempt) > 9:
+            raise UsageError(f"--attempt {args.attempt!r}: give a whole number >= 0 (0: the first run)")
+        extra["attempt"] = int(args.attempt)
     with get_runner(args.session) as runner:
         targets = replica_targets(runner, handle, role, k)
         errors = stream_logs(
             runner, handle, targets, tail=args.follow, prefix=len(targets) > 1 or role is None,
             regex=args.regex, since=since, until=until, streams=Stream(args.streams) if args.streams else None,
+            **extra,
         )
     if errors:
         raise errors[0]
