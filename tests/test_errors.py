@@ -153,3 +153,44 @@ def test_brief_of_an_int_too_long_to_print() -> None:
     if not limit:
         return
     assert brief(10 ** (limit + 1)) == "<int>"
+
+
+# -- what every error carries --------------------------------------------------------------------------
+def test_errors_carry_handle_and_scheduler() -> None:
+    e = errors.UnknownAppError("gone", handle="local://s/a", scheduler="local")
+    assert (str(e), e.handle, e.scheduler) == ("gone", "local://s/a", "local")
+    plain = errors.InvalidAppError("bad")
+    assert plain.handle is None and plain.scheduler is None
+    store = errors.StoreError("disk full", scheduler="local")  # an OSError too: keywords still work
+    assert store.scheduler == "local" and isinstance(store, OSError)
+    usage = ComponentArgumentError("bad -j", usage="u", handle="h")
+    assert usage.handle == "h" and usage.usage == "u"
+
+
+def test_usage_error_lives_in_errors_and_its_old_import_still_works() -> None:
+    from tsm.cli._common import UsageError as old
+
+    assert old is errors.UsageError and issubclass(old, TsmError)
+
+
+def test_app_still_running_error_is_a_scheduler_error() -> None:
+    e = errors.AppStillRunningError("local://s/a is still RUNNING; cancel it first", handle="local://s/a")
+    assert isinstance(e, errors.SchedulerError) and e.handle == "local://s/a"
+
+
+def test_app_status_error_carries_the_status() -> None:
+    from tsm.specs import AppState, AppStatus
+
+    status = AppStatus(AppState.FAILED)
+    e = errors.AppStatusError(status)
+    assert e.status is status and "FAILED" in str(e)
+    assert str(errors.AppStatusError(status, "custom")) == "custom"
+
+
+def test_not_supported_error_is_a_not_implemented_error() -> None:
+    assert issubclass(errors.NotSupportedError, NotImplementedError)
+
+
+def test_unknown_resource_error_is_a_key_error_with_a_plain_message() -> None:
+    e = errors.UnknownResourceError("unknown named resource 'x'")
+    assert isinstance(e, KeyError) and str(e) == "unknown named resource 'x'"

@@ -30,6 +30,11 @@ _EXPORTS: dict[str, str] = {
     "Role": "tsm.specs.api",
     "RoleStatus": "tsm.specs.api",
     "NULL_IMAGE": "tsm.specs.api",
+    "NULL_RESOURCE": "tsm.specs.api",
+    "BindMount": "tsm.specs.mounts",
+    "VolumeMount": "tsm.specs.mounts",
+    "DeviceMount": "tsm.specs.mounts",
+    "named_resources": "tsm.specs.named_resources",
     "is_terminal": "tsm.specs.api",
     "macros": "tsm.specs.api",
     "runopts": "tsm.specs.runopts",
@@ -55,6 +60,8 @@ _EXPORTS: dict[str, str] = {
     "UnknownSchedulerError": "tsm.errors",
     "MalformedAppHandleError": "tsm.errors",
     "ComponentNotFoundError": "tsm.errors",
+    "AppStatusError": "tsm.errors",
+    "AppStillRunningError": "tsm.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -75,6 +82,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from tsm.errors import (
+        AppStatusError as AppStatusError,
+        AppStillRunningError as AppStillRunningError,
         ComponentNotFoundError as ComponentNotFoundError,
         InvalidAppError as InvalidAppError,
         InvalidRunOptionError as InvalidRunOptionError,
@@ -94,6 +103,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from tsm.specs.api import (
         NULL_IMAGE as NULL_IMAGE,
+        NULL_RESOURCE as NULL_RESOURCE,
         AppDef as AppDef,
         AppDryRunInfo as AppDryRunInfo,
         AppState as AppState,
@@ -107,5 +117,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         macros as macros,
     )
     from tsm.specs.handles import make_app_handle as make_app_handle, parse_app_handle as parse_app_handle
-    from tsm.specs.named_resources import get_named_resource as get_named_resource
+    from tsm.specs.mounts import (
+        BindMount as BindMount,
+        DeviceMount as DeviceMount,
+        VolumeMount as VolumeMount,
+    )
+    from tsm.specs.named_resources import (
+        get_named_resource as get_named_resource,
+        named_resources as named_resources,
+    )
     from tsm.specs.runopts import runopts as runopts

@@ -381,3 +381,16 @@ def test_scheduler_factory_protocol_and_default_name() -> None:
         sched.close()
     assert registry.get_default_scheduler_name() == "local"
     assert set(inspect.signature(registry.SchedulerFactory.__call__).parameters) == {"self", "session_name", "kwargs"}
+
+
+def test_removing_a_running_app_is_refused_with_app_still_running_error() -> None:
+    from tsm.errors import AppStillRunningError
+
+    with recording_runner() as r:
+        handle = r.run(sized_app(), "rec")
+        with pytest.raises(AppStillRunningError, match="cancel it first") as ei:
+            r.remove([handle])
+        assert ei.value.handle == handle and ei.value.scheduler == "rec"
+        r.cancel(handle)
+        assert r.remove([handle]) == [handle]  # ended: forgotten from the history
+        assert handle not in [a.app_handle for a in r.list()]
