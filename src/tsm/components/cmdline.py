@@ -7,34 +7,42 @@ gives the same parser's ``--help`` text.
 
 How parameters become options
 -----------------------------
-======================  ====================================  =============================================
-annotation              on the command line                   notes
-======================  ====================================  =============================================
-``str``                 ``--name text``
-``int`` / ``float``     ``--name 3`` / ``--name 0.5``          a bad number is a ComponentArgumentError
-``bool``                ``--name`` / ``--no-name``             no value: the flag sets True, ``--no-`` False
-``list[str]``           ``--name a,b,c``                       split on commas, blanks dropped; ``""`` is []
-``dict[str, str]``      ``--name k=v,k2=v2``                   a piece without ``=`` continues the previous
-                                                               value: ``A=0,1,B=2`` is {A: "0,1", B: "2"}
-``Optional[X]``         as ``X``                               ``X | None`` too; None only as the default
-``*args: str``          everything after ``--``, and any
-                        positional words before it
-======================  ====================================  =============================================
+The types and forms are TorchX's (``typing.List``/``Dict``/``Optional`` spellings work too); ``K`` and
+``T`` below are each one of ``str``, ``int``, ``float``.
 
-A parameter with a one-letter name is ``-x``; any other is ``--name``, and ``--name_with_underscores`` may
-also be spelled ``--name-with-dashes`` (help shows the underscore form). A parameter without a default is
-required. A value that starts with ``-`` is given as ``--name=-value``. ``defaults`` (from a config file) maps parameter names to *strings*, parsed like the command
-line: it replaces the function's default and makes a required parameter optional, but the command line
-still wins. Abbreviated options (``--num`` for ``--num_replicas``) are refused, so adding a parameter
+=======================  ====================================  ============================================
+annotation               on the command line                   notes
+=======================  ====================================  ============================================
+``str``                  ``--name text``
+``int`` / ``float``      ``--name 3`` / ``--name 0.5``          a bad number is a ComponentArgumentError
+``bool``                 ``--name``, ``--name true|false``,     TorchX's ``--name True``/``False`` form; a
+                         ``--name=no`` or ``--no-name``         bare flag sets True
+``list[T]``              ``--name a,b,c``                       split on commas, blanks dropped; ``""`` is []
+``dict[K, T]``           ``--name k=v,k2=v2``                   ``;`` also separates pairs; a piece without
+                                                                ``=`` continues the previous value
+                                                                (``A=0,1,B=2`` is {A: "0,1", B: "2"});
+                                                                ``''`` is the empty string
+``dict[K, list[T]]``     ``--name k=a;b,k2=c``                  each value split on ``,`` and ``;``
+``Optional[X]``          as ``X``                               ``X | None`` too; None only as the default
+``*args: str``           the words from the first one that is  so ``--script t.py --lr 1`` gives ``--lr 1``
+                         not an option, or after ``--``         to the script, as TorchX passes them
+=======================  ====================================  ============================================
+
+A parameter with a one-letter name is ``-x`` or ``--x``; any other is ``--name``, and
+``--name_with_underscores`` may also be spelled ``--name-with-dashes`` (help shows the underscore form). A
+parameter without a default is required. An option's value may start with ``-`` (``--lr -0.5``, or
+``--name=-value``). ``defaults`` (from a config file) maps parameter names to *strings*, parsed like the
+command line: it replaces the function's default and makes a required parameter optional, but the command
+line still wins. Abbreviated options (``--num`` for ``--num_replicas``) are refused, so adding a parameter
 never changes what an existing command line means.
 
 Errors never exit and never print: wrong or missing arguments raise
-:class:`~tsm.errors.ComponentArgumentError` with a one-line message and the component's usage (a bad
+:class:`~tsm.errors.ComponentArgumentError` with a one-line message and a one-line usage (a bad
 config-file default: the message alone, since no usage can fix a file); a function that cannot be a
 component (an unannotated or unsupported parameter, ``**kwargs``, not returning an AppDef, calling
 ``sys.exit``) raises :class:`~tsm.errors.ComponentError`. Any other exception of the function itself
-propagates unchanged, with a note naming the component (:func:`raised_by`) so the CLI can say whose it is. ``--help`` is not an option of the parser (``-h`` is
-often a component's named resource): callers check :func:`wants_help` and print :func:`component_help`.
+propagates unchanged, with a note naming the component (:func:`raised_by`) so the CLI can say whose it
+is. ``--help`` is not an option of the parser (``-h`` is often a component's named resource): callers check :func:`wants_help` and print :func:`component_help`.
 """
 
 from __future__ import annotations
