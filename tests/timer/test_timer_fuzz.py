@@ -511,3 +511,40 @@ def test_wire_format_of_a_valid_fifo_line_still_works(tmp_path: Path) -> None:
 
 def test_struct_sizes_are_what_the_fuzz_assumes() -> None:
     assert proto._REQ.size == struct.calcsize("<BBHIid") and proto._REP.size == 8
+
+
+# -- the issue's reproduction, inside the local scheduler's supervisor ------------------------------------------
+ABUSIVE_REPLICA = """
+    import os, socket, struct, time
+    import tsm.timer
+    path = os.environ["TSM_TIMER_SOCKET"]
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.recv(4096)  # welcome
+    for i, exp in enumerate([float("inf"), 1e308, float("nan"), 3e11] * 50):
+        scope = b"absurd%d" % i
+        s.sendall(struct.pack("<BBHIid", 1, 0, len(scope), 0, 0, exp) + scope)
+    s.sendall(b"\\x07garbage" * 1000)
+    s.close()
+    with tsm.timer.expires(after=0.5, scope="later"):
+        time.sleep(300)
+"""
+
+
+def test_supervisor_survives_absurd_timers_and_still_reaps(tmp_path: Path) -> None:
+    from testutil import py
+    from tsm.schedulers.local.scheduler import LocalScheduler
+    from tsm.specs import AppDef, AppState
+
+    sched = LocalScheduler("fuzz")
+    try:
+        app_id = sched.submit(AppDef("absurd", [py(ABUSIVE_REPLICA)]), {"grace_period": 1.0})
+        desc = sched.wait(app_id, timeout=120)
+        assert desc is not None and desc.state == AppState.FAILED, desc
+        assert "expired timer later" in desc.msg  # the later 0.5 s timer was reaped
+        app_dir = Path(sched.store.query("SELECT app_dir FROM local_apps WHERE app_id=?", (app_id,))[0]["app_dir"])
+        log = app_dir / "supervisor.log"
+        size = log.stat().st_size if log.exists() else 0
+        assert size < LOG_BUDGET, log.read_text(errors="replace")[-2000:]
+    finally:
+        sched.close()

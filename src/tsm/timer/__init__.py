@@ -25,7 +25,8 @@ The classes
 ``TimerClient`` (abstract: ``acquire(scope_id, expiration_time)``, ``release(scope_id)``)
 ``TimerServer(request_queue, max_interval, daemon=True)`` and ``RequestQueue``
     Abstract bases for your own server (``register_timers``, ``clear_timers``, ``get_expired_timers``,
-    ``_reap_worker``; ``start``, ``stop``).  The inherited loop waits only until the earliest deadline.
+    ``_reap_worker``; ``start``, ``stop``), run by torch's loop (``_watchdog_loop`` -> ``_run_watchdog`` ->
+    ``get(size, max_interval)``), so a subclass written for torch works unchanged.
 ``configure(client)`` and ``expires(after, scope=None, client=None)``
     ``expires`` is a context manager (and decorator) that always releases.  Without ``client`` it uses the
     configured one, else a ``SocketTimerClient`` for ``$TSM_TIMER_SOCKET`` (see :data:`TIMER_SOCKET_ENV`).
@@ -37,6 +38,11 @@ The classes
 ``SocketTimerServer(path, max_interval=60, daemon=True)`` / ``SocketTimerClient(path, ack=False)``
     Over a Unix socket; the kernel tells the server each client's pid (SO_PEERCRED), so a client can only
     arm timers for itself.  The fastest and the safest; use it unless you need torch's wire formats.
+``TimerServerUnavailableError`` (a ``BrokenPipeError``, as torch raises) and ``InvalidTimerRequestError``
+    (a ``ValueError``): both ``tsm.errors.TimerError``.
+
+Modules carry torch's names: ``tsm.timer.api``, ``tsm.timer.local_timer``, ``tsm.timer.file_based_local_timer``
+(with ``log_debug_info_for_expired_timers``) and ``tsm.timer.debug_info_logging``.
 
 Every server also takes keyword options ``term_grace`` (SIGTERM first, the final signal that many seconds
 later), ``kill_group`` (signal the worker's process group) and ``on_reap(pid, scope_id)``; the Local and
@@ -44,21 +50,37 @@ Socket servers take ``signal`` (default SIGKILL; the FIFO protocol carries it pe
 has ``arm(pid, scope_id, expiration_time, start_time=None)`` to time a process from inside the server's
 process, and ``stats`` (requests processed, refused, reaped, ...).
 
+What is the same as in PyTorch
+------------------------------
+Names, signatures and meanings of every public class and function; ``start()`` on a started server and
+``stop()`` on a stopped one do nothing; a client with no server raises ``BrokenPipeError``; worker ids are
+whatever the client sends (the table is pid-agnostic); a ``TimerServer`` subclass sees the same hook calls
+in the same order; a ``LocalTimerServer`` or ``FileTimerServer`` subclass that overrides a hook has it
+called.  ``tests/timer/test_timer_torch_compat.py`` runs one user program against both and compares.
+
 How it differs from PyTorch
 ---------------------------
-* Event-driven reaping: servers sleep until the earliest deadline (a heap) or the next request, so a worker
-  is dead about a millisecond after its deadline whatever ``max_interval`` is (kept, unused); torch's
-  servers wake every ``max_interval`` (a 1 s interval means 0.5-1.5 s late).
-  Before reaping, a server reads what the worker already sent: a release written in time always wins.
+* Event-driven reaping: tsm's servers sleep until the earliest deadline (a heap) or the next request, so a
+  worker is dead about a millisecond after its deadline whatever ``max_interval`` is (it only bounds how
+  long an idle round waits); torch's servers look at deadlines every ``max_interval`` (a 1 s interval means
+  0.5-1.5 s late).  A ``LocalTimerServer`` subclass that overrides torch's hooks gets torch's loop and
+  timing instead (see :mod:`tsm.timer.local_timer`).  Before reaping, a server reads what the worker
+  already sent: a release written in time always wins.
 * No lost requests: the FIFO client keeps the pipe open and waits when it is full (torch's drops requests
   with BlockingIOError); socket clients write on a blocking socket.  Nothing is ever dropped.
-* The server never kills itself (torch's FileTimerServer kills its own process after reaping) and never a
-  process that did not ask: pid <= 1, the server, its ancestors and other users' processes are refused
-  and logged on logger ``tsm.timer``; the socket server only arms timers for the connecting pid (a
-  request naming another pid gets a TimerError).  The FIFO/socket is created 0600 in a directory that
-  you own (or a root-owned sticky one such as ``/tmp``, where nobody else can replace it).
+* Reaping is guarded, arming is not: the server never kills itself (torch's FileTimerServer kills its own
+  process after reaping) and never signals pid <= 1, itself, its ancestors or another user's process; an
+  expired timer of such an id is dropped, counted in ``stats["refused"]`` and logged on ``tsm.timer``.
+  The socket server only arms timers for the connecting pid (a request naming another pid gets a
+  TimerError).  The FIFO/socket is created 0600 in a directory that you own (or a root-owned sticky one
+  such as ``/tmp``, where nobody else can replace it).
 * A pid reused by another process is never signalled: the start time (``/proc/<pid>/stat`` field 22) is
   recorded when the timer is armed and checked before every signal.
+* Bad requests cannot hurt the server: a deadline that is NaN, infinite or after year 9999, a wrong type,
+  garbage bytes or a truncated record is refused on its own (the socket client raises
+  ``InvalidTimerRequestError`` before sending; the socket server answers *refused*), every refusal is
+  counted, and the log gets a burst and then one line per 10 s.  Waits are cut into pieces of at most an
+  hour, so no value overflows an OS timeout.  One process may hold at most 64 socket connections.
 * ``expires()`` without a scope does no stack inspection (~1 µs of overhead instead of ~200-350 µs); the
   scope is generated (``expires#<n>``), so nested and recursive blocks never share a timer.
 * ``import tsm.timer`` takes ~20 ms (mostly ``logging``) and imports only the standard library and
