@@ -258,7 +258,7 @@ class FileTimerServer(ServerExtras):
         self._stop_signaled = False
         self._core.refresh_identity()
         self._watchdog_thread = threading.Thread(
-            target=self._loop, name="tsm-FileTimerServer", daemon=self._daemon
+            target=self._watchdog_loop, name="tsm-FileTimerServer", daemon=self._daemon
         )
         self._watchdog_thread.start()
         self._is_client_started = True
@@ -344,7 +344,8 @@ class FileTimerServer(ServerExtras):
         return self._core.stats["requests"]
 
     # -- loop ----------------------------------------------------------------------------------------------
-    def _loop(self) -> None:
+    def _watchdog_loop(self) -> None:
+        """The server thread (torch's name): rounds of :meth:`_iterate` until stopped."""
         while not self._stop_signaled:
             try:
                 with self._core.lock:
