@@ -74,3 +74,22 @@ def test_acquire_released_in_the_same_batch_never_touches_the_heap() -> None:
             core.timers.pop((PIDS[0], "s"))
         core.flush_locked()
         assert core.heap == []
+
+
+def test_guard_trusts_a_cached_start_time_only_briefly() -> None:
+    """A pid reused by a new process must not keep its predecessor's start time (it would never be reaped)."""
+    import os
+    import time
+
+    from tsm.timer._proc import CACHE_TTL, process_start_time
+
+    guard = Guard()
+    pid = os.getppid() if os.getppid() > 1 else os.getpid()
+    real = process_start_time(pid)
+    assert real is not None and guard.start_of(pid) == real
+    guard._cache[pid] = (real - 1, time.monotonic())  # what a predecessor with the same pid left
+    assert guard.start_of(pid) == real - 1  # within the lifetime: no /proc read
+    guard._cache[pid] = (real - 1, time.monotonic() - CACHE_TTL - 0.1)
+    assert guard.start_of(pid) == real  # read again: the new process's own start time
+    assert guard.start_of("worker-a") is None and guard.start_of(-3) is None  # not pids: nothing to record
+    assert guard.reapable(1) and guard.reapable(os.getpid()) and guard.reapable("worker-a")

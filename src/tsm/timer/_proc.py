@@ -22,6 +22,9 @@ logger = logging.getLogger("tsm.timer")
 
 OnReap = Callable[[int, str], None]
 
+#: Seconds a pid's start time is trusted without reading ``/proc`` again.
+CACHE_TTL = 1.0
+
 
 def _signame(sig: int) -> str:
     try:
@@ -95,23 +98,36 @@ class Guard:
     """Decides which pids a server will ever arm a timer for.
 
     Refused: pid <= 1, the server's own pid, any ancestor of the server, processes that do not exist and
-    processes owned by a user other than the server's effective user.  Admitted pids are cached with their
-    start time; the cache is safe against pid reuse because the reaper checks the start time again before
-    it signals.
+    processes owned by a user other than the server's effective user.  Start times are cached for
+    :data:`CACHE_TTL` seconds (one ``/proc`` read per pid per second at most, however many requests): the
+    reaper compares the recorded start time before it signals, so a stale entry can never make it signal a
+    reused pid, and the short lifetime keeps a new process that got an old pid from being recorded with
+    its predecessor's start time (and so never reaped) for longer than that.
     """
 
     def __init__(self) -> None:
         self.own_pid = os.getpid()
         self.uid = os.geteuid()
         self.ancestors = ancestors(self.own_pid)
-        self._cache: dict[int, int] = {}
+        self._cache: dict[int, tuple[int, float]] = {}
+
+    def _cached(self, pid: int) -> int | None:
+        hit = self._cache.get(pid)
+        if hit is None or time.monotonic() - hit[1] > CACHE_TTL:
+            return None
+        return hit[0]
+
+    def _remember(self, pid: int, start: int) -> None:
+        if len(self._cache) > 65536:
+            self._cache.clear()
+        self._cache[pid] = (start, time.monotonic())
 
     def admit(self, pid: int, uid: int | None = None) -> int | str:
         """Return the start time to record for ``pid``, or a one-line reason to refuse it.
 
         ``uid`` is the peer's uid when the kernel told us (SO_PEERCRED); otherwise it is read from /proc.
         """
-        cached = self._cache.get(pid)
+        cached = self._cached(pid)
         if cached is not None and uid is None:
             return cached
         if pid <= 1:
@@ -126,9 +142,7 @@ class Guard:
         owner = process_uid(pid) if uid is None else uid
         if owner != self.uid:
             return f"pid {pid} belongs to uid {owner}, not to the server's uid {self.uid}"
-        if len(self._cache) > 65536:
-            self._cache.clear()
-        self._cache[pid] = start
+        self._remember(pid, start)
         return start
 
     def start_of(self, worker_id: object) -> int | None:
@@ -139,14 +153,12 @@ class Guard:
         """
         if type(worker_id) is not int or worker_id <= 0:
             return None
-        cached = self._cache.get(worker_id)
+        cached = self._cached(worker_id)
         if cached is not None:
             return cached
         start = process_start_time(worker_id)
         if start is not None:
-            if len(self._cache) > 65536:
-                self._cache.clear()
-            self._cache[worker_id] = start
+            self._remember(worker_id, start)
         return start
 
     def reapable(self, worker_id: object) -> str | None:
