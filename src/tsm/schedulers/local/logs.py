@@ -18,9 +18,9 @@ records they do not know, so an older reader still reads the logs.
 **What a line is.** Lines end at ``\\n``. A line longer than :data:`MAX_LINE` bytes comes out in
 pieces of at most :data:`MAX_LINE` bytes (cut between UTF-8 characters), the last piece with the
 ``\\n``: readers keep linear time and bounded memory whatever a replica writes, and the pieces
-concatenate to the log byte for byte. Followers (tailing) also end a line at ``\\r`` and keep the
-``\\r``, so a progress bar that redraws itself with ``\\r`` shows each redraw as it is completed
-instead of nothing until its final ``\\n``. Text is decoded as UTF-8; other bytes survive as
+concatenate to the log byte for byte (``regex``, ``since`` and ``until`` apply to each piece).
+Followers (tailing) also end a line at ``\\r`` and keep the ``\\r``, so a progress bar that redraws
+itself with ``\\r`` shows each redraw as it is completed instead of nothing until its final ``\\n``. Text is decoded as UTF-8; other bytes survive as
 surrogate escapes (``os.fsencode`` restores them).
 """
 
