@@ -20,8 +20,8 @@ pieces of at most :data:`MAX_LINE` bytes (cut between UTF-8 characters), the las
 ``\\n``: readers keep linear time and bounded memory whatever a replica writes, and the pieces
 concatenate to the log byte for byte (``regex``, ``since`` and ``until`` apply to each piece).
 Followers (tailing) also end a line at ``\\r`` and keep the ``\\r``, so a progress bar that redraws
-itself with ``\\r`` shows each redraw as it is completed instead of nothing until its final ``\\n``. Text is decoded as UTF-8; other bytes survive as
-surrogate escapes (``os.fsencode`` restores them).
+itself with ``\\r`` shows each redraw as it is completed instead of nothing until its final ``\\n``.
+Text is decoded as UTF-8; other bytes survive as surrogate escapes (``os.fsencode`` restores them).
 """
 
 from __future__ import annotations
