@@ -154,7 +154,8 @@ def test_scheduler_params_reach_every_factory_and_explicit_beats_env(monkeypatch
 
 
 def test_params_from_env_skip_tsms_own_variables() -> None:
-    env = {"TSM_HOME": "/h", "TSM_APP_ID": "x", "TSM_PORT_HTTP": "1", "TSM_FOO": "bar", "OTHER": "1", "TSM_": "z"}
+    env = {"TSM_HOME": "/h", "TSM_APP_ID": "x", "TSM_PORT_HTTP": "1", "TSM_TRACKER_X_CONFIG": "c", "TSM_FOO": "bar",
+           "OTHER": "1", "TSM_": "z"}
     assert scheduler_params_from_env(env) == {"foo": "bar"}
 
 
@@ -394,3 +395,11 @@ def test_removing_a_running_app_is_refused_with_app_still_running_error() -> Non
         r.cancel(handle)
         assert r.remove([handle]) == [handle]  # ended: forgotten from the history
         assert handle not in [a.app_handle for a in r.list()]
+
+
+def test_check_cfg_is_the_strict_form_the_command_line_uses() -> None:
+    with recording_runner() as r:
+        r.check_cfg("rec", {"queue": "a", "torchx_env": False})
+        r.check_cfg("rec", None)
+        with pytest.raises(InvalidRunOptionError, match="unknown run option 'queu' \\(did you mean 'queue'\\?\\)"):
+            r.check_cfg("rec", {"queu": "a"})

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return component_help(args.component)
     cfg = parse_cfg(args.cfg)
     with get_runner(args.session) as runner, explain_misplaced_flags("dryrun", args.component, args.component_args):
+        runner.check_cfg(args.scheduler, cfg)  # -c names options of one scheduler: a typo is an error here
         info = runner.dryrun_component(args.component, args.component_args, args.scheduler, cfg)
     sys.stdout.write(request_text(info))
     return _exits.OK

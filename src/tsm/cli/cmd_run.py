@@ -131,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         return component_help(args.component)
     cfg = parse_cfg(args.cfg)
     with get_runner(args.session) as runner:
+        runner.check_cfg(args.scheduler, cfg)  # -c names options of one scheduler: a typo is an error here
         with explain_misplaced_flags("run", args.component, args.component_args):
             info = runner.dryrun_component(args.component, args.component_args, args.scheduler, cfg)
         if args.dryrun:

@@ -64,8 +64,12 @@ ENV_PREFIX = "TSM_"
 #: ``TSM_*`` variables that are tsm's own settings or a replica's environment, never scheduler params.
 RESERVED_ENV = frozenset({
     "TSM_HOME", "TSM_STORE_TIMEOUT", "TSM_APP_ID", "TSM_APP_HANDLE", "TSM_ROLE_NAME", "TSM_REPLICA_ID",
-    "TSM_NUM_REPLICAS", "TSM_RANK0_HOST", "TSM_PARENT_RUN_ID", "TSM_SUPERVISOR",
+    "TSM_NUM_REPLICAS", "TSM_RANK0_HOST", "TSM_PARENT_RUN_ID", "TSM_SUPERVISOR", "TSM_TIMER_SOCKET",
+    "TSM_JOB_DIR", "TSM_JOB_ID", "TSM_TRACKERS", "TSM_KILL_GRACE", "TSM_DEBUG",
 })
+
+#: Prefixes of ``TSM_*`` variables tsm sets per port or tracker, likewise never scheduler params.
+RESERVED_ENV_PREFIXES = ("TSM_PORT_", "TSM_TRACKER_")
 
 #: The run option (accepted by every scheduler through the runner) that turns TorchX's names off.
 TORCHX_ENV_OPTION = "torchx_env"
@@ -82,7 +86,7 @@ def scheduler_params_from_env(environ: Mapping[str, str] | None = None) -> dict[
         k[len(ENV_PREFIX):].lower(): v
         for k, v in env.items()
         if k.startswith(ENV_PREFIX) and len(k) > len(ENV_PREFIX) and k not in RESERVED_ENV
-        and not k.startswith("TSM_PORT_")
+        and not k.startswith(RESERVED_ENV_PREFIXES)
     }
 
 
@@ -185,6 +189,25 @@ class Runner:
                 ) from e
         return self._schedulers[name]
 
+    def _scheduler_name(self, scheduler: str | None) -> str:
+        """``scheduler``, else the config's default (checked, and an error names the file that set it)."""
+        if scheduler is None and self.config.default_scheduler:
+            try:
+                self._scheduler(self.config.default_scheduler)
+            except UnknownSchedulerError as e:  # say which file named it
+                raise ConfigError(f"{self.config.default_scheduler_origin}: default_scheduler: {e}") from e
+        return scheduler or self.default_scheduler
+
+    def check_cfg(self, scheduler: str | None, cfg: Mapping[str, CfgVal] | None) -> None:
+        """Raise :class:`~tsm.errors.InvalidRunOptionError` for a key of ``cfg`` that ``scheduler`` does not declare.
+
+        :meth:`dryrun` ignores such keys with a warning, as TorchX does, because a cfg may be shared by
+        several schedulers; the command line, where ``-c`` names options of one scheduler, calls this
+        first so a typo is an error there.
+        """
+        if cfg:
+            self.scheduler_run_opts(self._scheduler_name(scheduler)).check_known(cfg)
+
     def _resolve_cfg(self, scheduler: str, cfg: Mapping[str, CfgVal] | None) -> dict[str, CfgVal]:
         """Config-file run options under ``cfg``; a bad file option is reported with its file."""
         opts = self._scheduler(scheduler).run_opts()
@@ -231,12 +254,7 @@ class Runner:
         """
         with log_event(self.session_name, "dryrun", scheduler, workspace=workspace,
                        parent_run_id=parent_run_id, runcfg=_cfg_json(cfg)) as ctx:
-            if scheduler is None and self.config.default_scheduler:
-                try:
-                    self._scheduler(self.config.default_scheduler)
-                except UnknownSchedulerError as e:  # say which file named it
-                    raise ConfigError(f"{self.config.default_scheduler_origin}: default_scheduler: {e}") from e
-            scheduler = scheduler or self.default_scheduler
+            scheduler = self._scheduler_name(scheduler)
             ctx.set(scheduler=scheduler)
             validate_app(app)
             app = copy.deepcopy(app)
