@@ -12,6 +12,9 @@ Prints one JSON object per line:
   then execs ``sleep`` so that its teardown is negligible;
 * ``throughput``: acquire+release pairs per second from 1 and 16 worker processes: calls returned and
   requests processed by the server, and requests lost.
+* ``abuse`` (tsm only): reap latency of ordinary workers while a hostile client floods the server with
+  absurd deadlines (``inf``, ``1e308``, NaN, year 11000) and garbage, and how many bytes the server logged
+  meanwhile (issue 11: such requests used to stop reaping and log ~430 KB/s).
 
 Run: ``python benchmarks/timer_bench.py`` (``--quick`` for a shorter run, ``--only throughput`` etc. for one
 section).  Linux, about a minute.  Figures depend on load: run it on an otherwise idle machine.
@@ -189,6 +192,127 @@ def bench_latency(impls: list[str], intervals: list[float], n: int, tmpdir: str)
                 )
             row["not_reaped"] = missed
             emit(**row)
+
+
+# -- abuse: reaping while a hostile client floods the server ------------------------------------------------------
+ABSURD = [float("inf"), 1e308, float("nan"), 3e11]
+
+
+def abuser(impl: str, target: Any, stop: Any) -> None:
+    """Sends absurd deadlines and garbage as fast as the server takes them until ``stop`` is set."""
+
+    with contextlib.suppress(OSError):  # the server went away at the end
+        _abuse(impl, target, stop)
+
+
+def _abuse(impl: str, target: Any, stop: Any) -> None:
+    import socket
+    import struct
+
+    i = 0
+    if impl == "tsm-socket":
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(target)
+        s.recv(4096)  # welcome
+        batch = b"".join(struct.pack("<BBHIid", 1, 0, 1, 0, 0, exp) + b"x" for exp in ABSURD * 64)
+        while not stop.is_set():
+            s.sendall(batch)
+            i += 1
+            if i % 64 == 0:  # and now and then a connection that breaks the protocol
+                bad = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                bad.connect(target)
+                bad.sendall(b"\x07garbage" * 100)
+                bad.close()
+    elif impl == "tsm-file":
+        lines = b"".join(
+            b'{"pid": 4194321, "scope_id": "s", "expiration_time": %s, "signal": 9}\n' % v
+            for v in (b"Infinity", b"1e308", b"NaN", b"3e11", b"\"soon\"")
+        ) + b"garbage\n[[[[\n"
+        fd = os.open(target, os.O_WRONLY)
+        while not stop.is_set():
+            os.write(fd, lines)
+    else:
+        while not stop.is_set():
+            for exp in ABSURD:
+                target.put(tt.TimerRequest(os.getpid(), "absurd", exp))
+            time.sleep(0.0005)  # a multiprocessing queue has no back-pressure: do not fill memory
+
+
+class _LogBytes:
+    def __init__(self) -> None:
+        import logging
+
+        self.bytes = 0
+        handler = logging.Handler(logging.WARNING)
+        handler.emit = self._emit  # type: ignore[method-assign]
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        self.handler = handler
+        logging.getLogger("tsm.timer").addHandler(handler)
+
+    def _emit(self, record: Any) -> None:
+        self.bytes += len(self.handler.format(record)) + 1
+
+
+def abuse_host(impl: str, n: int, tmpdir: str, out: Connection) -> None:
+    setup = Setup(impl, 1.0, tmpdir)
+    logged = _LogBytes()
+    setup.server.start()
+    target: Any = setup.server.path if impl == "tsm-socket" else getattr(setup.server, "_file_path", None)
+    if impl == "tsm-local":
+        target = setup.server._mp_queue
+    stop = CTX.Event()
+    flood = CTX.Process(target=abuser, args=(impl, target, stop), daemon=True)
+    flood.start()
+    time.sleep(0.3)  # the flood is under way
+    t0, before = time.time(), logged.bytes
+    poller = select.poll()
+    pending: dict[int, tuple[Any, float]] = {}
+    rng = random.Random(99)
+    for _ in range(n):
+        deadline = time.time() + 0.5 + rng.random() * 0.3
+        p = CTX.Process(target=latency_worker, args=(setup.client, deadline), daemon=True)
+        p.start()
+        fd = os.pidfd_open(p.pid)
+        poller.register(fd, select.POLLIN)
+        pending[fd] = (p, deadline)
+    latencies: list[float] = []
+    end = time.time() + 10
+    while pending and time.time() < end:
+        for fd, _ev in poller.poll(500):
+            latencies.append(time.time() - pending.pop(fd)[1])
+            poller.unregister(fd)
+            os.close(fd)
+    elapsed = time.time() - t0
+    for fd, (p, _) in pending.items():
+        p.kill()
+        os.close(fd)
+    stop.set()
+    flood.join(5)
+    if flood.is_alive():
+        flood.kill()
+    refused = setup.server.stats["refused"]
+    with contextlib.suppress(Exception):
+        setup.server.stop()
+    out.send((latencies, len(pending), refused, round((logged.bytes - before) / elapsed)))
+
+
+def bench_abuse(n: int, tmpdir: str) -> None:
+    for impl in OURS:
+        here, there = CTX.Pipe()
+        host = CTX.Process(target=abuse_host, args=(impl, n, tmpdir, there))
+        host.start()
+        row: dict[str, Any] = {"bench": "abuse", "impl": impl, "workers": n}
+        if here.poll(60):
+            lat, missed, refused, log_rate = here.recv()
+            if lat:
+                row.update(median_ms=round(statistics.median(lat) * 1e3, 2), max_ms=round(max(lat) * 1e3, 2))
+            row.update(not_reaped=missed, requests_refused=refused, log_bytes_per_s=log_rate)
+        else:
+            row["error"] = "no result"
+        host.join(10)
+        if host.is_alive():
+            host.kill()
+        emit(**row)
 
 
 # -- throughput ---------------------------------------------------------------------------------------------
@@ -399,7 +523,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer workers and shorter runs")
     ap.add_argument("--no-torch", action="store_true", help="skip torch rows even if torch is importable")
-    sections = ["import", "expires", "latency", "throughput"]
+    sections = ["import", "expires", "latency", "throughput", "abuse"]
     ap.add_argument("--only", action="append", choices=sections, help="run only this section (repeatable)")
     args = ap.parse_args()
     run = set(args.only or sections)
@@ -428,6 +552,8 @@ def main() -> None:
             bench_throughput(impls, [1, 16], 0.5 if args.quick else 1.0, tmpdir)
             if torch_timer is None:
                 emit(bench="throughput", impl="torch", skipped=TORCH)
+        if "abuse" in run:
+            bench_abuse(6 if args.quick else 10, tmpdir)
     emit(bench="done", seconds=round(time.time() - t_start, 1))
 
 

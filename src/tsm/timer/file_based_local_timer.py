@@ -22,6 +22,7 @@ server calls it through this module, once per round in which timers expired.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import math
@@ -50,7 +51,9 @@ __all__ = ["FileTimerClient", "FileTimerRequest", "FileTimerServer", "log_debug_
 
 logger = logging.getLogger("tsm.timer")
 
-_READ_MAX = 1 << 20
+#: Bytes read per round: one default pipe buffer.  A writer flooding the FIFO cannot hold the loop away
+#: from the deadlines for longer than it takes to parse this much.
+_READ_MAX = 1 << 16
 _LINE_MAX = 1 << 16
 
 LogEvent = Callable[[str, "FileTimerRequest | None"], None]
@@ -235,6 +238,10 @@ class FileTimerServer(ServerExtras):
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._ep = select.epoll()
         self._ep.register(self._rfd, select.EPOLLIN)
+        try:
+            self._pipe_size = max(_READ_MAX, fcntl.fcntl(self._rfd, fcntl.F_GETPIPE_SZ))
+        except OSError:
+            self._pipe_size = 1 << 20  # the largest a user may set without privileges
         self._ep.register(self._wake_r, select.EPOLLIN)
         self._partial = b""
         self._discarding = False
@@ -381,9 +388,9 @@ class FileTimerServer(ServerExtras):
         self._busy_since = None
         self._last_progress_time = int(time.time())
 
-    def _read_locked(self) -> None:
+    def _read_locked(self, limit: int = _READ_MAX) -> None:
         total = 0
-        while total < _READ_MAX:
+        while total < limit:
             try:
                 data = os.read(self._rfd, 1 << 16)
             except BlockingIOError:
@@ -394,8 +401,8 @@ class FileTimerServer(ServerExtras):
             self._consume_locked(data)
 
     def _drain_locked(self, pids: set[int]) -> None:
-        # Everything written before the deadline is already in the pipe (at most its capacity, <= 1 MiB).
-        self._read_locked()
+        # Everything written before the deadline is already in the pipe: at most its capacity.
+        self._read_locked(self._pipe_size)
 
     def _consume_locked(self, data: bytes) -> None:
         if self._discarding:  # the rest of an over-long line: drop it up to its end
