@@ -515,7 +515,9 @@ def test_component_help_marks_required_and_varargs() -> None:
     text = component_help(varargs, prog="v")
     assert "[args ...]" in text
     assert "the words" in text
-    assert "Words from the first one that is not an option (or after '--') are passed verbatim as args." in text
+    assert (
+        "Words from the first one that is not an option (or after '--') are passed verbatim as args." in text
+    )
 
 
 def test_wants_help_only_before_double_dash() -> None:
