@@ -216,11 +216,12 @@ def _component_file(path: Path, args: list[str], env: dict[str, str]) -> None:
     """A component file that launches a DUMP replica with ``args`` and ``env`` (as Python literals)."""
     path.write_text(
         "import sys\n"
-        "from tsm.specs.api import AppDef, Role\n\n"
+        "from tsm.specs.api import AppDef, Resource, Role\n\n"
         f"DUMP = {DUMP!r}\nARGS = {args!r}\nENV = {env!r}\n\n\n"
         "def hostile() -> AppDef:\n"
         '    """Dump what the replica receives."""\n'
-        '    return AppDef("hostile", [Role("h", entrypoint=sys.executable, args=["-c", DUMP, *ARGS], env=ENV)])\n',
+        '    return AppDef("hostile", [Role("h", entrypoint=sys.executable, args=["-c", DUMP, *ARGS], env=ENV,\n'
+        '                                   resource=Resource(cpu=1, gpu=0, memMB=256))])\n',
         encoding="utf-8",
     )
 
