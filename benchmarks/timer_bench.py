@@ -201,8 +201,15 @@ ABSURD = [float("inf"), 1e308, float("nan"), 3e11]
 def abuser(impl: str, target: Any, stop: Any) -> None:
     """Sends absurd deadlines and garbage as fast as the server takes them until ``stop`` is set."""
 
+    parent = os.getppid()
+
+    class Until:  # the host set the event, or died without setting it
+        @staticmethod
+        def is_set() -> bool:
+            return bool(stop.is_set()) or os.getppid() != parent
+
     with contextlib.suppress(OSError):  # the server went away at the end
-        _abuse(impl, target, stop)
+        _abuse(impl, target, Until)
 
 
 def _abuse(impl: str, target: Any, stop: Any) -> None:
