@@ -21,8 +21,10 @@ compile: $(VENV)/.installed
 	@$(PY) -m compileall -q src/tsm
 
 # torch is needed only by the torchrun tests and the side-by-side timer benchmark: a CPU wheel, 2.13.0 only.
+# numpy comes with it: without numpy, every `import torch` (each torchrun worker too) prints a UserWarning
+# "Failed to initialize NumPy" into the output.
 $(VENV)/.torch: $(VENV)/.installed
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q torch==2.13.0 numpy
 	touch $@
 
 demo: setup

@@ -21,8 +21,8 @@ INTERRUPTED = 130
 #: (code, meaning): printed by ``tsm --help`` and documented in the README's command-line section.
 TABLE: tuple[tuple[int, str], ...] = (
     (OK, "done (run, wait: the app SUCCEEDED)"),
-    (FAILED, "the app ended FAILED or CANCELLED (run, wait), lint found errors, or the scheduler or "
-             "state store could not do what was asked"),
+    (FAILED, "the app ended FAILED or CANCELLED (run, wait), the component made an invalid app, lint "
+             "found errors, or the scheduler or state store could not do what was asked"),
     (USAGE, "the command line is wrong: unknown subcommand, flag or value, a malformed or unknown app "
             "handle, an unknown component, scheduler, resource, role or replica"),
     (TIMEOUT, "wait --timeout passed while the app is still running"),

@@ -71,29 +71,49 @@ def _signal_of(r: ReplicaStatus) -> str | None:
 
 
 def failure_of(runner: Any, handle: str, status: AppStatus) -> dict[str, Any] | None:
-    """Why a FAILED app failed, as plain data (None for any other state)."""
+    """Why a FAILED app failed, as plain data (None for any other state).
+
+    Keys: ``replica`` (``role/k``), ``exit_code``, ``signal`` (its name, when a signal ended the replica),
+    ``message`` and ``stderr_tail`` (its last stderr lines). Taken from the scheduler's
+    ``structured_error_msg`` when that is such a JSON object (the local scheduler's is); otherwise worked
+    out here from the replica states and the replica's log.
+    """
     from tsm.specs.api import AppState
 
     if status.state != AppState.FAILED:
         return None
-    found = failed_replica(status)
     out: dict[str, Any] = {
         "replica": None, "exit_code": None, "signal": None, "message": status.msg, "stderr_tail": [],
     }
+    given = _structured(status.structured_error_msg)
+    if given is not None and isinstance(given.get("replica"), str):
+        for key, kinds in (("replica", str), ("exit_code", int), ("signal", str), ("message", str)):
+            if isinstance(given.get(key), kinds) and not isinstance(given.get(key), bool):
+                out[key] = given[key]
+        tail = given.get("stderr_tail")
+        if isinstance(tail, list):
+            out["stderr_tail"] = [str(line)[:_LINE_WIDTH] for line in tail][-TAIL_LINES:]
+        return out
+    if status.structured_error_msg and given is None:  # a scheduler's own error text: the best message
+        out["message"] = status.structured_error_msg
+    found = failed_replica(status)
     if found is None:
         return out
     role, r = found
-    out.update(replica=f"{role}/{r.id}", exit_code=r.exit_code, signal=_signal_of(r), message=r.error_msg or status.msg)
-    if not status.structured_error_msg:
-        out["stderr_tail"] = stderr_tail(runner, handle, role, r.id)
-    else:  # a backend's own report (local: JSON with the replica's stderr_tail) is used when it has one
-        try:
-            report = json.loads(status.structured_error_msg)
-        except ValueError:
-            report = None
-        if isinstance(report, dict) and report.get("replica") == out["replica"]:
-            out["stderr_tail"] = [str(line) for line in report.get("stderr_tail") or []]
+    out.update(replica=f"{role}/{r.id}", exit_code=r.exit_code, signal=_signal_of(r), message=r.error_msg or out["message"])
+    out["stderr_tail"] = stderr_tail(runner, handle, role, r.id)
     return out
+
+
+def _structured(text: str) -> dict[str, Any] | None:
+    """``structured_error_msg`` as a JSON object, or None when it is empty or anything else."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def stderr_tail(runner: Any, handle: str, role: str, k: int, n: int = TAIL_LINES) -> list[str]:

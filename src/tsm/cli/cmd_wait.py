@@ -55,9 +55,10 @@ def run(args: argparse.Namespace) -> int:
             left = _SLICE if deadline is None else min(_SLICE, deadline - time.monotonic())
             if left <= 0:
                 break
-            status = runner.wait(args.handle, timeout=left)
-            if status is None:  # removed while we waited
+            waited = runner.wait(args.handle, timeout=left)
+            if waited is None:  # removed while we waited
                 raise _exits.unknown_app(args.handle)
+            status = waited
     sys.stdout.write(f"{args.handle}\n{status.format()}\n")
     if not status.state.is_terminal:
         sys.stdout.flush()

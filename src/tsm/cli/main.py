@@ -78,6 +78,15 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: l
     return "unrecognized arguments: " + " ".join(brief(w, 60)[1:-1] if len(w) > 60 else w for w in extra)
 
 
+def _check_single_values(parser: argparse.ArgumentParser | None, args: argparse.Namespace) -> None:
+    """Refuse ``--flag=--``: argparse drops the ``--`` and hands the flag an empty list instead of a value."""
+    if parser is None:
+        return
+    for action in parser._actions:
+        if action.option_strings and action.nargs is None and getattr(args, action.dest, None) == []:
+            parser.error(f"argument {'/'.join(action.option_strings)}: expected a value ('--' is not one)")
+
+
 def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser | None:
     """The parser of subcommand ``command``, if there is one."""
     for action in parser._actions:
@@ -129,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:
         (_subparser(parser, args.command) or parser).error(_unrecognized(parser, args.command, extra))
+    _check_single_values(parser, args)
+    _check_single_values(_subparser(parser, args.command), args)
     if not args.command:
         parser.print_help()
         return _exits.USAGE
