@@ -363,3 +363,38 @@ def test_dry_run_says_the_app_id_is_assigned_at_submit() -> None:
         assert r.stdout.rstrip("\n").splitlines()[-1] == ID_NOTE
     ids = {re.search(r"echo-[0-9a-f]{8}", tsm("dryrun", "utils.echo").stdout).group(0) for _ in range(2)}  # type: ignore[union-attr]
     assert len(ids) == 2  # what the note warns about: each dry run (and each run) gets its own id
+
+
+# -- the README matches what tsm does ------------------------------------------------------------------------
+def test_readme_log_example_names_a_role_dist_ddp_has(workdir: Path) -> None:
+    """The tour launches ``dist.ddp ... --script train.py`` and then follows ``HANDLE/ROLE/0``: that role exists."""
+    text = README.read_text()
+    run = re.search(r"^\$ tsm run --detach (dist\.ddp .*?)\s+#", text, re.MULTILINE)
+    log = re.search(r"^\$ tsm log -f local://default/[\w-]+/(\w+)/0 ", text, re.MULTILINE)
+    assert run and log, "the README tour no longer has the dist.ddp run and log example"
+    (workdir / "train.py").write_text("print('hi')\n")
+    r = tsm("dryrun", *run.group(1).split())
+    assert r.returncode == 0, r.stderr
+    roles = set(re.findall(r"^# role (\S+):", r.stdout, re.MULTILINE))
+    assert log.group(1) in roles, (log.group(1), roles)
+
+
+def test_readme_links_stay_inside_the_repository() -> None:
+    text = README.read_text()
+    assert "../shared" not in text and "DESIGN.md" not in text
+    root = README.parent
+    for target in re.findall(r"\]\(([^)#]+)\)", text):
+        if "://" in target:
+            continue
+        assert (root / target).resolve().is_relative_to(root), target
+        assert (root / target).exists(), f"README links to {target}, which is not in the repository"
+    assert "timers" in text  # the run option that gives each app its expiration-timer server
+
+
+@pytest.mark.torch
+def test_torch_imports_without_the_numpy_warning() -> None:
+    """``make test`` installs numpy with torch, so torchrun workers and the demo print no NumPy warning."""
+    r = subprocess.run([sys.executable, "-W", "default", "-c", "import torch"], capture_output=True, text=True,
+                       timeout=HANG)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "NumPy" not in r.stderr, r.stderr
