@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from tsm.cli import _exits
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("builtins", help="list the components you can run by name")
@@ -23,4 +25,4 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(f"{name.ljust(width)}  {comp.description}\n")
     for e in errors:
         sys.stderr.write(f"warning: {e}\n")
-    return 0
+    return _exits.OK

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from tsm.cli import _exits
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("lint", help="check a component file")
@@ -22,4 +24,4 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(f"{path}:{m.line}: {m.severity}: {m.name}: {m.description}\n")
     if not messages:
         sys.stdout.write(f"{args.target}: ok\n")
-    return 1 if any(m.severity == "error" for m in messages) else 0
+    return _exits.FAILED if any(m.severity == "error" for m in messages) else _exits.OK

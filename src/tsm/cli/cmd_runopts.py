@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from tsm.cli import _exits
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("runopts", help="show schedulers' run options")
@@ -29,4 +31,4 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write(f"{name}:\n    (unavailable: {e})\n\n")
                 continue
             sys.stdout.write(f"{name}:\n{opts}\n\n")
-    return 0
+    return _exits.OK

@@ -75,7 +75,7 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: l
         hint = did_you_mean(name, flags)
         if hint:
             return f"unrecognized option {brief(name, 60)}{hint}"
-    return "unrecognized arguments: " + " ".join(brief(w, 60)[1:-1] if len(w) > 60 else w for w in extra)
+    return "unrecognized arguments: " + " ".join(w if len(w) <= 60 else brief(w, 60) for w in extra)
 
 
 def _check_single_values(parser: argparse.ArgumentParser | None, args: argparse.Namespace) -> None:
