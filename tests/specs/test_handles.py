@@ -115,3 +115,11 @@ def test_malformed_is_a_value_error_and_tsm_error() -> None:
         parse_app_handle("nope")
     with pytest.raises(TsmError):
         parse_app_handle("nope")
+
+
+def test_app_handle_template_checks_its_parts_and_leaves_the_app_id_macro() -> None:
+    from tsm.specs.handles import app_handle_template
+
+    assert app_handle_template("local", "s") == "local://s/${app_id}"
+    with pytest.raises(MalformedAppHandleError):
+        app_handle_template("lo cal", "s")

@@ -50,8 +50,8 @@ from tsm.runner.config import Config, load_config
 from tsm.runner.events import log_event
 from tsm.schedulers import DEFAULT_SCHEDULER, get_scheduler_factory, scheduler_names
 from tsm.schedulers.api import ListAppResponse, Scheduler, Stream
-from tsm.specs.api import AppDef, AppDryRunInfo, AppState, AppStatus, macros
-from tsm.specs.handles import make_app_handle, parse_app_handle
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, AppStatus
+from tsm.specs.handles import app_handle_template, make_app_handle, parse_app_handle
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import check_name, check_resources, validate_app
 
@@ -261,7 +261,7 @@ class Runner:
             sched = self._scheduler(scheduler)
             resolved = self._resolve_cfg(scheduler, cfg)
             torchx_env = _flag(resolved.pop(TORCHX_ENV_OPTION, True))
-            handle = f"{scheduler}://{self.session_name}/{macros.app_id}"  # the scheduler fills in the app id
+            handle = app_handle_template(scheduler, self.session_name)  # ${app_id} is filled in per replica
             for role in app.roles:
                 role.env.setdefault("TSM_APP_HANDLE", handle)
                 if parent_run_id:

@@ -42,9 +42,22 @@ class ParsedAppHandle(NamedTuple):
 
 def make_app_handle(scheduler_backend: str, session_name: str, app_id: str) -> str:
     """Build ``scheduler_backend://session_name/app_id`` (and check it parses back); TorchX's keyword names."""
-    handle = f"{scheduler_backend}://{session_name}/{app_id}"
+    handle = _join(scheduler_backend, session_name, app_id)
     parse_app_handle(handle)
     return handle
+
+
+def app_handle_template(scheduler_backend: str, session_name: str) -> str:
+    """The handle of an app not submitted yet: its app id is the ``${app_id}`` macro, filled in per replica.
+
+    The scheduler and session are checked as :func:`make_app_handle` checks them.
+    """
+    make_app_handle(scheduler_backend, session_name, "app")
+    return _join(scheduler_backend, session_name, "${app_id}")
+
+
+def _join(scheduler_backend: str, session_name: str, app_id: str) -> str:
+    return f"{scheduler_backend}://{session_name}/{app_id}"
 
 
 def parse_app_handle(app_handle: str) -> ParsedAppHandle:
