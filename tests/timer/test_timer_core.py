@@ -93,3 +93,47 @@ def test_guard_trusts_a_cached_start_time_only_briefly() -> None:
     assert guard.start_of(pid) == real  # read again: the new process's own start time
     assert guard.start_of("worker-a") is None and guard.start_of(-3) is None  # not pids: nothing to record
     assert guard.reapable(1) and guard.reapable(os.getpid()) and guard.reapable("worker-a")
+
+
+OUT_OF_DESCRIPTORS = """
+import os, subprocess, time
+from tsm.timer._core import Core
+from tsm.timer._proc import Guard, Reaper, process_start_time
+child = subprocess.Popen(["sleep", "60"])
+core = Core(Reaper(), Guard())
+with core.lock:
+    core.arm_locked(child.pid, "s", time.time() - 1, process_start_time(child.pid))
+    core.flush_locked()
+fds = []
+try:
+    while True:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+with core.lock:
+    core.fire_locked(time.time())  # /proc cannot be read: the worker can be neither verified nor written off
+alive = child.poll() is None
+for fd in fds:
+    os.close(fd)
+time.sleep(0.2)
+with core.lock:
+    core.fire_locked(time.time())  # the retry
+child.wait(10)
+print(alive, child.returncode, core.stats["skipped"], core.stats["reaped"])
+"""
+
+
+def test_reaper_retries_when_proc_cannot_be_read() -> None:
+    """Out of descriptors, the reaper cannot check the pid: it neither signals blindly nor writes the worker
+    off as gone; it tries again and reaps once it can look."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import tsm.timer
+
+    env = dict(os.environ, PYTHONPATH=str(Path(tsm.timer.__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", OUT_OF_DESCRIPTORS], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "-9", "0", "1"], out.stderr[-2000:]

@@ -548,3 +548,84 @@ def test_supervisor_survives_absurd_timers_and_still_reaps(tmp_path: Path) -> No
         assert size < LOG_BUDGET, log.read_text(errors="replace")[-2000:]
     finally:
         sched.close()
+
+
+# -- a server out of descriptors -------------------------------------------------------------------------------
+SERVER_UNDER_LIMIT = """
+    import json, logging, resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+    import tsm.timer as t
+    lines = []
+    class Count(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+    logging.getLogger("tsm.timer").addHandler(Count())
+    srv = t.SocketTimerServer(sys.argv[1])
+    srv.start()
+    print("ready", flush=True)
+    sys.stdin.readline()  # the descriptors are exhausted now
+    sys.stdin.readline()  # the hogs are gone and an ordinary worker was reaped
+    print(json.dumps({"stats": srv.stats, "lines": lines}), flush=True)
+    srv.stop()
+"""
+
+
+def hog(path: str, conn: Any) -> None:
+    socks = []
+    for _ in range(proto.MAX_CONNS_PER_PID):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+        except OSError:
+            s.close()
+            break
+        socks.append(s)
+    conn.send(len(socks))
+    conn.recv()
+
+
+def test_server_out_of_descriptors_recovers(tmp_path: Path) -> None:
+    """Clients hold every descriptor the server has: it refuses or pauses accepting (no spin, a few log
+    lines, never "pid does not exist" for a pid it could not look up), and serves again once they let go."""
+    import subprocess
+    import sys
+    import textwrap
+
+    path = str(tmp_path / "t.sock")
+    env = dict(os.environ, PYTHONPATH=str(Path(timer.__file__).resolve().parents[2]))
+    server = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(SERVER_UNDER_LIMIT), path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert server.stdout is not None and server.stdin is not None
+        assert server.stdout.readline() == "ready\n"
+        pipes = [CTX.Pipe() for _ in range(2)]
+        hogs = [spawn(hog, path, there) for _here, there in pipes]
+        assert sum(here.recv() for here, _there in pipes) > 48  # connected (queued) beyond the server's limit
+        time.sleep(0.5)  # let the server run out of descriptors and back off
+        server.stdin.write("exhausted\n")
+        server.stdin.flush()
+        for here, _there in pipes:
+            here.send("go")
+        for p in hogs:
+            p.join(WAIT)
+        assert_reaps(hang_socket, path)
+        server.stdin.write("done\n")
+        server.stdin.flush()
+        report = json.loads(server.stdout.readline())
+        assert report["stats"]["reaped"] == 1
+        lines = report["lines"]
+        # it says what happened (no descriptor to accept with, or none to read /proc with) ...
+        assert any("cannot accept timer clients" in line or "Too many open files" in line for line in lines), lines
+        # ... and never mistakes "cannot look" for "the process is gone"
+        assert not any("does not exist" in line for line in lines), lines
+        assert len(lines) <= 25, lines[:30]
+        assert server.wait(WAIT) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

@@ -263,7 +263,11 @@ class Core:
         hook = self.reap_hook
         if hook is None or not use_hook:
             return self.reaper.reap(worker_id, start_time, scope_id, sig)
-        if start_time is None or process_start_time(worker_id) != start_time:
+        try:
+            current = process_start_time(worker_id)
+        except OSError:
+            current = None
+        if start_time is None or current != start_time:
             self.stats["skipped"] += 1
             logger.info("timer %s expired but pid %d is gone or names another process now", brief(scope_id), worker_id)
             return False

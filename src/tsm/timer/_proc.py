@@ -11,6 +11,7 @@ Linux only: everything here reads ``/proc``.
 
 from __future__ import annotations
 
+import errno
 import heapq
 import logging
 import os
@@ -45,18 +46,29 @@ class ProcStat:
         self.start_time = start_time
 
 
+_GONE = (errno.ENOENT, errno.ESRCH)
+
+
 def read_stat(pid: int) -> ProcStat | None:
-    """Return state, parent, process group and start time of ``pid``, or None if there is no such process."""
+    """Return state, parent, process group and start time of ``pid``, or None if there is no such process.
+
+    Any other failure to read ``/proc`` (out of descriptors or memory) raises OSError: a reader that cannot
+    see a process must not conclude that it is gone.
+    """
     if pid <= 0:
         return None
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
+    except OSError as e:
+        if e.errno in _GONE:
+            return None
+        raise  # EMFILE, ENOMEM, ...: we cannot tell, and "gone" would be a lie
     try:
         raw = os.read(fd, 4096)
-    except OSError:
-        return None
+    except OSError as e:
+        if e.errno in _GONE:
+            return None
+        raise
     finally:
         os.close(fd)
     # "pid (comm) state ppid pgrp ..."; comm may hold spaces and parentheses, so cut at the last ")".
@@ -68,7 +80,8 @@ def read_stat(pid: int) -> ProcStat | None:
 
 
 def process_start_time(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22), None if gone.
+    """Start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22), None if gone
+    (OSError if ``/proc`` cannot be read, see :func:`read_stat`).
 
     A (pid, start time) pair names one process for good: a reused pid has a later start time.
     """
@@ -87,10 +100,13 @@ def process_uid(pid: int) -> int | None:
 def ancestors(pid: int) -> frozenset[int]:
     """Every ancestor of ``pid`` up to and including pid 1 (read through ``/proc``)."""
     seen: set[int] = set()
-    st = read_stat(pid)
-    while st is not None and st.ppid > 0 and st.ppid not in seen:
-        seen.add(st.ppid)
-        st = read_stat(st.ppid)
+    try:
+        st = read_stat(pid)
+        while st is not None and st.ppid > 0 and st.ppid not in seen:
+            seen.add(st.ppid)
+            st = read_stat(st.ppid)
+    except OSError:
+        pass  # best effort: reaping is refused for what we did see, and pid 1 always
     return frozenset(seen)
 
 
@@ -136,7 +152,10 @@ class Guard:
             return f"pid {pid} is the timer server itself"
         if pid in self.ancestors:
             return f"pid {pid} is an ancestor of the timer server"
-        start = process_start_time(pid)
+        try:
+            start = process_start_time(pid)
+        except OSError as e:
+            return f"cannot check pid {pid} now ({e.strerror})"
         if start is None:
             return f"pid {pid} does not exist"
         owner = process_uid(pid) if uid is None else uid
@@ -156,7 +175,10 @@ class Guard:
         cached = self._cached(worker_id)
         if cached is not None:
             return cached
-        start = process_start_time(worker_id)
+        try:
+            start = process_start_time(worker_id)
+        except OSError:
+            return None  # cannot tell which process it is: it will never be signalled
         if start is not None:
             self._remember(worker_id, start)
         return start
@@ -181,8 +203,11 @@ class Guard:
         return None
 
 
-# A final signal waiting for its grace period: (when, seq, pid, start_time, pgid or None, signal, scope_id).
+# A final signal waiting for its grace period: (when, seq, pid, start_time, pgid or None, signal, scope_id);
+# pgid _RETRY marks a whole reap to try again because /proc could not be read.
 _Pending = tuple[float, int, int, int, "int | None", int, str]
+_RETRY = -1
+_RETRY_AFTER = 0.1
 
 
 class Reaper:
@@ -214,6 +239,7 @@ class Reaper:
         self._pending: list[_Pending] = []
         self._seq = 0
         self._callbacks: list[tuple[int, str]] = []
+        self._retry_logged = -1e9
 
     def reap(self, pid: int, start_time: int | None, scope_id: str, sig: int | None = None) -> bool:
         """Start reaping ``pid`` for ``scope_id``; return False (and log why) if nothing was signalled.
@@ -229,7 +255,11 @@ class Reaper:
             logger.info("timer %r expired but pid %d did not exist when it was armed; nothing to reap", scope_id, pid)
             self._count("skipped")
             return False
-        st = read_stat(pid)
+        try:
+            st = read_stat(pid)
+        except OSError as e:
+            self._retry(pid, start_time, scope_id, sig, e)
+            return False
         if st is None:
             logger.info("timer %r expired but pid %d is gone; nothing to reap", scope_id, pid)
             self._count("skipped")
@@ -279,7 +309,14 @@ class Reaper:
         """Send every final signal whose grace period is over, unless the worker is gone or the pid reused."""
         while self._pending and self._pending[0][0] <= now:
             _when, _seq, pid, start_time, pgid, sig, scope_id = heapq.heappop(self._pending)
-            st = read_stat(pid)
+            if pgid == _RETRY:
+                self.reap(pid, start_time, scope_id, sig)
+                continue
+            try:
+                st = read_stat(pid)
+            except OSError:
+                self._push(now + _RETRY_AFTER, pid, start_time, pgid, sig, scope_id)
+                continue
             if st is not None and st.start_time != start_time:
                 logger.info("pid %d was reused during the grace period; final signal not sent", pid)
             elif pgid is not None:
@@ -290,6 +327,17 @@ class Reaper:
                 self._send(pid, None, sig)
                 logger.warning("pid %d outlived its SIGTERM grace period; sent %s", pid, _signame(sig))
             self._done(pid, scope_id)
+
+    def _push(self, when: float, pid: int, start_time: int, pgid: int | None, sig: int, scope_id: str) -> None:
+        self._seq += 1
+        heapq.heappush(self._pending, (when, self._seq, pid, start_time, pgid, sig, scope_id))
+
+    def _retry(self, pid: int, start_time: int, scope_id: str, sig: int, e: OSError) -> None:
+        """``/proc`` could not be read (out of descriptors?): try the whole reap again shortly."""
+        if self._retry_logged < time.monotonic() - 10.0:
+            self._retry_logged = time.monotonic()
+            logger.error("cannot check pid %d before reaping it (%s); retrying", pid, e.strerror)
+        self._push(time.time() + _RETRY_AFTER, pid, start_time, _RETRY, sig, scope_id)
 
     def flush_callbacks(self) -> None:
         """Call ``on_reap`` for every worker reaped since the last flush; exceptions are logged."""
