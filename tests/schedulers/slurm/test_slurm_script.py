@@ -179,6 +179,34 @@ def test_every_option_has_help(sched: SlurmScheduler) -> None:
         assert opts[name].help
 
 
+def test_options_are_typed_once_at_dry_run(sched: SlurmScheduler) -> None:
+    """The command line's strings become SlurmOptions' types in one place (runopts.resolve)."""
+    from tsm.schedulers.slurm import SlurmOptions
+
+    assert [name for name, _ in sched.run_opts()] == [name for name, _ in SlurmOptions.runopts()]
+    cfg = {
+        "kill_grace": "7",
+        "exclusive": "yes",
+        "srun_args": "--cpu-bind=cores,--mpi=none",
+        "requeue": "false",
+    }
+    info = sched.submit_dryrun(two_role_app(), {"slurm_version": "22.05", **cfg})
+    opts = SlurmOptions.from_cfg(info.cfg)
+    assert (opts.kill_grace, opts.exclusive, opts.srun_args, opts.requeue) == (
+        7,
+        True,
+        ["--cpu-bind=cores", "--mpi=none"],
+        False,
+    )
+    assert opts.version == (22, 5)
+    assert "export TSM_KILL_GRACE=7" in info.request.script and "#SBATCH --no-requeue" in info.request.script
+    for bad, match in (({"kill_grace": "-1"}, "kill_grace must be >= 0"), ({"kill_grace": "soon"}, "expects int"),
+                       ({"slurm_version": "latest"}, "not a Slurm version such as"),
+                       ({"sbatch_args": ["nice=10"]}, "must be an option")):  # fmt: skip
+        with pytest.raises(InvalidRunOptionError, match=match):
+            sched.submit_dryrun(two_role_app(), bad)
+
+
 def test_retries_make_the_job_requeueable(sched: SlurmScheduler) -> None:
     script = dryrun(sched, two_role_app(max_retries=2)).script
     assert "#SBATCH --requeue" in directives(script)

@@ -76,8 +76,10 @@ class SlurmOptions(RunOptions):
             raise InvalidRunOptionError(
                 f"job_dir {self.job_dir!r} must be a non-empty path without '%', backslashes or line breaks"
             )
-        if self.slurm_version is not None:
-            parse_version(self.slurm_version)
+        if self.slurm_version is not None and not re.search(r"\d+\.\d+", self.slurm_version):
+            raise InvalidRunOptionError(
+                f"slurm_version {self.slurm_version!r} is not a Slurm version such as 22.05 or 23.11"
+            )
         if self.kill_grace < 0:
             raise InvalidRunOptionError(f"kill_grace must be >= 0, got {self.kill_grace}")
         for extra in self.sbatch_args or []:
