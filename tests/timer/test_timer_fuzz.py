@@ -531,7 +531,12 @@ ABUSIVE_REPLICA = """
 """
 
 
-def test_supervisor_survives_absurd_timers_and_still_reaps(tmp_path: Path) -> None:
+@pytest.mark.reliability(
+    "a replica arming absurd timers (inf, 1e308, NaN, year 11000) and sending garbage to its app's timer server",
+    expect="each request refused and counted; a later 0.5 s timer still reaps the replica; supervisor.log stays small",
+    group="Hostile input",
+)
+def test_supervisor_survives_absurd_timers_and_still_reaps(tmp_path: Path, figure: Any) -> None:
     from testutil import py
     from tsm.schedulers.local.scheduler import LocalScheduler
     from tsm.specs import AppDef, AppState
@@ -545,6 +550,7 @@ def test_supervisor_survives_absurd_timers_and_still_reaps(tmp_path: Path) -> No
         app_dir = Path(sched.store.query("SELECT app_dir FROM local_apps WHERE app_id=?", (app_id,))[0]["app_dir"])
         log = app_dir / "supervisor.log"
         size = log.stat().st_size if log.exists() else 0
+        figure("supervisor.log after 200 absurd requests and a garbage stream", size / 1024, "KiB", 32)
         assert size < LOG_BUDGET, log.read_text(errors="replace")[-2000:]
     finally:
         sched.close()
