@@ -59,6 +59,8 @@ TEMPLATES: list[tuple[list[str], set[int]]] = [
     (["log", "--until", "{}", "{handle}"], USAGE_OR_OK),
     (["log", "--regex", "{}", "{handle}"], USAGE_OR_OK),
     (["log", "--streams", "{}", "{handle}"], USAGE_OR_OK),
+    (["log", "--attempt", "{}", "{handle}"], USAGE_OR_OK),
+    (["log", "-f", "--since", "{}", "{handle}"], USAGE_OR_OK),
     (["cancel", "{}"], USAGE_OR_OK),
     (["rm", "{}"], USAGE_OR_OK),
     (["runopts", "{}"], USAGE_OR_OK),
