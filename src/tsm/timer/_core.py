@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from tsm.errors import TimerError, brief
 
 from ._errors import InvalidTimerRequestError
-from ._log import LimitedLog
+from ._log import Lazy, LimitedLog
 from ._proc import Guard, Reaper, process_start_time
 from .api import TimerRequest, bounded_wait
 
@@ -174,10 +174,10 @@ class Core:
                 raw = r.expiration_time
                 exp = raw if type(raw) is float and raw <= MAX_EXPIRATION else check_expiration(raw)
             except InvalidTimerRequestError as e:
-                self.refuse(str(e), getattr(r, "scope_id", "?"))
+                self.refuse(e, getattr(r, "scope_id", "?"))
                 continue
             except Exception as e:  # noqa: BLE001 - anything a client can put on a queue is refused, not raised
-                self.refuse(f"malformed request {brief(r)} ({type(e).__name__}: {e})", "?")
+                self.refuse(Lazy(_malformed, r, e), "?")
                 continue
             if exp < 0:
                 self.stats["released"] += 1
@@ -190,10 +190,13 @@ class Core:
         self.stats["requests"] += n
         self.flush_locked()
 
-    def refuse(self, reason: str, scope_id: object) -> None:
-        """Count a refused request and log it (rate-limited: a client can send refused requests at will)."""
+    def refuse(self, reason: object, scope_id: object) -> None:
+        """Count a refused request and log it (rate-limited: a client can send refused requests at will).
+
+        ``reason`` is formatted with ``str()`` only if the line is written (pass a :class:`Lazy`).
+        """
         self.stats["refused"] += 1
-        self.log.log(logging.WARNING, "timer request for scope %s refused: %s", brief(scope_id), reason)
+        self.log.log(logging.WARNING, "timer request for scope %s refused: %s", Lazy(brief, scope_id), reason)
 
     def clear_locked(self, worker_ids: Iterable[Any]) -> None:
         """Drop every timer of the given workers (heap entries go stale)."""
@@ -318,6 +321,10 @@ class Core:
                 except Exception:
                     self.log.log(logging.ERROR, "on_expired hook raised", exc_info=True)
         self.reaper.run_due(now)
+
+
+def _malformed(request: object, e: Exception) -> str:
+    return f"malformed request {brief(request)} ({type(e).__name__}: {e})"
 
 
 class ServerExtras:

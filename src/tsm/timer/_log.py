@@ -11,8 +11,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
-__all__ = ["LimitedLog"]
+__all__ = ["Lazy", "LimitedLog"]
+
+
+class Lazy:
+    """A log argument computed only if the line is written: ``Lazy(fn, *args)`` formats as ``fn(*args)``.
+
+    Refusals are counted at full speed and most are never logged, so their text is not built either.
+    """
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn: Callable[..., object], *args: object) -> None:
+        self.fn = fn
+        self.args = args
+
+    def __str__(self) -> str:
+        return str(self.fn(*self.args))
 
 
 class LimitedLog:

@@ -39,6 +39,7 @@ from tsm.errors import TimerError, brief
 from ._core import Core, ServerExtras, Timer, check_expiration, poll_until
 from ._errors import TimerServerUnavailableError
 from ._fs import Ident, make_fifo, remove_if_ours
+from ._log import Lazy
 from ._proc import Guard, OnReap, Reaper
 from .api import TimerClient, TimerRequest
 from .debug_info_logging import log_debug_info_for_expired_timers
@@ -425,7 +426,7 @@ class FileTimerServer(ServerExtras):
             try:
                 req = _parse_line(line)
             except Exception as e:  # noqa: BLE001 - anything a client writes is refused, never raised
-                self._refuse_line(f"malformed request line {brief(line, 60)} ({type(e).__name__}: {e})")
+                self._refuse_line(Lazy(_bad_line, line, e))
                 continue
             requests.append(req)
         if requests:
@@ -434,7 +435,7 @@ class FileTimerServer(ServerExtras):
             if self._core.stats["refused"] != before:
                 self._event("request refused", None)
 
-    def _refuse_line(self, reason: str) -> None:
+    def _refuse_line(self, reason: object) -> None:
         self._core.refuse(reason, "?")
         self._event("request refused", None)
 
@@ -483,9 +484,13 @@ class FileTimerServer(ServerExtras):
         self._ep.close()
 
 
+def _bad_line(line: bytes, e: Exception) -> str:
+    return f"malformed request line {brief(line, 60)} ({type(e).__name__}: {e})"
+
+
 def _parse_line(line: bytes) -> FileTimerRequest:
     """One JSON line of the FIFO protocol as a request; any exception means the line is malformed."""
-    d = json.loads(line)
+    d = json.loads(line.decode())  # str: the decoder skips guessing the encoding of bytes
     if not isinstance(d, dict):
         raise TypeError("not a JSON object")
     pid, scope, sig = d["pid"], d["scope_id"], d.get("signal", 0)
