@@ -57,5 +57,12 @@ slurm-up:
 slurm-down:
 	scripts/slurm-down
 
+.PHONY: docker-up docker-down
+docker-up:
+	scripts/docker-up
+
+docker-down:
+	scripts/docker-down
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from .docker_engine import DockerEngine, _started as _docker_started, docker_engine
 from .slurm_cluster import SlurmCluster, _started, in_ci, slurm_cluster, unavailable
 
-__all__ = ["SlurmCluster", "in_ci", "slurm_cluster", "unavailable"]
+__all__ = ["DockerEngine", "SlurmCluster", "docker_engine", "in_ci", "slurm_cluster", "unavailable"]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -20,3 +21,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"slurm cluster: {how} in {c.startup_seconds:.1f}s, nodes {' '.join(c.nodes)}"
         )
+    for d in _docker_started:
+        how = "started with scripts/docker-up" if d.started_by_us else "already running"
+        terminalreporter.write_line(f"docker engine: {how} in {d.startup_seconds:.1f}s")

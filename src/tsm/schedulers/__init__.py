@@ -43,6 +43,7 @@ _BUILTIN: dict[str, str] = {
     "local": "tsm.schedulers.local:create_scheduler",
     "local_cwd": "tsm.schedulers.local:create_scheduler",
     "slurm": "tsm.schedulers.slurm:create_scheduler",
+    "docker": "tsm.schedulers.docker:create_scheduler",
 }
 
 _plugins: dict[str, Any] | None = None  # noqa: F821

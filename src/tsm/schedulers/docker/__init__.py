@@ -1,0 +1,53 @@
+"""The ``docker`` scheduler: every replica a container on this host's Docker engine, one network per app.
+
+Usage::
+
+    pip install 'tsm[docker]'                  # the official docker SDK, imported only by this backend
+    tsm run -s docker utils.echo --image tsm-test/python:3 --msg hello
+    tsm run -s docker -c pull=never --workspace . dist.ddp -j 2x1 --image my/torch:cpu --script train.py
+
+What it does:
+
+* **One container per replica** named ``<app_id>-<role>-<k>``, on a bridge network ``tsm-<app_id>`` made for
+  the app, where Docker's DNS resolves ``<role>-<k>``; ``TSM_RANK0_HOST`` (``${rank0_env}``) is role 0's
+  replica 0. ``cpu`` -> CPU quota, ``memMB`` -> memory limit (no swap) and a ``/dev/shm`` of
+  ``shm_fraction`` of it, ``gpu`` -> device requests (refused at dry run on a host without NVIDIA GPUs),
+  mounts: bind, volume and device.
+* **No blind pulls**: run option ``pull`` = ``missing`` (default: pull only an image not present here),
+  ``always``, ``never``. An image that cannot be had makes the app FAILED with Docker's message.
+* **Retries**: ``REPLICA`` by Docker's restart policy ``on-failure:<max_retries>`` (``RestartCount`` is the
+  replica's restarts); ``ROLE`` and ``APPLICATION`` by tsm, which replaces the role's (or app's) containers
+  when it observes the failure -- on any ``describe``/``wait``/``status``, so something must be watching
+  (``tsm run`` attached, ``tsm wait``); a launcher that is gone retries when the next status call comes.
+* **Status** is one ``containers.list`` by label per refresh for every app of the process (the kit's
+  ``StatusWatcher``); an ended container is inspected once for its exit code and ``OOMKilled``.
+* **Logs** come from Docker (``local`` log driver: bytes kept as written), stdout and stderr apart or
+  combined in order, ``since``/``until``/regex, follow. Before tsm removes a container its output is
+  copied into ``$TSM_HOME/docker/<app_id>/logs``, so logs of removed containers stay readable.
+* **Cancel** stops every container (SIGTERM, SIGKILL after ``grace_period``), snapshots the logs, then
+  removes the containers and the network: nothing is left.
+* **Retention**: an app that ends by itself keeps its (stopped) containers and network so ``docker
+  inspect`` and ``docker logs`` work, until ``tsm delete`` (:meth:`DockerScheduler.remove`),
+  :meth:`DockerScheduler.cleanup` (``python -m tsm.schedulers.docker cleanup``: every ended app, and
+  networks whose app is gone -- what a crashed launcher leaves), or ``-c remove_finished=True``.
+* **Workspaces**: ``--workspace DIR`` snapshots DIR (``.tsmignore``) and builds ``FROM <role image>`` +
+  ``COPY . /workspace`` (or the workspace's ``Dockerfile.tsm``), tagged by the snapshot's content hash and
+  the base image id: an unchanged workspace reuses the image and builds nothing; the dry run says which.
+
+Docker's API carries text: args or env values holding bytes that are not UTF-8 are refused at dry run.
+A missing or stopped engine is :class:`~tsm.errors.SchedulerUnavailableError` saying how to start one
+(``sudo scripts/docker-up``).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tsm.schedulers.docker.scheduler import DockerScheduler
+
+
+def create_scheduler(session_name: str, **kwargs: object) -> DockerScheduler:
+    """The docker scheduler for ``session_name`` (the SDK is imported on first use, not here)."""
+    from tsm.schedulers.docker.scheduler import DockerScheduler
+
+    return DockerScheduler(session_name)

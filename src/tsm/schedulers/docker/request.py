@@ -1,0 +1,287 @@
+"""Pure: an AppDef and :class:`DockerOptions` -> :class:`DockerRequest`, the exact containers to create.
+
+No Docker call happens here (the dry run must not need a daemon); :func:`format_request` prints the
+request as the ``docker`` commands it amounts to, which is what ``tsm run --dryrun -s docker`` shows.
+
+Naming, per app ``<app_id>``:
+
+* network ``tsm-<app_id>`` (a bridge network of its own, so Docker's DNS serves only this app);
+* container ``<app_id>-<role>-<k>`` with host name and network alias ``<role>-<k>``: replicas reach each
+  other by that name, and ``TSM_RANK0_HOST`` (the ``${rank0_env}`` macro) is ``<role0>-0``;
+* labels ``tsm.*`` (:data:`LABEL_APP` ...) on every container and the network: status, ``list`` and
+  cleanup select by them, so what a crashed launcher left is still found.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tsm.errors import InvalidAppError, InvalidRunOptionError
+from tsm.schedulers.common.options import RunOptions, option
+from tsm.specs.api import AppDef, RetryPolicy, Role, is_null_resource, macros
+from tsm.specs.mounts import BindMount, DeviceMount, VolumeMount
+
+LABEL_SCHEDULER = "tsm.scheduler"
+LABEL_APP = "tsm.app-id"
+LABEL_SESSION = "tsm.session"
+LABEL_ROLE = "tsm.role"
+LABEL_REPLICA = "tsm.replica-id"
+LABEL_ATTEMPT = "tsm.attempt"
+#: JSON ``[[role, replicas, max_retries, policy], ...]``: the app's shape, so status needs no local file
+LABEL_ROLES = "tsm.roles"
+LABEL_CREATED = "tsm.created"
+
+PULL_POLICIES = ("missing", "always", "never")
+_NAME_OK = re.compile(r"[^a-z0-9-]+")
+
+
+@dataclass(frozen=True)
+class DockerOptions(RunOptions):
+    """Run options of the ``docker`` scheduler."""
+
+    pull: str = option("when to pull a role's image: missing (only if not present locally), always, never", "missing")
+    grace_period: float = option("seconds cancel waits after SIGTERM before SIGKILL", 10.0)
+    remove_finished: bool = option(
+        "remove an app's containers and network once it has ended (logs are kept in $TSM_HOME); "
+        "default keeps them until `tsm delete` or DockerScheduler.cleanup()",
+        False,
+    )
+    shm_fraction: float = option("size of /dev/shm as a fraction of the role's memMB (0 = Docker's 64 MB)", 0.5)
+
+    def check(self) -> None:
+        if self.pull not in PULL_POLICIES:
+            raise InvalidRunOptionError(f"pull must be one of {', '.join(PULL_POLICIES)}, not {self.pull!r}")
+        if self.grace_period < 0:
+            raise InvalidRunOptionError(f"grace_period must be >= 0, not {self.grace_period}")
+        if not 0 <= self.shm_fraction <= 1:
+            raise InvalidRunOptionError(f"shm_fraction must be in [0, 1], not {self.shm_fraction}")
+
+
+@dataclass
+class ContainerSpec:
+    """One replica's container, in the terms of Docker's create API (plain data, JSON-able)."""
+
+    name: str
+    role: str
+    replica_id: int
+    image: str
+    command: list[str]
+    env: dict[str, str]
+    hostname: str
+    labels: dict[str, str]
+    nano_cpus: int | None = None
+    mem_limit: int | None = None
+    shm_size: int | None = None
+    gpus: int = 0
+    #: ``{"type": "bind"|"volume", "source", "target", "read_only"}``
+    mounts: list[dict[str, Any]] = field(default_factory=list)
+    #: ``"host:container:perms"``
+    devices: list[str] = field(default_factory=list)
+    #: REPLICA retries: Docker restarts the container itself up to this many times
+    restart_max: int = 0
+    stop_grace: float = 10.0
+
+
+@dataclass
+class WorkspaceBuild:
+    """An image built from a workspace snapshot (or reused: ``build`` False when the tag exists)."""
+
+    role: str
+    snapshot: str
+    base_image: str
+    base_image_id: str
+    tag: str
+    dockerfile: str
+    build: bool
+
+
+@dataclass
+class DockerRequest:
+    """What ``schedule`` does: pull images per policy, create the network, create and start containers."""
+
+    app_id: str
+    app_name: str
+    session: str
+    network: str
+    pull: str
+    images: list[str]
+    containers: list[ContainerSpec]
+    app_dir: str
+    remove_finished: bool
+    roles: list[list[Any]]
+    builds: list[WorkspaceBuild] = field(default_factory=list)
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """The request as JSON (what is saved beside the app and read back to recreate containers)."""
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> DockerRequest:
+        data = json.loads(text)
+        data["containers"] = [ContainerSpec(**c) for c in data["containers"]]
+        data["builds"] = [WorkspaceBuild(**b) for b in data.get("builds", [])]
+        return cls(**data)
+
+
+def dns_name(role: str, replica_id: int) -> str:
+    """The host name replica ``replica_id`` of ``role`` has on its app's network: ``<role>-<k>``.
+
+    Docker's DNS wants ``[a-z0-9-]``: other characters become ``-`` (``Trainer_A`` -> ``trainer-a-0``).
+    """
+    return f"{_NAME_OK.sub('-', role.lower()).strip('-') or 'role'}-{replica_id}"
+
+
+def new_app_id(app_name: str) -> str:
+    """``<name>-<8 hex>``, with the name cut to what Docker accepts in container and network names."""
+    base = re.sub(r"[^a-zA-Z0-9_.-]+", "-", app_name).strip("-._")[:40] or "app"
+    return f"{base}-{secrets.token_hex(4)}"
+
+
+def _utf8(value: str, what: str) -> str:
+    """Docker's API carries JSON text: a value holding bytes that are not UTF-8 cannot reach a container."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidAppError(
+            f"{what} holds bytes that are not UTF-8 ({value[e.start:e.end]!r}); Docker's API carries text only: "
+            "pass such data in a file (a bind mount) instead"
+        ) from e
+    return value
+
+
+def _mounts(role: Role) -> tuple[list[dict[str, Any]], list[str]]:
+    mounts: list[dict[str, Any]] = []
+    devices: list[str] = []
+    for m in role.mounts:
+        if isinstance(m, BindMount):
+            mounts.append({"type": "bind", "source": os.path.abspath(m.src_path), "target": m.dst_path,
+                           "read_only": m.read_only})
+        elif isinstance(m, VolumeMount):
+            mounts.append({"type": "volume", "source": m.src, "target": m.dst_path, "read_only": m.read_only})
+        elif isinstance(m, DeviceMount):
+            devices.append(f"{m.src_path}:{m.dst_path}:{m.permissions}")
+        else:  # pragma: no cover - the mount types are closed
+            raise InvalidAppError(f"role '{role.name}': unsupported mount {m!r}")
+    return mounts, devices
+
+
+def validate(app: AppDef, has_gpus: bool) -> None:
+    """Refuse what the docker scheduler cannot run (raises :class:`InvalidAppError`)."""
+    for role in app.roles:
+        if not role.image:
+            raise InvalidAppError(f"role '{role.name}' has no image: the docker scheduler runs a container image")
+        if role.resource.gpu > 0 and not has_gpus:
+            raise InvalidAppError(
+                f"role '{role.name}' asks for {role.resource.gpu} GPU(s) but this host has none "
+                "(no /dev/nvidiactl): run it where NVIDIA GPUs and the NVIDIA container toolkit are, or set gpu=0"
+            )
+        if role.max_retries < 0:
+            raise InvalidAppError(f"role '{role.name}': max_retries must be >= 0, not {role.max_retries}")
+        _utf8(role.entrypoint, f"role '{role.name}' entrypoint")
+        for i, a in enumerate(role.args):
+            _utf8(a, f"role '{role.name}' argument {i}")
+        for k, v in role.env.items():
+            _utf8(k, f"role '{role.name}' env name")
+            _utf8(v, f"role '{role.name}' env {k}")
+    names = [dns_name(r.name, 0) for r in app.roles]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise InvalidAppError(f"roles map to the same host names on Docker's network: {', '.join(sorted(dup))}")
+
+
+def build_request(app: AppDef, opts: DockerOptions, session: str, app_dir_root: str, created: float) -> DockerRequest:
+    """The containers for ``app``; pure but for a fresh random app id."""
+    app_id = new_app_id(app.name)
+    network = f"tsm-{app_id}"
+    rank0 = dns_name(app.roles[0].name, 0)
+    shape = [[r.name, r.num_replicas, r.max_retries, r.retry_policy.value] for r in app.roles]
+    containers: list[ContainerSpec] = []
+    for role in app.roles:
+        res = role.resource
+        sized = not is_null_resource(res)
+        mounts, devices = _mounts(role)
+        for i in range(role.num_replicas):
+            host = dns_name(role.name, i)
+            r = macros.Values(img_root="/", app_id=app_id, replica_id=str(i)).apply(role)
+            env = dict(r.env)
+            env.update({
+                "TSM_APP_ID": app_id, "TSM_ROLE_NAME": role.name, "TSM_REPLICA_ID": str(i),
+                "TSM_NUM_REPLICAS": str(role.num_replicas), "TSM_RANK0_HOST": rank0, "PYTHONUNBUFFERED": "1",
+            })
+            mem = res.memMB * 1024 * 1024 if sized and res.memMB > 0 else None
+            containers.append(ContainerSpec(
+                name=f"{app_id}-{host}",
+                role=role.name,
+                replica_id=i,
+                image=role.image,
+                command=[r.entrypoint, *r.args],
+                env=env,
+                hostname=host,
+                labels={
+                    LABEL_SCHEDULER: "docker", LABEL_APP: app_id, LABEL_SESSION: session, LABEL_ROLE: role.name,
+                    LABEL_REPLICA: str(i), LABEL_ATTEMPT: "0", LABEL_ROLES: json.dumps(shape),
+                    LABEL_CREATED: f"{created:.3f}",
+                },
+                nano_cpus=int(res.cpu * 1e9) if sized and res.cpu > 0 else None,
+                mem_limit=mem,
+                shm_size=int(mem * opts.shm_fraction) if mem and opts.shm_fraction > 0 else None,
+                gpus=max(res.gpu, 0),
+                mounts=mounts,
+                devices=devices,
+                restart_max=role.max_retries if role.retry_policy == RetryPolicy.REPLICA else 0,
+                stop_grace=opts.grace_period,
+            ))
+    images = sorted({c.image for c in containers})
+    return DockerRequest(
+        app_id=app_id, app_name=app.name, session=session, network=network, pull=opts.pull, images=images,
+        containers=containers, app_dir=os.path.join(app_dir_root, app_id), remove_finished=opts.remove_finished,
+        roles=shape, spec=app.to_dict(),
+    )
+
+
+def docker_run_args(c: ContainerSpec, network: str) -> list[str]:
+    """The ``docker run`` command line equivalent to creating and starting ``c`` (for people and the dry run)."""
+    args = ["docker", "run", "-d", "--name", c.name, "--hostname", c.hostname, "--network", network,
+            "--network-alias", c.hostname, "--log-driver", "local"]
+    for k, v in sorted(c.labels.items()):
+        args += ["--label", f"{k}={v}"]
+    for k, v in c.env.items():
+        args += ["-e", f"{k}={v}"]
+    if c.nano_cpus:
+        args += ["--cpus", f"{c.nano_cpus / 1e9:g}"]
+    if c.mem_limit:
+        args += ["--memory", f"{c.mem_limit // (1024 * 1024)}m"]
+    if c.shm_size:
+        args += ["--shm-size", f"{c.shm_size // (1024 * 1024)}m"]
+    if c.gpus:
+        args += ["--gpus", str(c.gpus)]
+    for m in c.mounts:
+        ro = ",readonly" if m["read_only"] else ""
+        args += ["--mount", f"type={m['type']},source={m['source']},target={m['target']}{ro}"]
+    for d in c.devices:
+        args += ["--device", d]
+    if c.restart_max:
+        args += ["--restart", f"on-failure:{c.restart_max}"]
+    args += ["--stop-timeout", f"{c.stop_grace:g}", "--entrypoint", c.command[0], c.image, *c.command[1:]]
+    return args
+
+
+def format_request(req: DockerRequest) -> str:
+    """The request as the commands it amounts to: builds, pulls, the network, one ``docker run`` per replica."""
+    lines = [f"# app {req.app_id}: {len(req.containers)} container(s) on network {req.network}"]
+    for b in req.builds:
+        verb = "build" if b.build else "reuse (unchanged workspace, no build)"
+        lines.append(f"# workspace of role '{b.role}': {verb} {b.tag} FROM {b.base_image} ({b.base_image_id[:19]})")
+    for image in req.images:
+        how = {"missing": "pull if not present", "always": "pull", "never": "use local only"}[req.pull]
+        lines.append(f"# image {image}: {how}")
+    lines.append(shlex.join(["docker", "network", "create", "--label", f"{LABEL_APP}={req.app_id}", req.network]))
+    lines += [shlex.join(docker_run_args(c, req.network)) for c in req.containers]
+    return "\n".join(lines)

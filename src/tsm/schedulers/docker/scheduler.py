@@ -1,0 +1,526 @@
+"""DockerScheduler: the interface, gluing the pure request/status modules to the Docker client.
+
+Local store: ``$TSM_HOME/docker/<app_id>/`` holds ``request.json`` (the containers, to recreate them for
+ROLE/APPLICATION retries), ``app.json`` (the :class:`AppRecord`), ``logs/`` (snapshots of every container's
+output taken before it is removed) and ``final.json`` (the app's last status, written when its containers
+are removed: by ``cancel``, ``remove``, ``cleanup`` or ``remove_finished``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+
+from tsm.errors import SchedulerError, SubmissionError
+from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from tsm.schedulers.common.logs import (
+    check_replica,
+    decode,
+    filter_regex,
+    in_window,
+    split_lines,
+    split_lines_iterator,
+    stream_names,
+)
+from tsm.schedulers.common.record import AppRecord
+from tsm.schedulers.common.watcher import StatusWatcher
+from tsm.schedulers.docker.client import DockerClient
+from tsm.schedulers.docker.request import (
+    LABEL_APP,
+    LABEL_ATTEMPT,
+    LABEL_SCHEDULER,
+    DockerOptions,
+    DockerRequest,
+    WorkspaceBuild,
+    build_request,
+    format_request,
+    validate,
+)
+from tsm.schedulers.docker.status import AppView, Observed, app_status, group
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus
+from tsm.specs.runopts import CfgVal, runopts
+from tsm.store import tsm_home
+from tsm.workspace.api import METADATA_KEY, WorkspaceBuilder, image_tag
+
+STREAMS = ("stdout", "stderr")
+
+
+def has_gpus() -> bool:
+    """True when this host has NVIDIA GPUs Docker can hand out."""
+    return os.path.exists("/dev/nvidiactl")
+
+
+def store_root() -> Path:
+    return tsm_home() / "docker"
+
+
+def _status_to_json(d: DescribeAppResponse) -> str:
+    return json.dumps({
+        "app_id": d.app_id, "state": d.state.name, "msg": d.msg, "num_restarts": d.num_restarts, "created": d.created,
+        "roles": [[rs.role, [[r.id, r.state.name, r.exit_code, r.error_msg, r.restarts, r.hostname]
+                             for r in rs.replicas]] for rs in d.roles_statuses],
+    })
+
+
+def _status_from_json(text: str) -> DescribeAppResponse | None:
+    try:
+        data = json.loads(text)
+        roles = [RoleStatus(name, [ReplicaStatus(id=i, state=AppState[s], role=name, exit_code=c, error_msg=m,
+                                                  restarts=n, hostname=h) for i, s, c, m, n, h in reps])
+                 for name, reps in data["roles"]]
+        return DescribeAppResponse(app_id=data["app_id"], state=AppState[data["state"]], msg=data["msg"],
+                                   num_restarts=data["num_restarts"], created=data["created"], roles_statuses=roles)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
+    """Runs each replica as a container on a network of its app (see :mod:`tsm.schedulers.docker`)."""
+
+    requires_resource = False  # a role without a size runs without limits, as ``docker run`` does
+
+    def __init__(self, session_name: str, client: DockerClient | None = None) -> None:
+        super().__init__("docker", session_name)
+        self._client = client
+        self._watcher: StatusWatcher[DescribeAppResponse] = StatusWatcher(
+            self._snapshot, self._lookup, is_terminal=lambda d: d.state.is_terminal
+        )
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> DockerClient:
+        if self._client is None:
+            self._client = DockerClient()
+        return self._client
+
+    # -- requests -----------------------------------------------------------------------------------------
+    def run_opts(self) -> runopts:
+        return DockerOptions.runopts()
+
+    def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+        validate(app, has_gpus())
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerRequest]:
+        opts = DockerOptions.from_cfg(cfg)
+        req = build_request(app, opts, self.session_name, str(store_root()), time.time())
+        for role in app.roles:
+            ws = role.metadata.get(METADATA_KEY)
+            if isinstance(ws, dict) and ws.get("docker_tag") == role.image:
+                req.builds.append(WorkspaceBuild(
+                    role=role.name, snapshot=ws["snapshot"], base_image=ws["base_image"],
+                    base_image_id=ws["base_image_id"], tag=ws["docker_tag"], dockerfile=ws["dockerfile"],
+                    build=bool(ws["build"]),
+                ))
+        built = {b.tag for b in req.builds}
+        req.images = [i for i in req.images if i not in built]
+        return AppDryRunInfo(request=req, fmt=format_request)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[DockerRequest]) -> str:
+        req = dryrun_info.request
+        app_dir = Path(req.app_dir)
+        app_dir.mkdir(parents=True, exist_ok=True)
+        (app_dir / "request.json").write_text(req.to_json())
+        app = dryrun_info.app or AppDef.from_dict(req.spec)
+        (app_dir / "app.json").write_text(AppRecord("docker", req.session, app, os.getcwd(), {}).to_json())
+        self._watcher.submitted(req.app_id)
+        for b in req.builds:
+            self._build(b)
+        for image in req.images:
+            reason = self.client.ensure_image(image, req.pull)
+            if reason:
+                self._write_final(req, AppState.FAILED, reason)
+                return req.app_id
+        labels = {LABEL_SCHEDULER: "docker", LABEL_APP: req.app_id}
+        self.client.create_network(req.network, labels)
+        try:
+            for c in req.containers:
+                self.client.run(c, req.network)
+        except SchedulerError as e:
+            self._teardown(req.app_id, req.network, grace=0)
+            self._write_final(req, AppState.FAILED, f"could not start: {e}")
+            raise SubmissionError(f"app {req.app_id} could not start: {e}") from e
+        return req.app_id
+
+    def _build(self, b: WorkspaceBuild) -> None:
+        """Build a workspace image unless its tag is already here (then nothing is built)."""
+        if self.client.image_id(b.tag) is not None:
+            return
+        import io
+
+        from tsm.workspace.dir import write_context_tar
+
+        buf = io.BytesIO()
+        write_context_tar(b.snapshot, buf, extra={"Dockerfile": b.dockerfile.encode()})
+        self.client.build(buf.getvalue(), b.tag, {"tsm.workspace": "1", "tsm.base-image-id": b.base_image_id})
+
+    # -- workspaces --------------------------------------------------------------------------------------
+    def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]) -> None:
+        """Snapshot ``workspace`` and point ``role`` at the image of it; the build itself runs at ``schedule``.
+
+        The tag is :func:`image_tag` of the snapshot's digest and the role image's id: when Docker already
+        has it, nothing is built. ``Dockerfile.tsm`` in the workspace is used as the Dockerfile when present;
+        otherwise ``FROM <role image>`` + ``COPY . <WORKDIR>`` with ``WORKDIR /workspace``.
+        """
+        from tsm.workspace.dir import DirWorkspace
+
+        report = DirWorkspace().build(workspace)
+        base = role.image
+        base_id = self.client.image_id(base)
+        if base_id is None:
+            pulled = self.client.ensure_image(base, str(cfg.get("pull") or "missing"))
+            base_id = self.client.image_id(base)
+            if base_id is None:
+                raise SubmissionError(f"workspace image: base image of role '{role.name}': {pulled}")
+        custom = Path(report.snapshot) / "Dockerfile.tsm"
+        if custom.is_file():
+            dockerfile = custom.read_text()
+        else:
+            dockerfile = f"FROM {base}\nWORKDIR /workspace\nCOPY . /workspace\n"
+        tag = image_tag(report.digest, base_id + "\0" + dockerfile)
+        role.image = tag
+        role.metadata[METADATA_KEY] = {
+            "workspace": os.path.abspath(workspace), "digest": report.digest, "snapshot": report.snapshot,
+            "files": report.files, "bytes": report.bytes, "base_image": base, "base_image_id": base_id,
+            "docker_tag": tag, "dockerfile": dockerfile, "build": self.client.image_id(tag) is None,
+        }
+
+    def dryrun_push_images(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+        """Nothing to push: the image is built on this Docker engine, which runs it."""
+        return None
+
+    def push_images(self, images_to_push: None) -> None:
+        """Nothing to push (see :meth:`dryrun_push_images`)."""
+
+    # -- status -------------------------------------------------------------------------------------------
+    def _app_dir(self, app_id: str) -> Path:
+        return store_root() / app_id
+
+    def _request(self, app_id: str) -> DockerRequest | None:
+        try:
+            return DockerRequest.from_json((self._app_dir(app_id) / "request.json").read_text())
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def _snapshot(self) -> dict[str, DescribeAppResponse]:
+        out: dict[str, DescribeAppResponse] = {}
+        for app_id, view in group(self.client.list_containers()).items():
+            if (self._app_dir(app_id) / "cancelling").exists():
+                continue  # being cancelled: final.json answers once it is written
+            out[app_id] = self._settle(view)
+        return out
+
+    def _lookup(self, ids: list[str]) -> dict[str, DescribeAppResponse]:
+        out = {}
+        for app_id in ids:
+            d = self._final(app_id)
+            if d is not None:
+                out[app_id] = d
+            elif (self._app_dir(app_id) / "cancelling").exists():
+                out[app_id] = DescribeAppResponse(app_id=app_id, state=AppState.RUNNING, msg="being cancelled")
+        return out
+
+    def _final(self, app_id: str) -> DescribeAppResponse | None:
+        try:
+            return _status_from_json((self._app_dir(app_id) / "final.json").read_text())
+        except OSError:
+            return None
+
+    def _describe_view(self, view: AppView) -> DescribeAppResponse:
+        st = app_status(view)
+        return DescribeAppResponse(
+            app_id=view.app_id, state=st.state, msg=st.msg, num_restarts=st.num_restarts, created=view.created,
+            roles_statuses=st.roles,
+        )
+
+    def _settle(self, view: AppView) -> DescribeAppResponse:
+        """The app's status; a failure with ROLE/APPLICATION retries left is retried here, and a final
+        failure stops the replicas still running."""
+        st = app_status(view)
+        if st.state == AppState.FAILED and st.first_failure is not None:
+            role_name = st.first_failure[0]
+            shape = {r[0]: r for r in view.roles}
+            _, _, max_retries, policy = shape.get(role_name, [role_name, 1, 0, "APPLICATION"])
+            scope = [c for c in view.containers if policy == "APPLICATION" or c.role == role_name]
+            attempt = max((c.attempt for c in scope), default=0)
+            req = self._request(view.app_id)
+            if policy in ("APPLICATION", "ROLE") and attempt < int(max_retries) and req is not None:
+                self._retry(req, scope, attempt + 1)
+                return DescribeAppResponse(app_id=view.app_id, state=AppState.RUNNING, created=view.created,
+                                           num_restarts=st.num_restarts + 1, msg=f"retrying after {st.msg}")
+            for c in view.containers:
+                if c.state in ("running", "restarting", "created"):
+                    self.client.kill(c.id)
+        desc = self._describe_view(view)
+        req = self._request(view.app_id) if desc.state.is_terminal else None
+        if req is not None and req.remove_finished:
+            self._finish(view.app_id, desc)
+        return desc
+
+    def _retry(self, req: DockerRequest, scope: builtins.list[Observed], attempt: int) -> None:
+        """Replace the containers of ``scope`` by new ones (their logs are snapshotted first)."""
+        keys = {(c.role, c.replica_id) for c in scope}
+        for c in scope:
+            self.client.kill(c.id)
+        for c in scope:
+            self._snapshot_logs(req.app_id, c)
+            self.client.remove_container(c.id)
+        for spec in req.containers:
+            if (spec.role, spec.replica_id) in keys:
+                spec.labels[LABEL_ATTEMPT] = str(attempt)
+                with contextlib.suppress(SchedulerError):  # another process retried it first (name taken)
+                    self.client.run(spec, req.network)
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        d = self._watcher.get(app_id)
+        if d is None:
+            return None
+        record = AppRecord.load(self._app_dir(app_id) / "app.json")
+        out = DescribeAppResponse(
+            app_id=app_id, state=d.state, num_restarts=d.num_restarts, msg=d.msg, created=d.created,
+            roles_statuses=d.roles_statuses, app=record.app if record else None,
+        )
+        if record is not None and not out.roles_statuses:
+            out.roles_statuses = [RoleStatus(r.name) for r in record.app.roles]
+        return out
+
+    def list(self) -> list[ListAppResponse]:
+        rows = {a: ListAppResponse(a, d.state, name=a.rsplit("-", 1)[0], created=d.created)
+                for a, d in self._watcher.all().items()}
+        root = store_root()
+        if root.is_dir():
+            for entry in os.scandir(root):
+                if entry.name not in rows:
+                    d = self._final(entry.name)
+                    if d is None and (Path(entry.path) / "cancelling").exists():
+                        d = DescribeAppResponse(app_id=entry.name, state=AppState.RUNNING)
+                    if d is not None:
+                        rows[entry.name] = ListAppResponse(entry.name, d.state, name=entry.name.rsplit("-", 1)[0],
+                                                           created=d.created)
+        return sorted(rows.values(), key=lambda r: -(r.created or 0))
+
+    # -- cancel / remove ------------------------------------------------------------------------------
+    def cancel(self, app_id: str) -> None:
+        current = self.describe(app_id)
+        if current is None or current.state.is_terminal:
+            return
+        app_dir = self._app_dir(app_id)
+        app_dir.mkdir(parents=True, exist_ok=True)
+        (app_dir / "cancelling").touch()
+        try:
+            containers = self.client.list_containers(app_id)
+            req = self._request(app_id)
+            grace = max((c.stop_grace for c in req.containers), default=10.0) if req else 10.0
+            threads = [threading.Thread(target=self.client.stop, args=(c.id, grace)) for c in containers]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            ended = self.client.list_containers(app_id)
+            shape = req.roles if req else []
+            view = AppView(app_id, shape, current.created, ended)
+            desc = self._describe_view(view)
+            for rs in desc.roles_statuses:
+                for r in rs.replicas:
+                    if r.state != AppState.SUCCEEDED:
+                        r.state, r.error_msg = AppState.CANCELLED, "cancelled"
+            desc.state, desc.msg = AppState.CANCELLED, "cancelled"
+            self._finish(app_id, desc, network=req.network if req else f"tsm-{app_id}")
+        finally:
+            with contextlib.suppress(OSError):
+                (app_dir / "cancelling").unlink()
+        self._watcher.invalidate()
+
+    def _finish(self, app_id: str, desc: DescribeAppResponse, network: str | None = None) -> None:
+        """Write the final status, snapshot every container's logs, then remove containers and network."""
+        app_dir = self._app_dir(app_id)
+        app_dir.mkdir(parents=True, exist_ok=True)
+        containers = self.client.list_containers(app_id)
+        for c in containers:
+            self._snapshot_logs(app_id, c)
+        tmp = app_dir / "final.json.tmp"
+        tmp.write_text(_status_to_json(desc))
+        tmp.replace(app_dir / "final.json")
+        self._teardown(app_id, network or f"tsm-{app_id}", grace=0, containers=containers)
+
+    def _teardown(self, app_id: str, network: str, grace: float, containers: builtins.list[Observed] | None = None) -> None:
+        for c in containers if containers is not None else self.client.list_containers(app_id):
+            if grace:
+                self.client.stop(c.id, grace)
+            self.client.remove_container(c.id)
+        self.client.remove_network(network)
+
+    def _write_final(self, req: DockerRequest, state: AppState, msg: str) -> None:
+        roles = [RoleStatus(name, [ReplicaStatus(id=k, state=state, role=name, error_msg=msg) for k in range(n)])
+                 for name, n, *_ in req.roles]
+        desc = DescribeAppResponse(app_id=req.app_id, state=state, msg=msg, roles_statuses=roles, created=time.time())
+        (Path(req.app_dir) / "final.json").write_text(_status_to_json(desc))
+
+    def remove(self, app_id: str) -> bool:
+        """Remove the app's containers, network and everything kept of it in ``$TSM_HOME``."""
+        found = False
+        for c in self.client.list_containers(app_id):
+            self.client.remove_container(c.id)
+            found = True
+        self.client.remove_network(f"tsm-{app_id}")
+        app_dir = self._app_dir(app_id)
+        if app_dir.exists():
+            shutil.rmtree(app_dir, ignore_errors=True)
+            found = True
+        return found
+
+    def cleanup(self, include_running: bool = False) -> builtins.list[str]:
+        """Remove the containers and networks of every ended tsm app (logs are snapshotted first), and
+        networks no container uses any more (left by a launcher that crashed); ``include_running`` also
+        cancels the apps still running. Returns the app ids cleaned."""
+        done = []
+        for app_id, view in group(self.client.list_containers()).items():
+            desc = self._describe_view(view)
+            if desc.state.is_terminal:
+                self._finish(app_id, desc)
+                done.append(app_id)
+            elif include_running:
+                self.cancel(app_id)
+                done.append(app_id)
+        in_use = set(group(self.client.list_containers()))
+        for net in self.client.networks():
+            if net.attrs.get("Labels", {}).get(LABEL_APP) not in in_use:
+                self.client.remove_network(net.name)
+        self._watcher.invalidate()
+        return done
+
+    # -- logs ---------------------------------------------------------------------------------------------
+    def _log_dir(self, app_id: str, container_name: str) -> Path:
+        return self._app_dir(app_id) / "logs" / container_name
+
+    def _snapshot_logs(self, app_id: str, c: Observed) -> None:
+        """Copy a container's output into the store (``attempt-N/{stdout,stderr,combined,*.ts}``)."""
+        d = self._log_dir(app_id, c.name) / f"attempt-{c.attempt}"
+        if (d / "done").exists():
+            return
+        d.mkdir(parents=True, exist_ok=True)
+        try:
+            (d / "stdout").write_bytes(self.client.logs(c.id, True, False))
+            (d / "stderr").write_bytes(self.client.logs(c.id, False, True))
+            (d / "combined").write_bytes(self.client.logs(c.id, True, True))
+            (d / "stdout.ts").write_bytes(self.client.logs(c.id, True, False, timestamps=True))
+            (d / "stderr.ts").write_bytes(self.client.logs(c.id, False, True, timestamps=True))
+        except self.client.NotFound:
+            return
+        (d / "done").touch()
+
+    def _roles(self, app_id: str) -> dict[str, int] | None:
+        req = self._request(app_id)
+        if req is not None:
+            return {name: int(n) for name, n, *_ in req.roles}
+        d = self.describe(app_id)
+        if d is None:
+            return None
+        return {rs.role: len(rs.replicas) for rs in d.roles_statuses}
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterator[str]:
+        roles = self._roles(app_id)
+        if roles is None:
+            from tsm.errors import UnknownAppError
+
+            raise UnknownAppError(f"no docker app '{app_id}'")
+        check_replica(app_id, roles, role_name, k)
+        names = stream_names(streams)
+        return filter_regex(regex, self._lines(app_id, role_name, k, names, since, until, should_tail))
+
+    def _lines(self, app_id: str, role: str, k: int, names: builtins.list[str], since: datetime | None,
+               until: datetime | None, tail: bool) -> Iterator[str]:
+        from tsm.schedulers.docker.request import dns_name
+
+        cname = f"{app_id}-{dns_name(role, k)}"
+        live = next((c for c in self.client.list_containers(app_id) if c.name == cname), None)
+        logs = self._log_dir(app_id, cname)
+        snaps = sorted(logs.glob("attempt-*"), key=lambda p: int(p.name.split("-")[1])) if logs.is_dir() else []
+        for snap in snaps:
+            if live is not None and snap.name == f"attempt-{live.attempt}":
+                continue  # the container is still there: read it from Docker
+            yield from _snapshot_lines(snap, names, since, until)
+        if live is None:
+            return
+        out, err = "stdout" in names, "stderr" in names
+        s = since.timestamp() if since else None
+        if tail and until is None:
+            chunks = (decode(b) for b in _utf8_chunks(self.client.follow(live.id, out, err, since=s)))
+            yield from split_lines_iterator(chunks)
+            return
+        u = until.timestamp() if until else None
+        yield from split_lines(decode(self.client.logs(live.id, out, err, since=s, until=u)))
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def _utf8_chunks(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Re-cut byte chunks so none ends inside a UTF-8 sequence (each is then decoded on its own)."""
+    held = b""
+    for chunk in chunks:
+        data = held + chunk
+        cut = len(data)
+        for back in range(1, min(4, len(data)) + 1):
+            b = data[-back]
+            if b & 0xC0 == 0x80:
+                continue
+            if b >= 0xC0 and back < (2 if b < 0xE0 else 3 if b < 0xF0 else 4):
+                cut = len(data) - back
+            break
+        held = data[cut:]
+        if cut:
+            yield data[:cut]
+    if held:
+        yield held
+
+
+def _parse_ts(line: bytes) -> tuple[float | None, bytes]:
+    head, _, rest = line.partition(b" ")
+    try:
+        text = head.decode()
+        base, _, frac = text.rstrip("Z").partition(".")
+        when = datetime.fromisoformat(base + "+00:00").timestamp() + (float("0." + frac[:6]) if frac else 0.0)
+    except (ValueError, UnicodeDecodeError):
+        return None, line
+    return when, rest
+
+
+def _snapshot_lines(snap: Path, names: list[str], since: datetime | None, until: datetime | None) -> Iterator[str]:
+    if since is None and until is None:
+        name = names[0] if len(names) == 1 else "combined"
+        with contextlib.suppress(OSError):
+            yield from split_lines(decode((snap / name).read_bytes()))
+        return
+    stamped: list[tuple[float, int, str]] = []
+    for i, name in enumerate(names):
+        try:
+            raw = (snap / f"{name}.ts").read_bytes()
+        except OSError:
+            continue
+        for n, line in enumerate(raw.split(b"\n")):
+            if not line:
+                continue
+            when, body = _parse_ts(line)
+            if in_window(when, since, until):
+                stamped.append((when or 0.0, i * 10**9 + n, decode(body) + "\n"))
+    for _, _, text in sorted(stamped):
+        yield text

@@ -1,0 +1,206 @@
+"""Pure: Docker's container records -> replica and app statuses.
+
+Input is what one ``containers.list(all=True, sparse=True)`` by label gives (``State``, ``Status``,
+``Labels``), completed for ended containers by one ``inspect`` each, made once per container and cached
+by the client (:class:`Observed`): exit code, ``OOMKilled``, ``RestartCount``, ``FinishedAt``. Nothing here
+blocks on ``wait()``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tsm.schedulers.common.status import StateTable
+from tsm.schedulers.docker.request import (
+    LABEL_APP,
+    LABEL_ATTEMPT,
+    LABEL_CREATED,
+    LABEL_REPLICA,
+    LABEL_ROLE,
+    LABEL_ROLES,
+)
+from tsm.specs.api import AppState, ReplicaStatus, RoleStatus
+
+#: Docker's container states (``State.Status``).
+STATES = StateTable({
+    AppState.PENDING: {"created"},
+    AppState.RUNNING: {"running", "restarting", "paused", "removing"},
+    AppState.FAILED: {"dead"},
+    AppState.SUCCEEDED: set(),
+})
+
+_EXITED = re.compile(r"Exited \((-?\d+)\)")
+
+
+@dataclass
+class Observed:
+    """One container as seen by a refresh: summary fields, plus the inspected end when it has ended."""
+
+    id: str
+    name: str
+    state: str
+    labels: dict[str, str]
+    exit_code: int | None = None
+    oom_killed: bool = False
+    restarts: int = 0
+    finished_at: str = ""
+    error: str = ""
+    #: set when the container ended and will not be restarted by Docker (its record no longer changes)
+    final: bool = False
+
+    @property
+    def app_id(self) -> str:
+        return self.labels.get(LABEL_APP, "")
+
+    @property
+    def role(self) -> str:
+        return self.labels.get(LABEL_ROLE, "")
+
+    @property
+    def replica_id(self) -> int:
+        return int(self.labels.get(LABEL_REPLICA, "0"))
+
+    @property
+    def attempt(self) -> int:
+        return int(self.labels.get(LABEL_ATTEMPT, "0"))
+
+
+def from_summary(summary: dict[str, Any]) -> Observed:
+    """An :class:`Observed` from a ``/containers/json`` entry (exit code read from its ``Status`` text)."""
+    names = summary.get("Names") or [""]
+    status = str(summary.get("Status", ""))
+    m = _EXITED.search(status)
+    return Observed(
+        id=str(summary.get("Id", "")),
+        name=str(names[0]).lstrip("/"),
+        state=str(summary.get("State", "")).lower(),
+        labels=dict(summary.get("Labels") or {}),
+        exit_code=int(m.group(1)) if m else None,
+    )
+
+
+def complete(obs: Observed, attrs: dict[str, Any]) -> Observed:
+    """Fill the end of ``obs`` from ``inspect``'s ``attrs``: exit code, OOM, restarts, whether it is final."""
+    st = attrs.get("State", {})
+    obs.state = str(st.get("Status", obs.state)).lower()
+    obs.exit_code = int(st.get("ExitCode", 0))
+    obs.oom_killed = bool(st.get("OOMKilled", False))
+    obs.restarts = int(attrs.get("RestartCount", 0))
+    obs.finished_at = str(st.get("FinishedAt", ""))
+    obs.error = str(st.get("Error", "") or "")
+    policy = attrs.get("HostConfig", {}).get("RestartPolicy", {}) or {}
+    retries_left = policy.get("Name") == "on-failure" and obs.exit_code != 0 and obs.restarts < int(
+        policy.get("MaximumRetryCount", 0)
+    )
+    obs.final = obs.state in ("exited", "dead") and not st.get("Restarting", False) and not retries_left
+    return obs
+
+
+@dataclass
+class AppView:
+    """Everything a refresh saw of one app: its shape (from labels) and its containers."""
+
+    app_id: str
+    roles: list[list[Any]]
+    created: float | None
+    containers: list[Observed] = field(default_factory=list)
+
+    @property
+    def attempt(self) -> int:
+        return max((c.attempt for c in self.containers), default=0)
+
+
+def group(observed: list[Observed]) -> dict[str, AppView]:
+    """Containers by app id (labels give each app's roles and creation time)."""
+    apps: dict[str, AppView] = {}
+    for o in observed:
+        if not o.app_id:
+            continue
+        view = apps.get(o.app_id)
+        if view is None:
+            try:
+                roles = json.loads(o.labels.get(LABEL_ROLES, "[]"))
+            except ValueError:
+                roles = []
+            created = o.labels.get(LABEL_CREATED)
+            view = apps[o.app_id] = AppView(o.app_id, roles, float(created) if created else None)
+        view.containers.append(o)
+    return apps
+
+
+def replica_state(o: Observed) -> AppState:
+    """The state of one replica's container."""
+    if o.state in ("exited",):
+        if not o.final:
+            return AppState.RUNNING  # Docker restarts it (REPLICA retries)
+        return AppState.SUCCEEDED if o.exit_code == 0 else AppState.FAILED
+    return STATES.state(o.state)
+
+
+def replica_status(o: Observed) -> ReplicaStatus:
+    """A :class:`ReplicaStatus` of one container, with the OOM reason when the kernel killed it."""
+    state = replica_state(o)
+    msg = ""
+    if state == AppState.FAILED:
+        msg = f"exited with code {o.exit_code}"
+        if o.oom_killed:
+            msg = f"killed by the kernel: out of memory (its memory limit) -- exit code {o.exit_code}"
+        elif o.error:
+            msg = f"{msg}: {o.error}"
+    return ReplicaStatus(
+        id=o.replica_id, state=state, role=o.role, hostname=o.name, exit_code=o.exit_code if o.final else None,
+        error_msg=msg, restarts=o.restarts,
+    )
+
+
+@dataclass
+class AppStatusView:
+    """An app's state as computed from one refresh."""
+
+    state: AppState
+    msg: str
+    roles: list[RoleStatus]
+    num_restarts: int
+    #: (role, replica) of the first replica that failed for good, if any
+    first_failure: tuple[str, int] | None = None
+
+
+def app_status(view: AppView) -> AppStatusView:
+    """Roles and replicas in the app's order, its state, and which replica failed first."""
+    by_key = {(c.role, c.replica_id): c for c in view.containers}
+    roles: list[RoleStatus] = []
+    states: list[AppState] = []
+    failures: list[tuple[str, str, int, Observed]] = []
+    for role_name, n, *_ in view.roles or [[c.role, 1] for c in view.containers]:
+        rs = RoleStatus(role_name)
+        for k in range(int(n)):
+            c = by_key.get((role_name, k))
+            if c is None:
+                rs.replicas.append(ReplicaStatus(id=k, state=AppState.PENDING, role=role_name))
+                states.append(AppState.PENDING)
+                continue
+            r = replica_status(c)
+            rs.replicas.append(r)
+            states.append(r.state)
+            if r.state == AppState.FAILED:
+                failures.append((c.finished_at, role_name, k, c))
+        roles.append(rs)
+    restarts = sum(r.restarts for rs in roles for r in rs.replicas) + view.attempt
+    first = min(failures, key=lambda f: f[0]) if failures else None
+    if first is not None:
+        _, role_name, k, c = first
+        why = "ran out of memory" if c.oom_killed else f"exited with code {c.exit_code}"
+        for rs in roles:
+            for r in rs.replicas:
+                if r.state == AppState.FAILED and (rs.role, r.id) != (role_name, k):
+                    r.state = AppState.CANCELLED
+                    r.error_msg = f"stopped after role '{role_name}' replica {k} failed"
+        return AppStatusView(AppState.FAILED, f"role '{role_name}' replica {k} {why}", roles, restarts, (role_name, k))
+    if states and all(s == AppState.SUCCEEDED for s in states):
+        return AppStatusView(AppState.SUCCEEDED, "", roles, restarts)
+    if any(s == AppState.RUNNING for s in states) or any(s == AppState.SUCCEEDED for s in states):
+        return AppStatusView(AppState.RUNNING, "", roles, restarts)
+    return AppStatusView(AppState.PENDING, "", roles, restarts)
