@@ -146,7 +146,7 @@ def test_every_flag_takes_every_hostile_value(handle: str) -> None:
 
 
 _argv_text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30
+    alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=30
 )  # what a real argv can hold: no NUL; non-UTF-8 bytes come as surrogate escapes, added below
 _values = st.one_of(
     _argv_text,
@@ -173,3 +173,29 @@ def test_rm_older_than_never_reaches_the_catch_all(handle: str, value: str) -> N
     assert code in USAGE_OR_OK, (code, err)
     if value in ("-1", "nan", "inf", "1e308", "x", ""):
         assert code == _exits.USAGE and "--older-than" in err, err
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "ascii", "latin-1"])
+def test_any_argument_prints_under_any_stdout_encoding(tmp_path: Path, encoding: str) -> None:
+    """In a real process: bytes that are not UTF-8 come back as given; what the stdout encoding cannot hold
+    is escaped, never the catch-all (``PYTHONIOENCODING=ascii`` once made a dry run an internal error)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONIOENCODING": encoding, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    env.pop("TSM_DEBUG", None)
+    for value in (b"plain", "é€".encode(), b"\xff\xfe", "é".encode() + b"\xff", b"\x1b[31m"):
+        argv: list[str | bytes] = [sys.executable, "-m", "tsm.cli.main", "dryrun", "utils.echo", "--msg", value]
+        r = subprocess.run(argv, capture_output=True, env=env, cwd=tmp_path, timeout=120)
+        err = r.stderr.decode("utf-8", "replace")
+        assert r.returncode == 0, (value, err)
+        assert "internal error" not in err and "Traceback" not in err, err
+        line = next(ln for ln in r.stdout.splitlines() if ln.startswith(b"echo/0"))
+        if b"\xff" in value:
+            assert b"\xff" in line, line  # the user's own byte, back as given
+        if encoding == "ascii" and "é".encode() in value:
+            assert b"\\xe9" in line, line
+        argv = [sys.executable, "-m", "tsm.cli.main", "status", b"local://default/" + value]
+        r = subprocess.run(argv, capture_output=True, env=env, cwd=tmp_path, timeout=120)
+        err = r.stderr.decode("utf-8", "replace")
+        assert r.returncode == _exits.USAGE and err.count("\n") == 1 and "internal error" not in err, err

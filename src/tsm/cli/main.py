@@ -208,15 +208,30 @@ def _tsm_home_problem() -> str | None:
 def _bytes_out() -> None:
     """Let stdout write back any byte the user gave (``os.fsdecode`` text), as ``ls`` or ``echo`` would.
 
-    Arguments that are not UTF-8 reach tsm as surrogate escapes; under a strict UTF-8 stdout printing
-    them (a dry run, a log line) would fail. ``surrogateescape`` writes the original bytes instead; an
-    error message on stderr shows them escaped (``backslashreplace``) rather than fail to print.
+    Arguments that are not UTF-8 reach tsm as surrogate escapes; under a strict stdout printing them (a dry
+    run, a log line) would fail. The ``tsm.out`` handler writes such a surrogate as its original byte, and
+    any other character the stdout encoding cannot hold (``PYTHONIOENCODING=ascii``) as a backslash escape;
+    an error message on stderr shows both escaped (``backslashreplace``) rather than fail to print.
     """
-    for stream, errors in ((sys.stdout, "surrogateescape"), (sys.stderr, "backslashreplace")):
+    import codecs
+
+    codecs.register_error("tsm.out", _out_errors)
+    for stream, errors in ((sys.stdout, "tsm.out"), (sys.stderr, "backslashreplace")):
         reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+        if reconfigure is not None and getattr(stream, "errors", None) in ("strict", "surrogateescape"):
             with contextlib.suppress(ValueError, OSError):  # a detached or closed stream stays as it is
                 reconfigure(errors=errors)
+
+
+def _out_errors(e: UnicodeError) -> tuple[str | bytes, int]:
+    """``surrogateescape`` for the escaped bytes of a non-UTF-8 argument, else ``backslashreplace``."""
+    if not isinstance(e, UnicodeEncodeError):
+        raise e
+    out = b"".join(
+        bytes([ord(c) - 0xDC00]) if 0xDC80 <= ord(c) <= 0xDCFF else c.encode("ascii", "backslashreplace")
+        for c in e.object[e.start : e.end]
+    )
+    return out, e.end
 
 
 def _usage_errors() -> tuple[type[BaseException], ...]:
