@@ -328,6 +328,10 @@ def test_status_of_a_failed_app_names_the_replica_its_exit_code_and_stderr() -> 
 
     import json
 
+    r = tsm("wait", handle)  # wait, too, says why the app it waited for failed
+    assert r.returncode == _exits.FAILED
+    assert r.stdout.splitlines()[-3:] == ["Last stderr lines of sh/0:", "  | first-err", "  | last-err"]
+
     data = json.loads(tsm("status", "--json", handle).stdout)
     assert data["failure"] == {
         "replica": "sh/0", "exit_code": 4, "signal": None, "message": "exited with code 4",

@@ -45,6 +45,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tsm.cli.cmd_status import failure_of, format_failure
     from tsm.runner.api import get_runner
     from tsm.specs.api import AppState
 
@@ -59,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
             if waited is None:  # removed while we waited
                 raise _exits.unknown_app(args.handle)
             status = waited
-    sys.stdout.write(f"{args.handle}\n{status.format()}\n")
+        failure = failure_of(runner, args.handle, status)  # a FAILED app: which replica, why, its last stderr
+    sys.stdout.write(f"{args.handle}\n{status.format()}\n{format_failure(failure)}")
     if not status.state.is_terminal:
         sys.stdout.flush()
         sys.stderr.write(
