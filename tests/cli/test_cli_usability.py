@@ -402,3 +402,25 @@ def test_torch_imports_without_the_numpy_warning() -> None:
                        timeout=HANG)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "NumPy" not in r.stderr, r.stderr
+
+
+def test_status_reads_the_stderr_tail_itself_when_the_scheduler_gives_no_report() -> None:
+    """A backend with no ``structured_error_msg``: the failing replica is worked out from the replica states
+    (a sibling stopped with SIGTERM is not blamed) and its last stderr lines are read from its log."""
+    from dataclasses import replace
+
+    from tsm.cli.cmd_status import failure_of, format_failure
+
+    handle = ended(
+        "utils.sh", "--num_replicas", "2", "--",
+        'if [ "$TSM_REPLICA_ID" = 1 ]; then for i in $(seq 1 30); do echo "err $i" >&2; done; exit 7; fi; sleep 600',
+    )
+    with get_runner() as runner:
+        status = runner.status(handle)
+        assert status is not None
+        failure = failure_of(runner, handle, replace(status, structured_error_msg=""))
+    assert failure is not None
+    assert failure["replica"] == "sh/1" and failure["exit_code"] == 7 and failure["signal"] is None
+    assert failure["stderr_tail"] == [f"err {i}" for i in range(21, 31)]  # the last 10 lines
+    text = format_failure(failure)
+    assert text.startswith("Failed: sh/1 (exit code 7)") and text.endswith("  | err 30\n")
