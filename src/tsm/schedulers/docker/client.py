@@ -136,14 +136,14 @@ class DockerClient:
             return f"pulling image {image!r} failed: {e}"
         return ""
 
-    def build(self, context_tar: bytes, tag: str, labels: dict[str, str]) -> str:
+    def build(self, context_tar: bytes, tag: str, labels: dict[str, str], dockerfile: str = "Dockerfile") -> str:
         """Build an image from a tar build context; returns its id. Failures carry the build's log tail."""
         self._count("build")
         with self.mapped(f"build {tag}"):
             try:
                 image, _ = self.api.images.build(
                     fileobj=io.BytesIO(context_tar), custom_context=True, tag=tag, labels=labels, rm=True,
-                    forcerm=True,
+                    forcerm=True, dockerfile=dockerfile,
                 )
             except self._errors.BuildError as e:
                 tail = "".join(str(x.get("stream", x.get("error", ""))) for x in list(e.build_log)[-10:])

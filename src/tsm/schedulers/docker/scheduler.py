@@ -51,6 +51,8 @@ from tsm.store import tsm_home
 from tsm.workspace.api import METADATA_KEY, WorkspaceBuilder, image_tag
 
 STREAMS = ("stdout", "stderr")
+#: the name the Dockerfile of a workspace build has in its context (left out of the image)
+BUILD_DOCKERFILE = ".tsm-build.Dockerfile"
 
 
 def has_gpus() -> bool:
@@ -90,10 +92,11 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
     def __init__(self, session_name: str, client: DockerClient | None = None) -> None:
         super().__init__("docker", session_name)
         self._client = client
-        self._watcher: StatusWatcher[DescribeAppResponse] = StatusWatcher(
-            self._snapshot, self._lookup, is_terminal=lambda d: d.state.is_terminal
-        )
+        self._watcher = self._new_watcher()
         self._lock = threading.Lock()
+
+    def _new_watcher(self) -> StatusWatcher[DescribeAppResponse]:
+        return StatusWatcher(self._snapshot, self._lookup, is_terminal=lambda d: d.state.is_terminal)
 
     @property
     def client(self) -> DockerClient:
@@ -157,9 +160,16 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
 
         from tsm.workspace.dir import write_context_tar
 
+        try:
+            ignore = (Path(b.snapshot) / ".dockerignore").read_text()
+        except OSError:
+            ignore = ""
+        # the generated Dockerfile and the ignore file stay out of the image (Docker drops what they name)
+        ignore += f"\n{BUILD_DOCKERFILE}\n.dockerignore\n"
         buf = io.BytesIO()
-        write_context_tar(b.snapshot, buf, extra={"Dockerfile": b.dockerfile.encode()})
-        self.client.build(buf.getvalue(), b.tag, {"tsm.workspace": "1", "tsm.base-image-id": b.base_image_id})
+        write_context_tar(b.snapshot, buf, extra={BUILD_DOCKERFILE: b.dockerfile.encode(), ".dockerignore": ignore.encode()})
+        self.client.build(buf.getvalue(), b.tag, {"tsm.workspace": "1", "tsm.base-image-id": b.base_image_id},
+                          dockerfile=BUILD_DOCKERFILE)
 
     # -- workspaces --------------------------------------------------------------------------------------
     def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]) -> None:
@@ -374,6 +384,7 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         if app_dir.exists():
             shutil.rmtree(app_dir, ignore_errors=True)
             found = True
+        self._watcher = self._new_watcher()  # it keeps ended apps for good: forget the removed one
         return found
 
     def cleanup(self, include_running: bool = False) -> builtins.list[str]:
