@@ -1,0 +1,117 @@
+"""Resource usage of replicas, measured in one pass per tick: ``/proc`` through psutil, GPUs through nvidia-smi.
+
+A local replica is the leader of its own process group (the supervisor starts it with ``setsid``), so
+its usage is the sum over every process of that group: children a training script forks count too.
+One :meth:`UsageProbe.sample` call walks the process table once, whatever the number of replicas asked
+for, and keeps each process's CPU time so the next call turns the difference into cores used.
+
+GPU memory comes from one ``nvidia-smi --query-compute-apps`` call per tick when that program exists;
+without it (or psutil) the figures are None, which the views show as ``n/a``. Nothing here raises
+for a missing tool or a process that ended between two reads.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one replica (its whole process group) uses now; None where it cannot be measured."""
+
+    cpu: float | None = None  #: cores in use (1.0 = one core busy) since the previous sample
+    mem_mb: float | None = None  #: resident memory in MiB
+    gpu_mem_mb: float | None = None  #: GPU memory in MiB, None without NVIDIA GPUs
+
+
+class UsageProbe:
+    """Measures process groups; keep one instance across ticks (it remembers CPU times)."""
+
+    def __init__(self) -> None:
+        try:
+            import psutil
+        except ImportError:  # the views extra is not installed: usage is n/a
+            self._psutil = None
+        else:
+            self._psutil = psutil
+        self._smi = shutil.which("nvidia-smi")
+        self._prev: dict[int, tuple[float, float]] = {}  # pid -> (create_time, cpu seconds)
+        self._prev_t: float | None = None
+        #: How many process-table walks and nvidia-smi runs this probe made (for the refresh-cost figures).
+        self.scans = 0
+
+    @property
+    def available(self) -> bool:
+        """True when CPU and memory can be measured (psutil is installed)."""
+        return self._psutil is not None
+
+    def sample(self, pgids: Iterable[int]) -> dict[int, Usage]:
+        """Usage of each process group in ``pgids``, from one walk of the process table."""
+        wanted = {p for p in pgids if p}
+        if not wanted or self._psutil is None:
+            return {}
+        self.scans += 1
+        now = time.monotonic()
+        elapsed = None if self._prev_t is None else max(now - self._prev_t, 1e-6)
+        cpu_s: dict[int, float] = {}
+        mem: dict[int, float] = {}
+        seen: dict[int, tuple[float, float]] = {}
+        members: dict[int, list[int]] = {}
+        for proc in self._psutil.process_iter(["pid", "create_time", "cpu_times", "memory_info"]):
+            info = proc.info
+            pid = info["pid"]
+            try:
+                pgid = os.getpgid(pid)
+            except OSError:
+                continue
+            if pgid not in wanted or info["cpu_times"] is None or info["memory_info"] is None:
+                continue
+            total = float(info["cpu_times"].user + info["cpu_times"].system)
+            created = float(info["create_time"] or 0.0)
+            seen[pid] = (created, total)
+            members.setdefault(pgid, []).append(pid)
+            prev = self._prev.get(pid)
+            if prev is not None and prev[0] == created:
+                delta = total - prev[1]
+            elif self._prev_t is not None and created >= time.time() - (now - self._prev_t):
+                delta = total  # started since the last sample: all its CPU time is new
+            else:
+                delta = 0.0
+            cpu_s[pgid] = cpu_s.get(pgid, 0.0) + max(delta, 0.0)
+            mem[pgid] = mem.get(pgid, 0.0) + info["memory_info"].rss / 2**20
+        self._prev, self._prev_t = seen, now
+        gpu = self._gpu(members)
+        return {
+            g: Usage(
+                cpu=None if elapsed is None else round(cpu_s.get(g, 0.0) / elapsed, 3),
+                mem_mb=round(mem[g], 1), gpu_mem_mb=gpu.get(g) if self._smi else None,
+            )
+            for g in members
+        }
+
+    def _gpu(self, members: dict[int, list[int]]) -> dict[int, float]:
+        """GPU MiB per process group from one nvidia-smi call; {} when it is absent or fails."""
+        if not self._smi or not members:
+            return {}
+        try:
+            out = subprocess.run(
+                [self._smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=5, check=False,
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        group_of = {pid: g for g, pids in members.items() for pid in pids}
+        used: dict[int, float] = {g: 0.0 for g in members}
+        for line in out.splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) == 2 and parts[0].isdigit() and int(parts[0]) in group_of:
+                try:
+                    used[group_of[int(parts[0])]] += float(parts[1])
+                except ValueError:
+                    continue
+        return used

@@ -1,0 +1,177 @@
+"""The Snapshot model against real local apps, and its refresh cost counted in store queries."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from tsm.runner.api import Runner, get_runner
+from tsm.specs.api import AppDef, AppState, Resource, Role
+from tsm.store import Store
+from tsm.views.snapshot import AppView, BatchSnapshot, SnapshotCollector
+
+pytest.importorskip("psutil", reason="the views extra (psutil) is installed by `pip install -e .[test]`")
+
+
+class CountingStore(Store):
+    """The real store, counting the queries made through it."""
+
+    queries = 0
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        self.queries += 1
+        return super().query(sql, params)
+
+
+def py(code: str, name: str = "r", replicas: int = 1, cpu: int = 1, mem: int = 256) -> Role:
+    return Role(name, image=".", entrypoint=sys.executable, args=["-u", "-c", code], num_replicas=replicas,
+                resource=Resource(cpu=cpu, gpu=0, memMB=mem))
+
+
+@pytest.fixture
+def runner() -> Iterator[Runner]:
+    with get_runner() as r:
+        yield r
+
+
+def wait_for(fn: Any, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def test_running_and_failed_apps_with_usage_and_last_line(runner: Runner) -> None:
+    busy = "import time\nprint('warming up', flush=True)\nt=time.time()\nwhile time.time()-t<60: pass"
+    ok = runner.run(AppDef("busy", [py(busy, "spin", replicas=2, cpu=2, mem=512)]), "local")
+    bad = runner.run(AppDef("bad", [py("import sys; print('about to fail'); sys.exit(3)", "w")]), "local")
+    col = SnapshotCollector(runner=runner)
+    try:
+        runner.wait(bad, timeout=60)
+
+        def running() -> Any:
+            snap = col.refresh()
+            app = snap.app(ok)
+            if app and app.state == "RUNNING" and all(r.cpu_used for r in app.replicas) and \
+                    all(r.last_line == "warming up" for r in app.replicas):
+                return snap
+            return None
+
+        col.refresh()
+        snap = wait_for(running)
+        app = snap.app(ok)
+        assert [(r.role, r.idx) for r in app.replicas] == [("spin", 0), ("spin", 1)]
+        for r in app.replicas:
+            assert r.cpu_req == 2 and r.mem_req_mb == 512 and r.gpu_req == 0
+            assert 0 < r.cpu_used <= 2.5  # a busy loop on a shared 2-core machine: some of a core
+            assert 1 < r.mem_used_mb < 512
+            assert r.pid and r.host
+        failed = snap.app(bad)
+        assert failed.state == "FAILED" and failed.replicas[0].exit_code == 3
+        assert failed.last_error and failed.replicas[0].last_line == "about to fail"
+        assert failed.replicas[0].cpu_used is None  # ended: nothing to measure
+        data = json.loads(json.dumps(snap.to_dict()))
+        assert {a["handle"] for a in data["apps"]} == {ok, bad}
+        assert all(a["age"] >= 0 and a["duration"] is not None for a in data["apps"])
+        assert snap.calls["proc"] == 1
+    finally:
+        runner.cancel(ok)
+    after = col.refresh().app(ok)
+    assert after.state == "CANCELLED" and all(r.cpu_used is None for r in after.replicas)
+
+
+def _fake_history(store: Store, apps: int, replicas: int) -> None:
+    """Rows exactly as the runner and the local scheduler write them, for apps that ended long ago."""
+    spec = AppDef("many", [py("pass", "w", replicas=replicas)]).to_dict()
+    stmts: list[tuple[str, Sequence[Any]]] = []
+    for a in range(apps):
+        app_id = f"many-{a}"
+        stmts.append(("INSERT INTO apps(handle, scheduler, session, app_id, name, state, created, updated, spec) "
+                      "VALUES (?,?,?,?,?,?,?,?,?)",
+                      (f"local://default/{app_id}", "local", "default", app_id, "many", int(AppState.SUCCEEDED),
+                       1000.0 + a, 1000.0 + a, json.dumps(spec))))
+        stmts.append(("INSERT INTO local_apps(app_id, session, name, state, created, app_dir, log_dir, spec) "
+                      "VALUES (?,?,?,?,?,?,?,?)",
+                      (app_id, "default", "many", int(AppState.SUCCEEDED), 1000.0 + a, "/nonexistent",
+                       "/nonexistent", json.dumps(spec))))
+        for k in range(replicas):
+            stmts.append(("INSERT INTO local_replicas(app_id, role, idx, state, exit_code) VALUES (?,?,?,?,?)",
+                          (app_id, "w", k, int(AppState.SUCCEEDED), 0)))
+    store.write(stmts)
+
+
+@pytest.mark.parametrize("apps,replicas", [(10, 100), (1000, 1)])
+def test_refresh_costs_the_same_store_queries_for_1000_replicas_as_for_10(
+    apps: int, replicas: int, tmp_path: Any
+) -> None:
+    small, big = CountingStore(tmp_path / "small.db"), CountingStore(tmp_path / "big.db")
+    _fake_history(small, 1, 10)
+    _fake_history(big, apps, replicas)
+    small.queries = big.queries = 0
+    small_snap = SnapshotCollector(store=small, limit=None).refresh()
+    big_snap = SnapshotCollector(store=big, limit=None).refresh()
+    assert sum(len(a.replicas) for a in small_snap.apps) == 10
+    assert sum(len(a.replicas) for a in big_snap.apps) == 1000
+    assert big.queries == small.queries == 3  # history + local_apps + local_replicas
+    assert big_snap.calls == small_snap.calls == {"store": 3}
+
+
+class HookedScheduler:
+    """A scheduler offering the batch hook: the collector must call it once and nothing else."""
+
+    def __init__(self) -> None:
+        self.calls: list[Sequence[str]] = []
+
+    def view_snapshot(self, app_ids: Sequence[str]) -> list[AppView]:
+        self.calls.append(list(app_ids))
+        return [AppView("", "hooked", i, "", "RUNNING") for i in app_ids]
+
+    def list(self) -> list[Any]:
+        raise AssertionError("list() must not be called when the hook exists")
+
+    def close(self) -> None:
+        pass
+
+
+def test_batch_hook_is_one_call_per_scheduler_per_tick(runner: Runner) -> None:
+    hooked = HookedScheduler()
+    assert isinstance(hooked, BatchSnapshot)
+    runner._schedulers["hooked"] = hooked  # type: ignore[attr-defined]
+    with Store() as s:
+        s.write([(
+            "INSERT INTO apps(handle, scheduler, session, app_id, name, state, created, updated) VALUES (?,?,?,?,?,?,?,?)",
+            (f"hooked://default/a{i}", "hooked", "default", f"a{i}", f"n{i}", int(AppState.PENDING), i, i),
+        ) for i in range(50)])
+    snap = SnapshotCollector(runner=runner).refresh()
+    assert len(hooked.calls) == 1 and len(hooked.calls[0]) == 50
+    assert snap.calls["hooked.view_snapshot"] == 1
+    assert {a.state for a in snap.apps} == {"RUNNING"} and snap.apps[0].handle == "hooked://default/a49"
+
+
+def test_scheduler_without_hook_costs_one_list_and_one_describe_per_running_app(runner: Runner) -> None:
+    """The fallback path, on the real local scheduler registered under a second name with no hook."""
+    runner._schedulers["plain"] = runner._scheduler("local")  # type: ignore[attr-defined]
+    long = runner.run(AppDef("long", [py("import time; time.sleep(60)", "w", replicas=3)]), "local")
+    short = runner.run(AppDef("short", [py("pass", "w", replicas=3)]), "local")
+    runner.wait(short, timeout=60)
+    with Store() as s:
+        s.write([("UPDATE apps SET scheduler='plain', handle=replace(handle, 'local://', 'plain://')", ())])
+    col = SnapshotCollector(runner=runner)
+    try:
+        first = col.refresh()
+        assert first.calls == {"store": 1, "plain.list": 1, "plain.describe": 2}
+        assert {a.name: len(a.replicas) for a in first.apps} == {"long": 3, "short": 3}
+        assert first.app(short.replace("local://", "plain://")).state == "SUCCEEDED"
+        second = col.refresh()  # the ended app is remembered: only the running one is described
+        assert second.calls == {"store": 1, "plain.list": 1, "plain.describe": 1}
+        assert second.app(short.replace("local://", "plain://")).replicas[0].exit_code == 0
+    finally:
+        runner.cancel(long)
