@@ -35,6 +35,7 @@ SUBCOMMANDS = {
     "runopts": "show schedulers' run options",
     "lint": "check a component file",
     "tracker": "show what jobs recorded (metadata, artifacts, lineage)",
+    "serve": "web dashboard of apps (live tables, logs, usage charts, cancel)",
 }
 
 
