@@ -27,7 +27,7 @@ What it does:
 * **Cancel** stops every container (SIGTERM, SIGKILL after ``grace_period``), snapshots the logs, then
   removes the containers and the network: nothing is left.
 * **Retention**: an app that ends by itself keeps its (stopped) containers and network so ``docker
-  inspect`` and ``docker logs`` work, until ``tsm delete`` (:meth:`DockerScheduler.remove`),
+  inspect`` and ``docker logs`` work, until ``tsm rm`` (:meth:`DockerScheduler.remove`),
   :meth:`DockerScheduler.cleanup` (``python -m tsm.schedulers.docker cleanup``: every ended app, and
   networks whose app is gone -- what a crashed launcher leaves), or ``-c remove_finished=True``.
 * **Workspaces**: ``--workspace DIR`` snapshots DIR (``.tsmignore``) and builds ``FROM <role image>`` +

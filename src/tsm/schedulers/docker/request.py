@@ -49,7 +49,7 @@ class DockerOptions(RunOptions):
     grace_period: float = option("seconds cancel waits after SIGTERM before SIGKILL", 10.0)
     remove_finished: bool = option(
         "remove an app's containers and network once it has ended (logs are kept in $TSM_HOME); "
-        "default keeps them until `tsm delete` or DockerScheduler.cleanup()",
+        "default keeps them until `tsm rm` or DockerScheduler.cleanup()",
         False,
     )
     shm_fraction: float = option("size of /dev/shm as a fraction of the role's memMB (0 = Docker's 64 MB)", 0.5)

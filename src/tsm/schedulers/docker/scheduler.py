@@ -51,6 +51,8 @@ from tsm.store import tsm_home
 from tsm.workspace.api import METADATA_KEY, WorkspaceBuilder, image_tag
 
 STREAMS = ("stdout", "stderr")
+#: seconds a status snapshot (one containers.list for every app) is reused by describe
+MAX_AGE = 0.2
 #: the name the Dockerfile of a workspace build has in its context (left out of the image)
 BUILD_DOCKERFILE = ".tsm-build.Dockerfile"
 
@@ -289,7 +291,7 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
                     self.client.run(spec, req.network)
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        d = self._watcher.get(app_id)
+        d = self._watcher.get(app_id, max_age=MAX_AGE)
         if d is None:
             return None
         record = AppRecord.load(self._app_dir(app_id) / "app.json")
@@ -300,6 +302,13 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         if record is not None and not out.roles_statuses:
             out.roles_statuses = [RoleStatus(r.name) for r in record.app.roles]
         return out
+
+    def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
+        """Poll :meth:`describe` (never Docker's blocking wait: ROLE/APPLICATION retries happen on a look),
+        backing off to every 0.5 s: a look is one list call shared by every app of the process."""
+        from tsm.schedulers.common.polling import poll_until_terminal
+
+        return poll_until_terminal(lambda _pause: self.describe(app_id), timeout, initial=0.05, cap=0.5)
 
     def list(self) -> list[ListAppResponse]:
         rows = {a: ListAppResponse(a, d.state, name=a.rsplit("-", 1)[0], created=d.created)

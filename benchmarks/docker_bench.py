@@ -1,0 +1,148 @@
+"""Docker scheduler figures on the local engine of ``scripts/docker-up``, one JSON object per line.
+
+    .venv/bin/python benchmarks/docker_bench.py          # as root it starts the engine (scripts/docker-up)
+
+Lines:
+
+* ``docker_latency`` (replicas 1 and 32): seconds from ``submit`` to every replica seen RUNNING and from
+  the replicas' exit to ``wait`` returning SUCCEEDED, for a role running ``sleep 2`` (the exit time is
+  the latest ``FinishedAt`` Docker recorded). ``baseline``: the same with ``docker run -d`` for each
+  container and ``docker wait`` (the CLI, sequentially), so the figures say what tsm adds. Median of 3.
+* ``docker_workspace``: seconds of a dry run + schedule with ``--workspace`` for a workspace of 200 small
+  files and 20 MB: the first time (image built) and unchanged (reused: no build), with the build count.
+
+Without an engine and without root to start one, prints a single ``skipped`` line and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGE = f"tsm-test/python:{os.environ.get('TSM_TEST_IMAGE_TAG', '3')}"
+
+
+def emit(**fields: object) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def engine_ready() -> str | None:
+    if os.geteuid() == 0:
+        proc = subprocess.run(["bash", str(ROOT / "scripts" / "docker-up")], capture_output=True, text=True)
+        if proc.returncode != 0:
+            return f"scripts/docker-up failed: {proc.stderr[-500:]}"
+    proc = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True)
+    return None if proc.returncode == 0 else "no Docker engine with the test image (run scripts/docker-up as root)"
+
+
+def _finished_at(names: list[str]) -> float:
+    out = subprocess.run(["docker", "inspect", "-f", "{{.State.FinishedAt}}", *names], capture_output=True,
+                         text=True, check=True).stdout.split()
+    latest = 0.0
+    for text in out:
+        base, _, frac = text.rstrip("Z").partition(".")
+        latest = max(latest, datetime.fromisoformat(base + "+00:00").timestamp() + float("0." + (frac or "0")[:6]))
+    return latest
+
+
+def tsm_once(n: int) -> tuple[float, float]:
+    from tsm.schedulers.docker.scheduler import DockerScheduler
+    from tsm.specs.api import AppDef, AppState, Resource, Role
+
+    s = DockerScheduler("bench")
+    app = AppDef("bench", [Role("r", image=IMAGE, entrypoint="sleep", args=["2"], num_replicas=n,
+                                resource=Resource(cpu=1, memMB=64))])
+    t0 = time.time()
+    app_id = s.submit(app)
+    while True:
+        d = s.describe(app_id)
+        assert d is not None
+        if all(r.state in (AppState.RUNNING, AppState.SUCCEEDED) for rs in d.roles_statuses for r in rs.replicas):
+            break
+        time.sleep(0.02)
+    running = time.time() - t0
+    d = s.wait(app_id, timeout=600)
+    done = time.time()
+    assert d is not None and d.state == AppState.SUCCEEDED, d
+    exited = _finished_at([f"{app_id}-r-{k}" for k in range(n)])
+    s.remove(app_id)
+    s.close()
+    return running, done - exited
+
+
+def baseline_once(n: int) -> tuple[float, float]:
+    net = f"bench-{os.getpid()}"
+    subprocess.run(["docker", "network", "create", net], capture_output=True, check=True)
+    names = [f"{net}-{k}" for k in range(n)]
+    t0 = time.time()
+    for name in names:
+        subprocess.run(["docker", "run", "-d", "--name", name, "--network", net, IMAGE, "sleep", "2"],
+                       capture_output=True, check=True)
+    running = time.time() - t0
+    subprocess.run(["docker", "wait", *names], capture_output=True, check=True)
+    done = time.time()
+    exited = _finished_at(names)
+    subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
+    subprocess.run(["docker", "network", "rm", net], capture_output=True)
+    return running, done - exited
+
+
+def latency() -> None:
+    for n in (1, 32):
+        for how, fn in (("tsm", tsm_once), ("baseline", baseline_once)):
+            runs = [fn(n) for _ in range(3)]
+            emit(bench="docker_latency", how=how, replicas=n,
+                 submit_to_running_s=round(statistics.median(r[0] for r in runs), 3),
+                 exit_to_wait_s=round(statistics.median(r[1] for r in runs), 3))
+
+
+def workspace() -> None:
+    from tsm.runner.api import Runner
+    from tsm.schedulers.docker.scheduler import DockerScheduler
+    from tsm.specs.api import AppDef, Resource, Role
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = Path(tmp) / "ws"
+        ws.mkdir()
+        for i in range(200):
+            (ws / f"f{i}.py").write_text(f"x = {i}\n")
+        (ws / "data.bin").write_bytes(os.urandom(20 << 20))
+        s = DockerScheduler("bench")
+        runner = Runner("bench", scheduler_factories={"docker": lambda *a, **k: s})
+        role = Role("r", image=IMAGE, entrypoint="true", resource=Resource(cpu=1, memMB=64))
+        tags = []
+        for label in ("first", "unchanged"):
+            builds = s.client.calls.get("build", 0)
+            t0 = time.time()
+            info = runner.dryrun(AppDef("ws", [role]), "docker", workspace=str(ws))
+            handle = runner.schedule(info)
+            took = time.time() - t0
+            runner.wait(handle, timeout=600)
+            tags.append(info.request.containers[0].image)
+            emit(bench="docker_workspace", run=label, files=201, mb=20, seconds=round(took, 3),
+                 builds=s.client.calls.get("build", 0) - builds)
+            s.remove(handle.rsplit("/", 1)[-1])
+        subprocess.run(["docker", "rmi", "-f", *set(tags)], capture_output=True)
+
+
+def main() -> int:
+    why = engine_ready()
+    if why:
+        emit(bench="docker", skipped=why)
+        return 0
+    os.environ.setdefault("TSM_HOME", tempfile.mkdtemp(prefix="tsm-docker-bench-"))
+    latency()
+    workspace()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
