@@ -51,50 +51,88 @@ async function cancelApp(app) {
   $("#status").textContent = resp.ok ? app.handle + ": " + body.state : "cancel failed: " + (body.error || resp.status);
 }
 
-function renderApps() {
-  const tbody = $("#apps tbody");
-  tbody.replaceChildren();
-  for (const app of snapshot.apps) {
-    if (!matchesFilter(app)) continue;
-    const tr = el("tr", null, "app" + (app.handle === selected ? " selected" : ""));
-    tr.dataset.handle = app.handle;
-    tr.append(el("td", app.name, "name"), el("td", app.handle, "handle"), el("td", app.scheduler),
-      el("td", app.state, "state state-" + app.state), el("td", fmtDur(app.age)), el("td", fmtDur(app.duration)),
-      el("td", app.restarts), el("td", app.last_error, "err"));
-    const td = el("td");
-    if (!TERMINAL.has(app.state)) {
-      const b = el("button", "Cancel", "cancel");
-      b.addEventListener("click", (ev) => { ev.stopPropagation(); cancelApp(app); });
-      td.append(b);
-    }
-    tr.append(td);
-    tr.addEventListener("click", () => select(app.handle));
-    tbody.append(tr);
+// Rows are kept per app (and per replica) and only their text is updated, so a row or button the user
+// is about to click is the same element after a refresh.
+const appRows = new Map();      // handle -> <tr>
+let replicaRows = new Map();    // "role/idx" -> <tr>, for the selected app
+let replicaRowsOf = null;
+
+function setText(td, value) {
+  const text = value === null || value === undefined ? "" : String(value);
+  if (td.textContent !== text) td.textContent = text;
+}
+
+function placeRows(tbody, rows) {
+  rows.forEach((tr, i) => { if (tbody.children[i] !== tr) tbody.insertBefore(tr, tbody.children[i] || null); });
+  while (tbody.children.length > rows.length) tbody.lastChild.remove();
+}
+
+function appRow(handle) {
+  const tr = el("tr", null, "app");
+  tr.dataset.handle = handle;
+  for (const cls of ["name", "handle", "scheduler", "state", "age", "duration", "restarts", "err", "actions"]) {
+    tr.append(el("td", null, cls));
   }
+  tr.cancelButton = el("button", "Cancel", "cancel");
+  tr.cancelButton.addEventListener("click", (ev) => { ev.stopPropagation(); cancelApp(tr.app); });
+  tr.addEventListener("click", () => select(handle));
+  return tr;
+}
+
+function renderApps() {
+  const rows = [];
+  const live = new Set();
+  for (const app of snapshot.apps) {
+    live.add(app.handle);
+    if (!matchesFilter(app)) continue;
+    let tr = appRows.get(app.handle);
+    if (!tr) { tr = appRow(app.handle); appRows.set(app.handle, tr); }
+    tr.app = app;
+    const td = tr.children;
+    [app.name, app.handle, app.scheduler, app.state, fmtDur(app.age), fmtDur(app.duration), app.restarts,
+      app.last_error].forEach((v, i) => setText(td[i], v));
+    td[3].className = "state state-" + app.state;
+    tr.classList.toggle("selected", app.handle === selected);
+    const terminal = TERMINAL.has(app.state);
+    if (terminal && tr.cancelButton.isConnected) tr.cancelButton.remove();
+    if (!terminal && !tr.cancelButton.isConnected) td[8].append(tr.cancelButton);
+    rows.push(tr);
+  }
+  for (const h of [...appRows.keys()]) if (!live.has(h)) appRows.delete(h);
+  placeRows($("#apps tbody"), rows);
+}
+
+function replicaRow(handle, r) {
+  const tr = el("tr", null, "replica");
+  tr.dataset.replica = r.role + "/" + r.idx;
+  for (const cls of ["id", "state", "host", "attempt", "exit", "cpu", "mem", "gpu", "err", "line", "actions"]) {
+    tr.append(el("td", null, cls));
+  }
+  const b = el("button", "Logs", "logs");
+  b.addEventListener("click", () => followLog(handle, r.role, r.idx));
+  tr.children[10].append(b);
+  return tr;
 }
 
 function renderDetail() {
   const app = snapshot && selected ? snapshot.apps.find((a) => a.handle === selected) : null;
   $("#detail").hidden = !app;
   if (!app) return;
-  $("#detail-title").textContent = app.name + " — " + app.state;
-  const tbody = $("#replicas tbody");
-  tbody.replaceChildren();
+  setText($("#detail-title"), app.name + " — " + app.state);
+  if (replicaRowsOf !== app.handle) { replicaRows = new Map(); replicaRowsOf = app.handle; }
+  const rows = [];
   for (const r of app.replicas) {
     const key = r.role + "/" + r.idx;
-    const tr = el("tr", null, "replica");
-    tr.dataset.replica = key;
-    tr.append(el("td", key), el("td", r.state, "state state-" + r.state), el("td", r.host), el("td", r.attempt),
-      el("td", r.exit_code), el("td", usedReq(r.cpu_used, r.cpu_req, 2)),
-      el("td", usedReq(r.mem_used_mb, r.mem_req_mb, 0)), el("td", usedReq(r.gpu_mem_mb, r.gpu_req, 0)),
-      el("td", r.error, "err"), el("td", r.last_line, "line"));
-    const b = el("button", "Logs", "logs");
-    b.addEventListener("click", () => followLog(app.handle, r.role, r.idx));
-    const td = el("td");
-    td.append(b);
-    tr.append(td);
-    tbody.append(tr);
+    let tr = replicaRows.get(key);
+    if (!tr) { tr = replicaRow(app.handle, r); replicaRows.set(key, tr); }
+    const td = tr.children;
+    [key, r.state, r.host, r.attempt, r.exit_code, usedReq(r.cpu_used, r.cpu_req, 2),
+      usedReq(r.mem_used_mb, r.mem_req_mb, 0), usedReq(r.gpu_mem_mb, r.gpu_req, 0), r.error, r.last_line]
+      .forEach((v, i) => setText(td[i], v));
+    td[1].className = "state state-" + r.state;
+    rows.push(tr);
   }
+  placeRows($("#replicas tbody"), rows);
   if (app.replicas.length && (!follow || follow.handle !== app.handle)) {
     followLog(app.handle, app.replicas[0].role, app.replicas[0].idx);
   }
@@ -115,12 +153,12 @@ function select(handle) {
 
 // -- logs ---------------------------------------------------------------------------------------
 function lineMatches(text) {
-  const q = $("#log-search").value;
+  const q = $("#log-search").value.trim();
   return !q || text.toLowerCase().includes(q.toLowerCase());
 }
 
 function applySearch() {
-  const q = $("#log-search").value;
+  const q = $("#log-search").value.trim();
   let hits = 0;
   for (const div of $("#log").children) {
     const ok = lineMatches(div.textContent);
@@ -139,6 +177,7 @@ function followLog(handle, role, k) {
   $("#log-title").textContent = "log of " + key + " (following)";
   const es = new EventSource(api(handle, "/logs/follow") + "?role=" + encodeURIComponent(role) + "&k=" + k);
   follow = { es, key, handle };
+  applySearch();
   es.onmessage = (ev) => {
     const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
     const div = el("div", JSON.parse(ev.data), "logline");
