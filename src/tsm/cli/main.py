@@ -36,6 +36,7 @@ SUBCOMMANDS = {
     "lint": "check a component file",
     "tracker": "show what jobs recorded (metadata, artifacts, lineage)",
     "serve": "web dashboard of apps (live tables, logs, usage charts, cancel)",
+    "top": "full-screen view of apps, replicas, usage and logs",
 }
 
 
