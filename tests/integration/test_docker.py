@@ -358,3 +358,31 @@ def test_docker_inspect_matches_the_request(sched: DockerScheduler, tmp_path: Pa
     finally:
         sched.cancel(app_id)
         subprocess.run(["docker", "volume", "rm", vol], capture_output=True)
+
+
+@pytest.mark.parametrize("removed", [False, True], ids=["live", "snapshot"])
+def test_logs_since_and_until(sched: DockerScheduler, removed: bool) -> None:
+    from datetime import datetime, timezone
+
+    script = "echo early; echo early-err >&2; sleep 2; echo late; echo late-err >&2; sleep 2; echo last"
+    app_id = sched.submit(AppDef("win", [sh("r", script)]), {"remove_finished": removed})
+    assert ended(sched, app_id).state == AppState.SUCCEEDED
+    assert bool(left_behind(app_id)[0]) is not removed  # read from Docker, or from the snapshot in $TSM_HOME
+    lines = "".join(sched.log_iter(app_id, "r", 0))
+    assert sorted(lines.splitlines()) == sorted(["early", "early-err", "late", "late-err", "last"])
+    # a window around the middle lines, from Docker's own timestamps of each line
+    if removed:
+        snap = next((Path(sched._app_dir(app_id)) / "logs").glob("*/attempt-0"))
+        stamped = (snap / "stdout.ts").read_bytes() + (snap / "stderr.ts").read_bytes()
+    else:
+        stamped = sched.client.logs(f"{app_id}-r-0", True, True, timestamps=True)
+    when = {}
+    for raw in stamped.decode().splitlines():
+        ts, _, text = raw.partition(" ")
+        base, _, frac = ts.rstrip("Z").partition(".")
+        when[text] = datetime.fromisoformat(base).replace(tzinfo=timezone.utc).timestamp() + float("0." + frac[:6])
+    since = datetime.fromtimestamp(when["early-err"] + 1, tz=timezone.utc)
+    until = datetime.fromtimestamp(when["late-err"] + 1, tz=timezone.utc)
+    got = list(sched.log_iter(app_id, "r", 0, since=since, until=until))
+    assert sorted(got) == ["late\n", "late-err\n"]
+    assert list(sched.log_iter(app_id, "r", 0, since=since, until=until, streams=Stream.STDERR)) == ["late-err\n"]

@@ -585,11 +585,13 @@ def apply_workspace(
     """
     if not workspace:
         return None
-    roles = roles_for_workspace(app, workspace)
     if builder is not None and not isinstance(builder, DirWorkspace):
-        for role in roles:
+        # a container builder (Docker) builds on the first role's image, as TorchX's WorkspaceMixin does:
+        # every role names a container image there, so "roles without an image" would select none
+        for role in app.roles[:1]:
             builder.build_workspace_and_update_role(role, workspace, cfg or {})
         return None
+    roles = roles_for_workspace(app, workspace)
     report = (builder or DirWorkspace()).build(workspace, dry=not roles)  # no role takes it: only check it
     for role in roles:
         DirWorkspace.point_role(role, report)
