@@ -291,6 +291,8 @@ def test_workspace_builds_once_and_rebuilds_on_change(docker_engine: DockerEngin
     (ws / "main.py").write_text(f"print('v1 {tmp_path.name}')\n")
     (ws / "big.bin").write_bytes(b"\0" * 1000)
     (ws / ".tsmignore").write_text("big.bin\n")
+    (ws / "secret.txt").write_text("not for the image")
+    (ws / ".dockerignore").write_text("secret.txt\n")
     s = DockerScheduler("ws")
     runner = Runner("ws", scheduler_factories={"docker": lambda *a, **k: s})
     role = Role("r", image=PYTHON_IMAGE, entrypoint="python3", args=["main.py"], resource=SMALL)
@@ -310,6 +312,7 @@ def test_workspace_builds_once_and_rebuilds_on_change(docker_engine: DockerEngin
         built = set(_workspace_images()) - before
         assert len(built) == 1
         assert docker("run", "--rm", "--entrypoint", "ls", *built, "-A", "/workspace").split() == [".tsmignore", "main.py"]
+        # .tsmignore kept big.bin out of the snapshot, .dockerignore kept secret.txt (and itself) out of the image
         builds = s.client.calls.get("build", 0)
         printed, out = run()  # unchanged: no build at all
         assert "reuse (unchanged workspace, no build)" in printed and out == f"v1 {tmp_path.name}\n"

@@ -33,6 +33,7 @@ from tsm.schedulers.common.logs import (
 from tsm.schedulers.common.record import AppRecord
 from tsm.schedulers.common.watcher import StatusWatcher
 from tsm.schedulers.docker.client import DockerClient
+from tsm.schedulers.docker.dockerignore import filter_tar
 from tsm.schedulers.docker.request import (
     LABEL_APP,
     LABEL_ATTEMPT,
@@ -51,6 +52,8 @@ from tsm.store import tsm_home
 from tsm.workspace.api import METADATA_KEY, WorkspaceBuilder, image_tag
 
 STREAMS = ("stdout", "stderr")
+#: containers created at once by schedule (the SDK's connection pool holds 10)
+CREATE_WORKERS = 8
 #: seconds a status snapshot (one containers.list for every app) is reused by describe
 MAX_AGE = 0.2
 #: the name the Dockerfile of a workspace build has in its context (left out of the image)
@@ -146,8 +149,12 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         labels = {LABEL_SCHEDULER: "docker", LABEL_APP: req.app_id}
         self.client.create_network(req.network, labels)
         try:
-            for c in req.containers:
-                self.client.run(c, req.network)
+            # containers are created and started concurrently, so one slow start does not hold the others
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=min(CREATE_WORKERS, len(req.containers))) as pool:
+                for f in [pool.submit(self.client.run, c, req.network) for c in req.containers]:
+                    f.result()
         except SchedulerError as e:
             self._teardown(req.app_id, req.network, grace=0)
             self._write_final(req, AppState.FAILED, f"could not start: {e}")
@@ -163,14 +170,17 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         from tsm.workspace.dir import write_context_tar
 
         try:
-            ignore = (Path(b.snapshot) / ".dockerignore").read_text()
+            user_ignore = (Path(b.snapshot) / ".dockerignore").read_text()
         except OSError:
-            ignore = ""
-        # the generated Dockerfile and the ignore file stay out of the image (Docker drops what they name)
-        ignore += f"\n{BUILD_DOCKERFILE}\n.dockerignore\n"
+            user_ignore = ""
+        # The engine does not apply .dockerignore to a context (the docker CLI does): the context is
+        # filtered here by the user's rules. The engine itself then drops the generated Dockerfile and the
+        # ignore file, because the ignore file it receives names them.
+        ignore = f"{user_ignore}\n{BUILD_DOCKERFILE}\n.dockerignore\n"
         buf = io.BytesIO()
         write_context_tar(b.snapshot, buf, extra={BUILD_DOCKERFILE: b.dockerfile.encode(), ".dockerignore": ignore.encode()})
-        self.client.build(buf.getvalue(), b.tag, {"tsm.workspace": "1", "tsm.base-image-id": b.base_image_id},
+        context = filter_tar(buf.getvalue(), f"{user_ignore}\n!{BUILD_DOCKERFILE}\n!.dockerignore\n")
+        self.client.build(context, b.tag, {"tsm.workspace": "1", "tsm.base-image-id": b.base_image_id},
                           dockerfile=BUILD_DOCKERFILE)
 
     # -- workspaces --------------------------------------------------------------------------------------
