@@ -1,0 +1,67 @@
+"""The ``kubernetes`` scheduler: every replica a ``batch/v1`` Job behind one headless Service; no Volcano, no CRD.
+
+Usage::
+
+    pip install 'tsm[kubernetes]'              # the official kubernetes client, imported only by this backend
+    tsm run -s kubernetes utils.echo --image tsm-test/python:3 --msg hello
+    tsm run -s kubernetes -c namespace=ml,gang_timeout=120 dist.ddp -j 2x1 --image my/torch:cpu --script train.py
+
+What it does (works on any cluster >= 1.20, built-in objects only):
+
+* **Objects**: per app one headless Service ``<app_id>`` (``clusterIP: None``, ``publishNotReadyAddresses``)
+  and one Job per replica whose pod has ``hostname: <role>-<k>``, ``subdomain: <app_id>``, ``tsm/*`` labels,
+  and an ``ownerReference`` to the Service: deleting the Service deletes everything. ``tsm run --dryrun``
+  prints the manifests as YAML exactly as they are created (names cut to 63 characters with a stable hash).
+* **Rank 0**: ``TSM_RANK0_HOST`` (``${rank0_env}``) is ``<role0>-0.<app_id>``, the Service's DNS name. On a
+  cluster without DNS (run option ``dns=auto`` detects it; ``yes``/``no`` force it) rank 0 is created first
+  and its pod IP is handed to the others (and again to a retried role/app).
+* **Gang start**: ``schedule`` refuses an app whose requests exceed a node's or the cluster's allocatable
+  (it could never run); after creation, if not every replica is Running within ``gang_timeout`` seconds,
+  the app is deleted and FAILED with Kubernetes' reason (``ErrImagePull``, ``Unschedulable``, ...).
+* **Retries**: ``REPLICA`` -> the Job's ``backoffLimit`` (a new pod per try; its failed pods are the
+  replica's restarts); ``ROLE``/``APPLICATION`` -> tsm deletes the role's (app's) Jobs and creates new ones
+  labelled ``tsm/attempt=<n>`` when a status refresh sees the failure (so something must be watching:
+  ``tsm run`` attached, ``tsm wait``); the attempt count lives on the objects, ``num_restarts`` from it.
+* **Resources**: ``cpu``/``memMB`` -> limits, requests = ``request_fraction`` of them (default 1: guaranteed);
+  ``gpu`` -> ``nvidia.com/gpu``; ``devices`` -> extended resources; ``/dev/shm`` a memory emptyDir of
+  ``shm_fraction`` x memMB; ``capabilities`` -> ``nodeSelector``; mounts: bind -> hostPath, volume -> PVC,
+  device -> hostPath CharDevice. Role metadata ``kubernetes`` (a dict) is deep-merged into the pod spec
+  (tolerations, imagePullSecrets, affinity, ...). ``imagePullPolicy`` defaults to ``IfNotPresent``.
+* **Status**: one label-selected pod list per refresh for every app of the namespace (the kit's
+  ``StatusWatcher``): API calls per refresh do not grow with replicas. Replica messages carry the pod's
+  reason (ErrImagePull, OOMKilled, Unschedulable, Evicted).
+* **Logs**: Kubernetes keeps stdout and stderr in one log, so only the combined stream is served (asking for
+  one stream is refused with a clear error); ``since``/``until``/regex, follow, every try of a retried
+  replica. Before tsm deletes a pod its log is copied into ``$TSM_HOME/kubernetes/<app_id>/logs``.
+* **Lifetime**: an app that ends is deleted from the cluster at once (its logs and final status kept
+  locally: ``describe``, ``logs`` and ``list`` keep working; 1.20 has no Job TTL controller); ``cancel``
+  deletes every object (cascading, with ``grace_period``); :meth:`KubernetesScheduler.cleanup` deletes what
+  a crashed launcher left behind.
+
+Kubernetes expands ``$(VAR)`` in commands and env values: tsm writes every ``$`` as ``$$`` so arguments
+arrive byte for byte. Values that are not UTF-8 and env names Kubernetes refuses are refused at dry run.
+Run options ``kubeconfig``/``context``/``namespace`` pick the cluster per app; the scheduler's own
+(``create_scheduler(..., namespace=, kubeconfig=, context=)``, default ``$KUBECONFIG``) serves ``list``.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
+
+
+def create_scheduler(session_name: str, **kwargs: object) -> KubernetesScheduler:
+    """The kubernetes scheduler for ``session_name`` (the client is imported on first use, not here).
+
+    ``namespace``, ``kubeconfig`` and ``context`` keyword arguments choose the cluster ``list`` reads.
+    """
+    from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
+
+    ns = kwargs.get("namespace")
+    kc = kwargs.get("kubeconfig")
+    ctx = kwargs.get("context")
+    return KubernetesScheduler(
+        session_name, namespace=str(ns) if ns else "default", kubeconfig=str(kc) if kc else None,
+        context=str(ctx) if ctx else None,
+    )

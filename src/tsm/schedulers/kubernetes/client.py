@@ -1,0 +1,193 @@
+"""The only module that talks to the API server, through the official ``kubernetes`` client (imported here).
+
+Reads ask for raw JSON (``_preload_content=False``): the manifests and pods stay in the API's own
+camelCase form, exactly what :mod:`~tsm.schedulers.kubernetes.request` writes and
+:mod:`~tsm.schedulers.kubernetes.status` reads. Every call is counted (:attr:`KubeClient.calls`) so the
+benchmark can show API calls per status refresh. Errors leave as :mod:`tsm.errors` classes: an
+unreachable API server is :class:`SchedulerUnavailableError` saying how to start one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from tsm.errors import SchedulerError, SchedulerUnavailableError
+from tsm.schedulers.common.optional import import_client
+from tsm.schedulers.kubernetes.request import LABEL_APP, LABEL_SCHEDULER
+
+HINT = "start one with `sudo scripts/k8s-up` (then KUBECONFIG=/var/lib/tsm-k8s/kubeconfig), or set kubeconfig/context"
+
+
+def _quantity(text: str) -> float:
+    """A Kubernetes quantity (``2``, ``1500m``, ``16Gi``, ``64M``) as a number (cores, bytes, count)."""
+    units = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    for suffix in sorted(units, key=len, reverse=True):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * units[suffix]
+    return float(text)
+
+
+class KubeClient:
+    """A namespace-bound handle on one cluster."""
+
+    def __init__(self, namespace: str = "default", kubeconfig: str | None = None, context: str | None = None) -> None:
+        import_client("kubernetes", extra="kubernetes", backend="kubernetes")
+        # the client's own annotations are partial: it is used through ``Any`` at this one boundary
+        client: Any = import_client("kubernetes.client", extra="kubernetes", backend="kubernetes")
+        config: Any = import_client("kubernetes.config", extra="kubernetes", backend="kubernetes")
+
+        self.namespace = namespace
+        self.calls: Counter[str] = Counter()
+        try:
+            try:
+                api = config.new_client_from_config(config_file=kubeconfig, context=context)
+            except config.ConfigException:
+                if kubeconfig or context:
+                    raise
+                config.load_incluster_config()
+                api = client.ApiClient()
+        except (config.ConfigException, OSError, TypeError) as e:
+            raise SchedulerUnavailableError(f"no usable kubeconfig ({e}); {HINT}") from e
+        self.api: Any = api
+        self.core: Any = client.CoreV1Api(api)
+        self.batch: Any = client.BatchV1Api(api)
+        self.ApiException: type[Exception] = client.ApiException
+
+    @contextlib.contextmanager
+    def _call(self, what: str) -> Iterator[None]:
+        import urllib3
+
+        self.calls[what] += 1
+        try:
+            yield
+        except self.ApiException as e:
+            err: Any = e
+            reason = err.reason
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                reason = json.loads(err.body).get("message", reason)
+            raise SchedulerError(f"Kubernetes {what} failed ({err.status}): {reason}") from e
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise SchedulerUnavailableError(f"the Kubernetes API server cannot be reached ({e}); {HINT}") from e
+
+    def _json(self, resp: Any) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(resp.data)
+        return out
+
+    def _items(self, resp: Any) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self._json(resp)["items"]
+        return out
+
+    # -- create -------------------------------------------------------------------------------------------
+    def create_service(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        with self._call("create service"):
+            return self._json(self.core.create_namespaced_service(self.namespace, manifest, _preload_content=False))
+
+    def create_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        with self._call("create job"):
+            return self._json(self.batch.create_namespaced_job(self.namespace, manifest, _preload_content=False))
+
+    # -- read ---------------------------------------------------------------------------------------------
+    def list_pods(self, app_id: str | None = None) -> list[dict[str, Any]]:
+        """Every tsm pod of the namespace (or of one app): one call."""
+        sel = f"{LABEL_SCHEDULER}=kubernetes" + (f",{LABEL_APP}={app_id}" if app_id else "")
+        with self._call("list pods"):
+            return self._items(self.core.list_namespaced_pod(self.namespace, label_selector=sel,
+                                                            _preload_content=False))
+
+    def list_jobs(self, app_id: str | None = None) -> list[dict[str, Any]]:
+        sel = f"{LABEL_SCHEDULER}=kubernetes" + (f",{LABEL_APP}={app_id}" if app_id else "")
+        with self._call("list jobs"):
+            return self._items(self.batch.list_namespaced_job(self.namespace, label_selector=sel,
+                                                             _preload_content=False))
+
+    def list_services(self, app_id: str | None = None) -> list[dict[str, Any]]:
+        sel = f"{LABEL_SCHEDULER}=kubernetes" + (f",{LABEL_APP}={app_id}" if app_id else "")
+        with self._call("list services"):
+            return self._items(self.core.list_namespaced_service(self.namespace, label_selector=sel,
+                                                                _preload_content=False))
+
+    def get_job(self, name: str) -> dict[str, Any] | None:
+        try:
+            with self._call("read job"):
+                return self._json(self.batch.read_namespaced_job(name, self.namespace, _preload_content=False))
+        except SchedulerError as e:
+            if "(404)" in str(e):
+                return None
+            raise
+
+    def allocatable(self) -> list[dict[str, float]]:
+        """Per schedulable node: ``{"cpu": cores, "memory": bytes, "nvidia.com/gpu": n, ...}``."""
+        with self._call("list nodes"):
+            nodes = self._json(self.core.list_node(_preload_content=False))["items"]
+        out = []
+        for n in nodes:
+            if (n.get("spec") or {}).get("unschedulable"):
+                continue
+            alloc = (n.get("status") or {}).get("allocatable") or {}
+            out.append({k: _quantity(str(v)) for k, v in alloc.items()})
+        return out
+
+    def has_dns(self) -> bool:
+        """True when the cluster runs a DNS service (``kube-dns`` in ``kube-system``, CoreDNS's usual name)."""
+        with self._call("list services"):
+            svcs = self._json(self.core.list_namespaced_service("kube-system", _preload_content=False))["items"]
+        return any(s["metadata"]["name"] in ("kube-dns", "coredns") for s in svcs)
+
+    def log(self, pod: str, *, since: int | None = None, timestamps: bool = False) -> bytes:
+        """A pod's log (stdout and stderr together, as the kubelet keeps them); b"" when it has none yet."""
+        kw: dict[str, Any] = {"timestamps": timestamps, "_preload_content": False}
+        if since is not None:
+            kw["since_seconds"] = max(1, since)
+        try:
+            with self._call("read log"):
+                return bytes(self.core.read_namespaced_pod_log(pod, self.namespace, **kw).data)
+        except SchedulerError as e:
+            if "(400)" in str(e) or "(404)" in str(e):  # not started yet / gone
+                return b""
+            raise
+
+    def follow(self, pod: str, *, since: int | None = None) -> Iterator[bytes]:
+        """A pod's log as it is written, until the container ends."""
+        kw: dict[str, Any] = {"follow": True, "_preload_content": False}
+        if since is not None:
+            kw["since_seconds"] = max(1, since)
+        with self._call("follow log"):
+            resp = self.core.read_namespaced_pod_log(pod, self.namespace, **kw)
+        try:
+            yield from resp.stream(4096)
+        finally:
+            resp.release_conn()
+
+    # -- delete -------------------------------------------------------------------------------------------
+    def delete_app(self, app_id: str, grace: int | None = None) -> None:
+        """Delete the app's Jobs (their pods with them) and its Service; a missing object is fine."""
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if grace is not None:
+            body["gracePeriodSeconds"] = grace
+        sel = f"{LABEL_APP}={app_id}"
+        with self._call("delete jobs"):
+            self.batch.delete_collection_namespaced_job(self.namespace, label_selector=sel, body=body)
+        with self._call("delete pods"):
+            self.core.delete_collection_namespaced_pod(self.namespace, label_selector=sel,
+                                                       grace_period_seconds=grace)
+        with self._call("delete service"), contextlib.suppress(self.ApiException):
+            self.core.delete_namespaced_service(app_id, self.namespace, body=body)
+
+    def delete_job(self, name: str, grace: int | None = None) -> None:
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if grace is not None:
+            body["gracePeriodSeconds"] = grace
+        with self._call("delete job"), contextlib.suppress(self.ApiException):
+            self.batch.delete_namespaced_job(name, self.namespace, body=body)
+
+    def delete_pods(self, app_id: str, replica_sel: str, grace: int | None = None) -> None:
+        with self._call("delete pods"):
+            self.core.delete_collection_namespaced_pod(self.namespace, label_selector=f"{LABEL_APP}={app_id},{replica_sel}",
+                                                       grace_period_seconds=grace)
+
+    def close(self) -> None:
+        self.api.close()

@@ -1,0 +1,476 @@
+"""Pure: an AppDef and :class:`KubernetesOptions` -> :class:`KubernetesRequest`, the exact manifests to create.
+
+No API call happens here (a dry run needs no cluster). :func:`format_request` prints the manifests as the
+YAML documents ``schedule`` creates, in order: the app's headless Service first (the *anchor*: every Job
+gets an ``ownerReference`` to it, filled with its ``uid`` once it exists, so one delete removes all), then
+one ``batch/v1`` Job per replica.
+
+Naming, per app ``<app_id>`` (``<name>-<8 hex>``, a DNS-1035 label):
+
+* Service ``<app_id>``; pod ``hostname: <role>-<k>``, ``subdomain: <app_id>``, so replica ``k`` of ``role``
+  is ``<role>-<k>.<app_id>`` in the cluster's DNS; ``TSM_RANK0_HOST`` (``${rank0_env}``) is role 0's
+  replica 0. On a cluster without DNS, ``schedule`` starts rank 0 first and hands its pod IP to the others.
+* Job ``<app_id>-<role>-<k>`` (``-a<n>`` appended for the n-th ROLE/APPLICATION retry); every name longer
+  than Kubernetes allows is cut and ends with a stable hash of the whole name (:func:`short_name`).
+* labels ``tsm/*`` on every object and pod; the role's real name (which a label may not hold) and the
+  app's shape are annotations.
+
+Kubernetes expands ``$(VAR)`` in ``command``, ``args`` and env values; every ``$`` is written ``$$`` so the
+replica receives exactly the bytes given (:func:`escape`).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+import secrets
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tsm.errors import InvalidAppError, InvalidRunOptionError
+from tsm.schedulers.common.options import RunOptions, option
+from tsm.specs.api import AppDef, RetryPolicy, Role, is_null_resource, macros
+from tsm.specs.mounts import BindMount, DeviceMount, VolumeMount
+
+LABEL_SCHEDULER = "tsm/scheduler"
+LABEL_APP = "tsm/app-id"
+LABEL_SESSION = "tsm/session"
+LABEL_ROLE = "tsm/role"
+LABEL_REPLICA = "tsm/replica-id"
+LABEL_ATTEMPT = "tsm/attempt"
+#: annotations: the role's own name, the app's shape ``[[role, replicas, max_retries, policy], ...]``, creation
+ANN_ROLE = "tsm/role-name"
+ANN_ROLES = "tsm/roles"
+ANN_CREATED = "tsm/created"
+#: the role metadata key holding a dict deep-merged into each replica's pod spec
+OVERLAY_KEY = "kubernetes"
+CONTAINER = "main"
+RANK0_VAR = "TSM_RANK0_HOST"
+
+PULL_POLICIES = ("IfNotPresent", "Always", "Never")
+DNS_MODES = ("auto", "yes", "no")
+_LABEL_MAX = 63
+_DNS_BAD = re.compile(r"[^a-z0-9-]+")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+@dataclass(frozen=True)
+class KubernetesOptions(RunOptions):
+    """Run options of the ``kubernetes`` scheduler."""
+
+    namespace: str = option("namespace the app's objects are created in", "default")
+    service_account: str | None = option("service account the pods run as; default: the namespace's default")
+    priority_class: str | None = option("priorityClassName of the pods")
+    image_pull_policy: str = option("imagePullPolicy: IfNotPresent (locally built images work), Always, Never",
+                                    "IfNotPresent")
+    gang_timeout: float = option(
+        "seconds every replica has to be Running; past it the app is deleted and FAILED with Kubernetes' reason", 300.0
+    )
+    grace_period: int = option("seconds between SIGTERM and SIGKILL when a pod is deleted", 10)
+    request_fraction: float = option(
+        "requests = this fraction of the limits (cpu, memory); 1 = guaranteed, lower leaves headroom", 1.0
+    )
+    shm_fraction: float = option("/dev/shm (a memory emptyDir) as a fraction of the role's memMB; 0 = none", 0.5)
+    dns: str = option("rank 0 by cluster DNS: auto (detect), yes, no (rank 0's pod IP is handed to the others)",
+                      "auto")
+    kubeconfig: str | None = option("kubeconfig file; default: $KUBECONFIG, ~/.kube/config, or in-cluster")
+    context: str | None = option("kubeconfig context; default: its current-context")
+
+    def check(self) -> None:
+        if self.image_pull_policy not in PULL_POLICIES:
+            raise InvalidRunOptionError(
+                f"image_pull_policy must be one of {', '.join(PULL_POLICIES)}, not {self.image_pull_policy!r}"
+            )
+        if self.dns not in DNS_MODES:
+            raise InvalidRunOptionError(f"dns must be one of {', '.join(DNS_MODES)}, not {self.dns!r}")
+        if self.gang_timeout <= 0:
+            raise InvalidRunOptionError(f"gang_timeout must be > 0 seconds, not {self.gang_timeout}")
+        if self.grace_period < 0:
+            raise InvalidRunOptionError(f"grace_period must be >= 0, not {self.grace_period}")
+        if not 0 < self.request_fraction <= 1:
+            raise InvalidRunOptionError(f"request_fraction must be in (0, 1], not {self.request_fraction}")
+        if not 0 <= self.shm_fraction <= 1:
+            raise InvalidRunOptionError(f"shm_fraction must be in [0, 1], not {self.shm_fraction}")
+        if not _is_dns_label(self.namespace):
+            raise InvalidRunOptionError(f"namespace must be a DNS label ([a-z0-9-], <= 63), not {self.namespace!r}")
+
+
+@dataclass
+class Need:
+    """What one replica requests, for the gang check against node allocatable."""
+
+    role: str
+    cpu_milli: int
+    mem_bytes: int
+    gpus: int
+
+
+@dataclass
+class KubernetesRequest:
+    """What ``schedule`` creates: ``service`` then ``jobs`` (manifests as the API takes them)."""
+
+    app_id: str
+    app_name: str
+    session: str
+    namespace: str
+    service: dict[str, Any]
+    jobs: list[dict[str, Any]]
+    #: ``[[role, replicas, max_retries, policy], ...]``
+    roles: list[list[Any]]
+    needs: list[Need]
+    dns: str
+    gang_timeout: float
+    grace_period: int
+    app_dir: str
+    spec: dict[str, Any] = field(default_factory=dict)
+    kubeconfig: str | None = None
+    context: str | None = None
+
+    def to_json(self) -> str:
+        """The request as JSON (saved beside the app; read back to recreate Jobs on ROLE/APPLICATION retries)."""
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> KubernetesRequest:
+        data = json.loads(text)
+        data["needs"] = [Need(**n) for n in data["needs"]]
+        return cls(**data)
+
+
+def _is_dns_label(s: str) -> bool:
+    return bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", s)) and len(s) <= _LABEL_MAX
+
+
+def short_name(name: str, limit: int = _LABEL_MAX) -> str:
+    """``name`` when it fits in ``limit`` characters, else cut and ended by ``-`` + 8 hex of its sha256.
+
+    Stable: the same long name always gives the same short one, and two long names sharing a prefix differ.
+    """
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: limit - 9].rstrip('-.')}-{digest}"
+
+
+def dns_part(text: str) -> str:
+    """``text`` as a DNS label part: lower case, ``[a-z0-9-]`` (``Trainer_A`` -> ``trainer-a``)."""
+    return _DNS_BAD.sub("-", text.lower()).strip("-") or "x"
+
+
+def host_name(role: str, replica_id: int) -> str:
+    """The pod hostname of replica ``replica_id`` of ``role``: ``<role>-<k>`` (a DNS label, shortened)."""
+    return short_name(f"{dns_part(role)}-{replica_id}")
+
+
+def label_value(text: str) -> str:
+    """``text`` as a label value (<= 63 of ``[A-Za-z0-9-_.]``, alphanumeric at both ends)."""
+    v = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")
+    return short_name(v).strip("-._") or "x"
+
+
+def job_name(app_id: str, role: str, replica_id: int, attempt: int = 0) -> str:
+    """The Job of one replica; ``-a<n>`` for the n-th ROLE/APPLICATION retry (a new object, new pods)."""
+    suffix = f"-a{attempt}" if attempt else ""
+    return short_name(f"{app_id}-{dns_part(role)}-{replica_id}{suffix}")
+
+
+def new_app_id(app_name: str) -> str:
+    """``<name>-<8 hex>``, a DNS-1035 label (it names the Service): starts with a letter, <= 63 characters."""
+    base = dns_part(app_name)
+    if not base[0].isalpha():
+        base = "app-" + base
+    return f"{base[:40].rstrip('-')}-{secrets.token_hex(4)}"
+
+
+def escape(value: str) -> str:
+    """``value`` with every ``$`` doubled, so Kubernetes' ``$(VAR)`` expansion gives back ``value`` exactly."""
+    return value.replace("$", "$$")
+
+
+def _utf8(value: str, what: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidAppError(
+            f"{what} holds bytes that are not UTF-8 ({value[e.start:e.end]!r}); Kubernetes' API carries text only: "
+            "pass such data in a file (a mount) instead"
+        ) from e
+    return value
+
+
+def validate(app: AppDef) -> None:
+    """Refuse what the kubernetes scheduler cannot run (raises :class:`InvalidAppError`)."""
+    hosts: dict[str, str] = {}
+    for role in app.roles:
+        if not role.image:
+            raise InvalidAppError(f"role '{role.name}' has no image: the kubernetes scheduler runs a container image")
+        if role.max_retries < 0:
+            raise InvalidAppError(f"role '{role.name}': max_retries must be >= 0, not {role.max_retries}")
+        _utf8(role.entrypoint, f"role '{role.name}' entrypoint")
+        for i, a in enumerate(role.args):
+            _utf8(a, f"role '{role.name}' argument {i}")
+        for k, v in role.env.items():
+            _utf8(v, f"role '{role.name}' env {k}")
+            if not _ENV_NAME.match(k):
+                raise InvalidAppError(
+                    f"role '{role.name}': env name {k!r} is refused by Kubernetes "
+                    "(it must match [-._a-zA-Z][-._a-zA-Z0-9]*)"
+                )
+        overlay = role.metadata.get(OVERLAY_KEY)
+        if overlay is not None and not isinstance(overlay, dict):
+            raise InvalidAppError(f"role '{role.name}': metadata['{OVERLAY_KEY}'] must be a dict merged into the pod spec")
+        h = host_name(role.name, 0)
+        if h in hosts:
+            raise InvalidAppError(f"roles '{hosts[h]}' and '{role.name}' map to the same pod host names ({h})")
+        hosts[h] = role.name
+
+
+def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overlay`` merged in: dicts merge key by key, lists of containers by ``name``, else replaced."""
+    out = copy.deepcopy(base)
+    for k, v in overlay.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        elif k == "containers" and isinstance(v, list) and isinstance(out.get(k), list):
+            byname = {c.get("name"): i for i, c in enumerate(out[k])}
+            for c in v:
+                i = byname.get(c.get("name")) if isinstance(c, dict) else None
+                if i is None:
+                    out[k].append(copy.deepcopy(c))
+                else:
+                    out[k][i] = deep_merge(out[k][i], c)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _volumes(role: Role, shm_mb: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(volumes, volumeMounts)``: bind -> hostPath, volume -> PVC, device -> hostPath (CharDevice), /dev/shm."""
+    vols: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for i, m in enumerate(role.mounts):
+        name = f"m{i}"
+        if isinstance(m, BindMount):
+            vols.append({"name": name, "hostPath": {"path": m.src_path}})
+            mounts.append({"name": name, "mountPath": m.dst_path, "readOnly": m.read_only})
+        elif isinstance(m, VolumeMount):
+            vols.append({"name": name, "persistentVolumeClaim": {"claimName": m.src, "readOnly": m.read_only}})
+            mounts.append({"name": name, "mountPath": m.dst_path, "readOnly": m.read_only})
+        elif isinstance(m, DeviceMount):
+            vols.append({"name": name, "hostPath": {"path": m.src_path, "type": "CharDevice"}})
+            mounts.append({"name": name, "mountPath": m.dst_path, "readOnly": "w" not in m.permissions})
+    if shm_mb > 0:
+        vols.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_mb}Mi"}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return vols, mounts
+
+
+def _resources(role: Role, fraction: float) -> tuple[dict[str, Any], Need]:
+    res = role.resource
+    if is_null_resource(res):
+        return {}, Need(role.name, 0, 0, 0)
+    limits: dict[str, str] = {}
+    requests: dict[str, str] = {}
+    cpu_milli = mem = 0
+    if res.cpu > 0:
+        cpu_milli = max(1, int(res.cpu * 1000 * fraction))
+        limits["cpu"] = f"{res.cpu * 1000}m"
+        requests["cpu"] = f"{cpu_milli}m"
+    if res.memMB > 0:
+        mem = int(res.memMB * fraction) * 1024 * 1024
+        limits["memory"] = f"{res.memMB}Mi"
+        requests["memory"] = f"{int(res.memMB * fraction)}Mi"
+    if res.gpu > 0:
+        limits["nvidia.com/gpu"] = requests["nvidia.com/gpu"] = str(res.gpu)
+    for dev, n in res.devices.items():
+        limits[dev] = requests[dev] = str(n)
+    return {"requests": requests, "limits": limits}, Need(role.name, cpu_milli, mem, max(res.gpu, 0))
+
+
+def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_root: str, created: float) -> KubernetesRequest:
+    """The manifests for ``app``; pure but for a fresh random app id."""
+    app_id = new_app_id(app.name)
+    ns = opts.namespace
+    role0 = app.roles[0].name
+    rank0 = f"{host_name(role0, 0)}.{app_id}"
+    shape = [[r.name, r.num_replicas, r.max_retries, r.retry_policy.value] for r in app.roles]
+    base_labels = {LABEL_SCHEDULER: "kubernetes", LABEL_APP: app_id, LABEL_SESSION: label_value(session)}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": app_id, "namespace": ns, "labels": dict(base_labels),
+                     "annotations": {ANN_ROLES: json.dumps(shape), ANN_CREATED: f"{created:.3f}"}},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {LABEL_APP: app_id},
+                 "ports": [{"name": "tsm", "port": 29500}]},
+    }
+    jobs: list[dict[str, Any]] = []
+    needs: list[Need] = []
+    for role in app.roles:
+        resources, need = _resources(role, opts.request_fraction)
+        shm = int(role.resource.memMB * opts.shm_fraction) if not is_null_resource(role.resource) else 0
+        vols, vmounts = _volumes(role, shm)
+        selector = {str(k): str(v) for k, v in role.resource.capabilities.items()}
+        for i in range(role.num_replicas):
+            needs.append(need)
+            r = macros.Values(img_root="", app_id=app_id, replica_id=str(i)).apply(role)
+            env = dict(r.env)
+            env.update({
+                "TSM_APP_ID": app_id, "TSM_ROLE_NAME": role.name, "TSM_REPLICA_ID": str(i),
+                "TSM_NUM_REPLICAS": str(role.num_replicas), RANK0_VAR: rank0, "PYTHONUNBUFFERED": "1",
+            })
+            labels = {**base_labels, LABEL_ROLE: label_value(role.name), LABEL_REPLICA: str(i), LABEL_ATTEMPT: "0"}
+            annotations = {ANN_ROLE: role.name, ANN_ROLES: json.dumps(shape), ANN_CREATED: f"{created:.3f}"}
+            container: dict[str, Any] = {
+                "name": CONTAINER,
+                "image": role.image,
+                "imagePullPolicy": opts.image_pull_policy,
+                "command": [escape(r.entrypoint)],
+                "args": [escape(a) for a in r.args],
+                "env": [{"name": k, "value": escape(v)} for k, v in env.items()],
+            }
+            if resources:
+                container["resources"] = resources
+            if vmounts:
+                container["volumeMounts"] = vmounts
+            if role.port_map:
+                container["ports"] = [{"name": dns_part(k)[:15], "containerPort": p} for k, p in role.port_map.items()]
+            pod: dict[str, Any] = {
+                "restartPolicy": "Never",
+                "hostname": host_name(role.name, i),
+                "subdomain": app_id,
+                "enableServiceLinks": False,
+                "terminationGracePeriodSeconds": opts.grace_period,
+                "containers": [container],
+            }
+            if vols:
+                pod["volumes"] = vols
+            if selector:
+                pod["nodeSelector"] = selector
+            if opts.service_account:
+                pod["serviceAccountName"] = opts.service_account
+            if opts.priority_class:
+                pod["priorityClassName"] = opts.priority_class
+            overlay = r.metadata.get(OVERLAY_KEY)
+            if isinstance(overlay, dict):
+                pod = deep_merge(pod, overlay)
+            jobs.append({
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": job_name(app_id, role.name, i), "namespace": ns, "labels": labels,
+                             "annotations": annotations},
+                "spec": {
+                    "backoffLimit": role.max_retries if role.retry_policy == RetryPolicy.REPLICA else 0,
+                    "completions": 1,
+                    "parallelism": 1,
+                    "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod},
+                },
+            })
+    return KubernetesRequest(
+        app_id=app_id, app_name=app.name, session=session, namespace=ns, service=service, jobs=jobs, roles=shape,
+        needs=needs, dns=opts.dns, gang_timeout=opts.gang_timeout, grace_period=opts.grace_period,
+        app_dir=f"{app_dir_root}/{app_id}", spec=app.to_dict(), kubeconfig=opts.kubeconfig, context=opts.context,
+    )
+
+
+def with_owner(manifest: dict[str, Any], service_uid: str, app_id: str) -> dict[str, Any]:
+    """``manifest`` owned by the app's Service (deleting it deletes the manifest's object)."""
+    out = copy.deepcopy(manifest)
+    out["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Service", "name": app_id,
+                                           "uid": service_uid, "blockOwnerDeletion": False}]
+    return out
+
+
+def with_rank0(job: dict[str, Any], host: str) -> dict[str, Any]:
+    """``job`` with ``TSM_RANK0_HOST`` set to ``host`` (rank 0's pod IP on a cluster without DNS)."""
+    out = copy.deepcopy(job)
+    for e in out["spec"]["template"]["spec"]["containers"][0]["env"]:
+        if e["name"] == RANK0_VAR:
+            e["value"] = escape(host)
+    return out
+
+
+def retried(job: dict[str, Any], app_id: str, attempt: int) -> dict[str, Any]:
+    """``job`` for the ``attempt``-th ROLE/APPLICATION retry: a new name and the attempt label."""
+    out = copy.deepcopy(job)
+    labels = out["metadata"]["labels"]
+    name = out["metadata"]["annotations"][ANN_ROLE]
+    out["metadata"]["name"] = job_name(app_id, name, int(labels[LABEL_REPLICA]), attempt)
+    for meta in (out["metadata"], out["spec"]["template"]["metadata"]):
+        meta["labels"][LABEL_ATTEMPT] = str(attempt)
+    return out
+
+
+def _yaml(obj: Any, indent: int = 0) -> list[str]:
+    """A small YAML writer (block style, JSON-quoted scalars): exact and needs no YAML library."""
+    pad = "  " * indent
+    lines: list[str] = []
+    if isinstance(obj, dict):
+        if not obj:
+            return [pad + "{}"]
+        for k, v in obj.items():
+            key = json.dumps(k) if not re.fullmatch(r"[A-Za-z0-9_./-]+", k) else k
+            if isinstance(v, (dict, list)) and v:
+                lines.append(f"{pad}{key}:")
+                lines += _yaml(v, indent + 1)
+            else:
+                lines.append(f"{pad}{key}: {_scalar(v)}")
+    elif isinstance(obj, list):
+        if not obj:
+            return [pad + "[]"]
+        for v in obj:
+            if isinstance(v, (dict, list)) and v:
+                sub = _yaml(v, indent + 1)
+                lines.append(f"{pad}- {sub[0].lstrip()}")
+                lines += sub[1:]
+            else:
+                lines.append(f"{pad}- {_scalar(v)}")
+    else:
+        lines.append(pad + _scalar(obj))
+    return lines
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, bool) or v is None or isinstance(v, (int, float)):
+        return json.dumps(v)
+    if isinstance(v, (dict, list)):
+        return json.dumps(v)
+    s = str(v)
+    if re.fullmatch(r"[A-Za-z_/][A-Za-z0-9_./-]*", s) and s not in ("true", "false", "null", "yes", "no", "on", "off"):
+        return s
+    return _quoted(s)
+
+
+def _quoted(s: str) -> str:
+    """A YAML double-quoted scalar: printable characters as they are, the rest as YAML escapes."""
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif (0x20 <= o <= 0x7E or 0xA0 <= o <= 0xD7FF) and o not in (0x2028, 0x2029) or (0xE000 <= o <= 0xFFFD and o != 0xFEFF) or o >= 0x10000:
+            out.append(ch)
+        elif o <= 0xFF:
+            out.append(f"\\x{o:02x}")
+        else:
+            out.append(f"\\u{o:04x}")
+    out.append('"')
+    return "".join(out)
+
+
+def to_yaml(manifest: dict[str, Any]) -> str:
+    """One manifest as a YAML document."""
+    return "\n".join(_yaml(manifest)) + "\n"
+
+
+def format_request(req: KubernetesRequest) -> str:
+    """The request as the YAML documents ``schedule`` creates, in order (``kubectl apply -f`` takes them)."""
+    head = [
+        f"# app {req.app_id} in namespace {req.namespace}: Service {req.app_id} (headless) + {len(req.jobs)} Job(s)",
+        "# every Job gets ownerReferences -> the Service (its uid, known once created): deleting it deletes all",
+        f"# rank 0: {RANK0_VAR} = Service DNS name; dns={req.dns}: without cluster DNS it becomes rank 0's pod IP",
+        f"# gang_timeout {req.gang_timeout:g}s: not every replica Running by then -> deleted, FAILED with the reason",
+    ]
+    docs = [to_yaml(req.service)] + [to_yaml(j) for j in req.jobs]
+    return "\n".join(head) + "\n---\n" + "---\n".join(docs)

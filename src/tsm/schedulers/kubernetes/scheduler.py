@@ -1,0 +1,551 @@
+"""KubernetesScheduler: the interface, gluing the pure request/status modules to the API client.
+
+Local store ``$TSM_HOME/kubernetes/<app_id>/``: ``request.json`` (the manifests, to recreate Jobs for
+ROLE/APPLICATION retries: the retry count itself lives on the objects, label ``tsm/attempt``), ``app.json``
+(the :class:`AppRecord`), ``logs/<host>/<attempt>-<created>-<pod>.log`` (each pod's log with Kubernetes'
+timestamps, snapshotted before tsm deletes the pod) and ``final.json`` (the last status, written when the
+app's objects are deleted: by ``cancel``, a final failure, the gang timeout, or cleanup).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tsm.errors import NotSupportedError, SchedulerError, SubmissionError, UnknownAppError
+from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from tsm.schedulers.common.logs import (
+    check_replica,
+    decode,
+    filter_regex,
+    in_window,
+    split_lines,
+    split_lines_iterator,
+)
+from tsm.schedulers.common.record import AppRecord
+from tsm.schedulers.common.watcher import StatusWatcher
+from tsm.schedulers.kubernetes.client import KubeClient
+from tsm.schedulers.kubernetes.request import (
+    ANN_CREATED,
+    ANN_ROLE,
+    LABEL_REPLICA,
+    RANK0_VAR,
+    KubernetesOptions,
+    KubernetesRequest,
+    build_request,
+    format_request,
+    host_name,
+    retried,
+    validate,
+    with_owner,
+    with_rank0,
+)
+from tsm.schedulers.kubernetes.status import AppView, Pod, app_status, from_json, group
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, RoleStatus
+from tsm.specs.runopts import CfgVal, runopts
+from tsm.store import tsm_home
+
+
+def store_root() -> Path:
+    return tsm_home() / "kubernetes"
+
+
+def _status_to_json(d: DescribeAppResponse) -> str:
+    return json.dumps({
+        "app_id": d.app_id, "state": d.state.name, "msg": d.msg, "num_restarts": d.num_restarts, "created": d.created,
+        "roles": [[rs.role, [[r.id, r.state.name, r.exit_code, r.error_msg, r.restarts, r.hostname]
+                             for r in rs.replicas]] for rs in d.roles_statuses],
+    })
+
+
+def _status_from_json(text: str) -> DescribeAppResponse | None:
+    try:
+        data = json.loads(text)
+        roles = [RoleStatus(name, [ReplicaStatus(id=i, state=AppState[s], role=name, exit_code=c, error_msg=m,
+                                                  restarts=n, hostname=h) for i, s, c, m, n, h in reps])
+                 for name, reps in data["roles"]]
+        return DescribeAppResponse(app_id=data["app_id"], state=AppState[data["state"]], msg=data["msg"],
+                                   num_restarts=data["num_restarts"], created=data["created"], roles_statuses=roles)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class KubernetesScheduler(Scheduler[KubernetesRequest]):
+    """Runs each replica as a ``batch/v1`` Job behind one headless Service (see :mod:`tsm.schedulers.kubernetes`)."""
+
+    requires_resource = False
+
+    def __init__(self, session_name: str, namespace: str = "default", kubeconfig: str | None = None,
+                 context: str | None = None, client: KubeClient | None = None) -> None:
+        super().__init__("kubernetes", session_name)
+        self._where = (namespace, kubeconfig, context)
+        self._clients: dict[tuple[str, str | None, str | None], KubeClient] = {}
+        if client is not None:
+            self._clients[(client.namespace, kubeconfig, context)] = client
+            self._where = (client.namespace, kubeconfig, context)
+        self._watcher = self._new_watcher()
+        self._lock = threading.Lock()
+
+    def _new_watcher(self) -> StatusWatcher[DescribeAppResponse]:
+        return StatusWatcher(self._snapshot, self._lookup, is_terminal=lambda d: d.state.is_terminal)
+
+    def _client(self, where: tuple[str, str | None, str | None] | None = None) -> KubeClient:
+        key = where or self._where
+        with self._lock:
+            if key not in self._clients:
+                self._clients[key] = KubeClient(*key)
+            return self._clients[key]
+
+    @property
+    def client(self) -> KubeClient:
+        """The client of the scheduler's own namespace and kubeconfig."""
+        return self._client()
+
+    def _client_of(self, req: KubernetesRequest | None) -> KubeClient:
+        if req is None:
+            return self.client
+        return self._client((req.namespace, req.kubeconfig, req.context))
+
+    # -- requests -----------------------------------------------------------------------------------------
+    def run_opts(self) -> runopts:
+        return KubernetesOptions.runopts()
+
+    def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+        validate(app)
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[KubernetesRequest]:
+        opts = KubernetesOptions.from_cfg(cfg)
+        req = build_request(app, opts, self.session_name, str(store_root()), time.time())
+        return AppDryRunInfo(request=req, fmt=format_request)
+
+    def check_fits(self, req: KubernetesRequest, client: KubeClient) -> None:
+        """Refuse an app that can never run: a replica bigger than every node, or more than the cluster has."""
+        nodes = client.allocatable()
+        if not nodes:
+            raise SubmissionError("the cluster has no schedulable node: nothing can run; add a node (or uncordon one)")
+        keys = (("cpu", "cpu_milli", 1e-3, "CPU"), ("memory", "mem_bytes", 1.0, "bytes of memory"),
+                ("nvidia.com/gpu", "gpus", 1.0, "GPU(s)"))
+        for res, attr, scale, what in keys:
+            total_need = sum(getattr(n, attr) * scale for n in req.needs)
+            biggest = max(node.get(res, 0.0) for node in nodes)
+            for n in req.needs:
+                need = getattr(n, attr) * scale
+                if need > biggest:
+                    raise SubmissionError(
+                        f"app {req.app_name!r} cannot fit: a replica of role '{n.role}' requests {need:g} {what} "
+                        f"but the largest node has {biggest:g} allocatable; ask for less (or lower request_fraction)"
+                    )
+            capacity = sum(node.get(res, 0.0) for node in nodes)
+            if total_need > capacity:
+                raise SubmissionError(
+                    f"app {req.app_name!r} cannot fit: its {len(req.needs)} replicas request {total_need:g} {what} "
+                    f"together but the cluster has {capacity:g} allocatable; it would wait forever (gang start)"
+                )
+
+    def schedule(self, dryrun_info: AppDryRunInfo[KubernetesRequest]) -> str:
+        req = dryrun_info.request
+        client = self._client_of(req)
+        self.check_fits(req, client)
+        app_dir = Path(req.app_dir)
+        app_dir.mkdir(parents=True, exist_ok=True)
+        (app_dir / "request.json").write_text(req.to_json())
+        app = dryrun_info.app or AppDef.from_dict(req.spec)
+        (app_dir / "app.json").write_text(AppRecord("kubernetes", req.session, app, os.getcwd(), {}).to_json())
+        try:
+            svc = client.create_service(req.service)
+            (app_dir / "service-uid").write_text(svc["metadata"]["uid"])
+            self._watcher.submitted(req.app_id)
+            self._create_jobs(req, client, req.jobs)
+        except SchedulerError as e:
+            with contextlib.suppress(SchedulerError):
+                client.delete_app(req.app_id, 0)
+            self._write_final(req, AppState.FAILED, f"could not be created: {e}")
+            raise SubmissionError(f"app {req.app_id} could not be created: {e}") from e
+        return req.app_id
+
+    def _dns(self, req: KubernetesRequest, client: KubeClient) -> bool:
+        if req.dns != "auto":
+            return req.dns == "yes"
+        flag = Path(req.app_dir) / "dns"
+        if not flag.exists():
+            flag.write_text("yes" if client.has_dns() else "no")
+        return flag.read_text() == "yes"
+
+    def _create_jobs(self, req: KubernetesRequest, client: KubeClient, jobs: builtins.list[dict[str, Any]]) -> None:
+        """Create ``jobs`` owned by the Service; without DNS, rank 0's pod IP goes to the others."""
+        uid = (Path(req.app_dir) / "service-uid").read_text()
+        rest = list(jobs)
+        ip = ""
+        if len(req.jobs) > 1 and not self._dns(req, client):
+            first = next((j for j in rest if j["metadata"]["annotations"][ANN_ROLE] == req.roles[0][0]
+                          and j["metadata"]["labels"][LABEL_REPLICA] == "0"), None)
+            if first is not None:
+                client.create_job(with_owner(first, uid, req.app_id))
+                rest.remove(first)
+            ip = self._rank0_ip(req, client)
+        for j in rest:
+            client.create_job(with_owner(with_rank0(j, ip) if ip else j, uid, req.app_id))
+
+    def _rank0_ip(self, req: KubernetesRequest, client: KubeClient) -> str:
+        """Rank 0's pod IP once it has one (the sandbox exists), within the gang timeout."""
+        deadline = time.monotonic() + req.gang_timeout
+        pause = 0.1
+        while time.monotonic() < deadline:
+            pods = [from_json(p) for p in client.list_pods(req.app_id)]
+            role0 = req.roles[0][0]
+            mine = [p for p in pods if p.role == role0 and p.replica_id == 0 and not p.deleting]
+            latest = max(mine, key=lambda p: (p.attempt, p.created), default=None)
+            if latest is not None and latest.ip:
+                return latest.ip
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+        return ""  # the gang timeout will fail the app with rank 0's reason
+
+    # -- status -------------------------------------------------------------------------------------------
+    def _app_dir(self, app_id: str) -> Path:
+        return store_root() / app_id
+
+    def _request(self, app_id: str) -> KubernetesRequest | None:
+        try:
+            return KubernetesRequest.from_json((self._app_dir(app_id) / "request.json").read_text())
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def _snapshot(self) -> dict[str, DescribeAppResponse]:
+        out: dict[str, DescribeAppResponse] = {}
+        pods = [from_json(p) for p in self.client.list_pods()]
+        for app_id, view in group(pods).items():
+            if (self._app_dir(app_id) / "cancelling").exists() or (self._app_dir(app_id) / "final.json").exists():
+                continue  # final.json answers (through lookup)
+            out[app_id] = self._settle(view)
+        return out
+
+    def _lookup(self, ids: builtins.list[str]) -> dict[str, DescribeAppResponse]:
+        out = {}
+        for app_id in ids:
+            d = self._final(app_id)
+            if d is not None:
+                out[app_id] = d
+                continue
+            if (self._app_dir(app_id) / "cancelling").exists():
+                out[app_id] = DescribeAppResponse(app_id=app_id, state=AppState.RUNNING, msg="being cancelled")
+                continue
+            req = self._request(app_id)
+            if req is None:
+                continue
+            client = self._client_of(req)
+            pods = [from_json(p) for p in client.list_pods(app_id)]
+            view = AppView(app_id, req.roles, float(req.service["metadata"]["annotations"][ANN_CREATED]), pods)
+            out[app_id] = self._settle(view)
+        return out
+
+    def _final(self, app_id: str) -> DescribeAppResponse | None:
+        try:
+            return _status_from_json((self._app_dir(app_id) / "final.json").read_text())
+        except OSError:
+            return None
+
+    def _describe_view(self, view: AppView) -> DescribeAppResponse:
+        st = app_status(view)
+        return DescribeAppResponse(app_id=view.app_id, state=st.state, msg=st.msg, num_restarts=st.num_restarts,
+                                   created=view.created, roles_statuses=st.roles)
+
+    def _settle(self, view: AppView) -> DescribeAppResponse:
+        """The app's status; acts on it: ROLE/APPLICATION retries, gang timeout, final failure (delete)."""
+        st = app_status(view)
+        req = self._request(view.app_id)
+        if req is None:  # not submitted from this machine: report only
+            return self._describe_view(view)
+        if st.state == AppState.FAILED and st.first_failure is not None:
+            role_name = st.first_failure[0]
+            shape = {r[0]: r for r in view.roles}
+            _, _, max_retries, policy = shape.get(role_name, [role_name, 1, 0, "APPLICATION"])
+            attempt = view.attempt
+            if policy in ("APPLICATION", "ROLE") and attempt < int(max_retries):
+                self._retry(req, view, role_name if policy == "ROLE" else None, attempt + 1)
+                return DescribeAppResponse(app_id=view.app_id, state=AppState.RUNNING, created=view.created,
+                                           num_restarts=st.num_restarts + 1, msg=f"retrying after {st.msg}")
+            desc = self._describe_view(view)
+            self._finish(req, desc, view.pods)
+            return desc
+        if st.state in (AppState.PENDING, AppState.RUNNING) and not st.all_started:
+            latest = [p.created for p in view.pods if p.attempt == view.attempt]
+            since = max(view.created or 0.0, min(latest, default=0.0))
+            if since and time.time() - since > req.gang_timeout:
+                why = st.pending_reason or "not scheduled"
+                msg = f"not every replica was Running within gang_timeout={req.gang_timeout:g}s: {why}"
+                desc = self._describe_view(view)
+                desc.state, desc.msg = AppState.FAILED, msg
+                for rs in desc.roles_statuses:
+                    for r in rs.replicas:
+                        if not r.state.is_terminal:
+                            r.state, r.error_msg = AppState.FAILED, r.error_msg or msg
+                self._finish(req, desc, view.pods)
+                return desc
+        desc = self._describe_view(view)
+        if desc.state == AppState.SUCCEEDED:
+            self._finish(req, desc, view.pods)
+        return desc
+
+    def _retry(self, req: KubernetesRequest, view: AppView, role: str | None, attempt: int) -> None:
+        """Delete the role's (``role``) or app's (None) Jobs, logs snapshotted, and create them anew."""
+        client = self._client_of(req)
+        scope = [p for p in view.pods if role is None or p.role == role]
+        for p in scope:
+            self._snapshot_log(req.app_id, client, p)
+        jobs = [j for j in req.jobs if role is None or j["metadata"]["annotations"][ANN_ROLE] == role]
+        for j in jobs:
+            prev = view.attempt
+            name = retried(j, req.app_id, prev)["metadata"]["name"] if prev else j["metadata"]["name"]
+            client.delete_job(name, 0)
+        self._create_jobs(req, client, [retried(j, req.app_id, attempt) for j in jobs])
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        d = self._watcher.get(app_id)
+        if d is None:
+            return None
+        record = AppRecord.load(self._app_dir(app_id) / "app.json")
+        out = DescribeAppResponse(app_id=app_id, state=d.state, num_restarts=d.num_restarts, msg=d.msg,
+                                  created=d.created, roles_statuses=d.roles_statuses, app=record.app if record else None)
+        if record is not None and not out.roles_statuses:
+            out.roles_statuses = [RoleStatus(r.name) for r in record.app.roles]
+        return out
+
+    def list(self) -> builtins.list[ListAppResponse]:
+        rows = {a: ListAppResponse(a, d.state, name=a.rsplit("-", 1)[0], created=d.created)
+                for a, d in self._watcher.all().items()}
+        root = store_root()
+        if root.is_dir():
+            for entry in os.scandir(root):
+                if entry.name not in rows:
+                    d = self._final(entry.name)
+                    if d is None and (Path(entry.path) / "cancelling").exists():
+                        d = DescribeAppResponse(app_id=entry.name, state=AppState.RUNNING)
+                    if d is not None:
+                        rows[entry.name] = ListAppResponse(entry.name, d.state, name=entry.name.rsplit("-", 1)[0],
+                                                           created=d.created)
+        return sorted(rows.values(), key=lambda r: -(r.created or 0))
+
+    # -- cancel / finish -----------------------------------------------------------------------------------
+    def cancel(self, app_id: str) -> None:
+        current = self.describe(app_id)
+        if current is None or current.state.is_terminal:
+            return
+        req = self._request(app_id)
+        client = self._client_of(req)
+        app_dir = self._app_dir(app_id)
+        app_dir.mkdir(parents=True, exist_ok=True)
+        (app_dir / "cancelling").touch()
+        try:
+            pods = [from_json(p) for p in client.list_pods(app_id)]
+            desc = DescribeAppResponse(app_id=app_id, state=AppState.CANCELLED, msg="cancelled", created=current.created,
+                                       num_restarts=current.num_restarts, roles_statuses=current.roles_statuses)
+            for rs in desc.roles_statuses:
+                for r in rs.replicas:
+                    if r.state != AppState.SUCCEEDED:
+                        r.state, r.error_msg = AppState.CANCELLED, "cancelled"
+            grace = req.grace_period if req else 10
+            if req is not None:
+                self._finish(req, desc, pods, grace=grace)
+            else:
+                client.delete_app(app_id, grace)
+        finally:
+            with contextlib.suppress(OSError):
+                (app_dir / "cancelling").unlink()
+        self._watcher.invalidate()
+
+    def _finish(self, req: KubernetesRequest, desc: DescribeAppResponse, pods: builtins.list[Pod],
+                grace: int = 0) -> None:
+        """Snapshot every pod's log, write the final status, then delete the app's objects (all of them)."""
+        client = self._client_of(req)
+        for p in pods:
+            self._snapshot_log(req.app_id, client, p)
+        app_dir = Path(req.app_dir)
+        app_dir.mkdir(parents=True, exist_ok=True)
+        tmp = app_dir / "final.json.tmp"
+        tmp.write_text(_status_to_json(desc))
+        tmp.replace(app_dir / "final.json")
+        client.delete_app(req.app_id, grace)
+
+    def _write_final(self, req: KubernetesRequest, state: AppState, msg: str) -> None:
+        roles = [RoleStatus(name, [ReplicaStatus(id=k, state=state, role=name, error_msg=msg) for k in range(n)])
+                 for name, n, *_ in req.roles]
+        desc = DescribeAppResponse(app_id=req.app_id, state=state, msg=msg, roles_statuses=roles, created=time.time())
+        Path(req.app_dir).mkdir(parents=True, exist_ok=True)
+        (Path(req.app_dir) / "final.json").write_text(_status_to_json(desc))
+
+    def remove(self, app_id: str) -> bool:
+        """Delete the app's objects and everything kept of it in ``$TSM_HOME``."""
+        req = self._request(app_id)
+        found = False
+        if req is not None:
+            self._client_of(req).delete_app(app_id, 0)
+            found = True
+        app_dir = self._app_dir(app_id)
+        if app_dir.exists():
+            shutil.rmtree(app_dir, ignore_errors=True)
+            found = True
+        self._watcher = self._new_watcher()
+        return found
+
+    def cleanup(self, include_running: bool = False) -> builtins.list[str]:
+        """Delete the objects of every ended tsm app of the namespace (logs snapshotted first), and of apps
+        whose launcher is gone (no local request) once they ended; ``include_running`` cancels the rest too."""
+        done = []
+        for app_id, view in group([from_json(p) for p in self.client.list_pods()]).items():
+            req = self._request(app_id)
+            desc = self._describe_view(view)
+            if desc.state.is_terminal:
+                if req is not None:
+                    self._finish(req, desc, view.pods)
+                else:
+                    self.client.delete_app(app_id, 0)
+                done.append(app_id)
+            elif include_running:
+                if req is not None:
+                    self.cancel(app_id)
+                else:
+                    self.client.delete_app(app_id, 0)
+                done.append(app_id)
+        self._watcher.invalidate()
+        return done
+
+    # -- logs ---------------------------------------------------------------------------------------------
+    def _log_file(self, app_id: str, p: Pod) -> Path:
+        return self._app_dir(app_id) / "logs" / host_name(p.role, p.replica_id) / f"{p.attempt:03d}-{p.created:.3f}-{p.name}.log"
+
+    def _snapshot_log(self, app_id: str, client: KubeClient, p: Pod) -> None:
+        path = self._log_file(app_id, p)
+        if path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = client.log(p.name, timestamps=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+
+    def _roles(self, app_id: str) -> dict[str, int] | None:
+        req = self._request(app_id)
+        if req is not None:
+            return {name: int(n) for name, n, *_ in req.roles}
+        d = self.describe(app_id)
+        if d is None:
+            return None
+        return {rs.role: len(rs.replicas) for rs in d.roles_statuses}
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterator[str]:
+        roles = self._roles(app_id)
+        if roles is None:
+            raise UnknownAppError(f"no kubernetes app '{app_id}'")
+        check_replica(app_id, roles, role_name, k)
+        if streams is not None and Stream(streams) != Stream.COMBINED:
+            raise NotSupportedError(
+                "Kubernetes keeps a container's stdout and stderr in one log: only the combined stream can be "
+                f"read (drop --streams {Stream(streams).value}, or write the streams to files in the job)"
+            )
+        return filter_regex(regex, self._lines(app_id, role_name, k, since, until, should_tail))
+
+    def _lines(self, app_id: str, role: str, k: int, since: datetime | None, until: datetime | None,
+               tail: bool) -> Iterator[str]:
+        req = self._request(app_id)
+        client = self._client_of(req)
+        live = [] if self._final(app_id) is not None else [
+            p for p in (from_json(x) for x in client.list_pods(app_id)) if p.role == role and p.replica_id == k
+        ]
+        live.sort(key=lambda p: (p.attempt, p.created, p.name))
+        d = self._app_dir(app_id) / "logs" / host_name(role, k)
+        saved = sorted(d.glob("*.log")) if d.is_dir() else []
+        live_files = {self._log_file(app_id, p).name for p in live}
+        for f in saved:
+            if f.name not in live_files:
+                yield from _stamped_lines(f.read_bytes(), since, until)
+        for i, p in enumerate(live):
+            f = self._log_file(app_id, p)
+            if f.exists():
+                yield from _stamped_lines(f.read_bytes(), since, until)
+                continue
+            last = i == len(live) - 1
+            if tail and last and until is None:
+                s = int(time.time() - since.timestamp()) + 1 if since else None
+                yield from _follow(self, client, app_id, p, s)
+                return
+            yield from _stamped_lines(client.log(p.name, timestamps=True), since, until)
+
+    def close(self) -> None:
+        for c in self._clients.values():
+            c.close()
+        self._clients.clear()
+
+
+def _follow(sched: KubernetesScheduler, client: KubeClient, app_id: str, p: Pod, since: int | None) -> Iterator[str]:
+    """Follow a live pod: wait until its container started, then stream until it ends."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        cur = next((from_json(x) for x in client.list_pods(app_id) if x["metadata"]["name"] == p.name), None)
+        if cur is None or cur.phase != "Pending":
+            break
+        time.sleep(0.5)
+    chunks = (decode(b) for b in _utf8_chunks(client.follow(p.name, since=since)))
+    yield from split_lines_iterator(chunks)
+
+
+def _utf8_chunks(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Re-cut byte chunks so none ends inside a UTF-8 sequence."""
+    held = b""
+    for chunk in chunks:
+        data = held + chunk
+        cut = len(data)
+        for back in range(1, min(4, len(data)) + 1):
+            b = data[-back]
+            if b & 0xC0 == 0x80:
+                continue
+            if b >= 0xC0 and back < (2 if b < 0xE0 else 3 if b < 0xF0 else 4):
+                cut = len(data) - back
+            break
+        held = data[cut:]
+        if cut:
+            yield data[:cut]
+    if held:
+        yield held
+
+
+def _stamped_lines(raw: bytes, since: datetime | None, until: datetime | None) -> Iterator[str]:
+    """Lines of a log read with ``timestamps=true`` (``<RFC3339Nano> <line>``), stamps removed, in the window."""
+    out = bytearray()
+    for line in raw.split(b"\n")[: -1 if raw.endswith(b"\n") else None]:
+        head, _, body = line.partition(b" ")
+        if since is not None or until is not None:
+            try:
+                text = head.decode().rstrip("Z")
+                base, _, frac = text.partition(".")
+                when: float | None = datetime.fromisoformat(base + "+00:00").timestamp() + float("0." + (frac[:6] or "0"))
+            except ValueError:
+                when = None
+            if not in_window(when, since, until):
+                continue
+        out += body + b"\n"
+    if raw and not raw.endswith(b"\n") and out:
+        out = out[:-1]  # the last line had no newline
+    yield from split_lines(decode(bytes(out)))
+
+
+__all__ = ["RANK0_VAR", "KubernetesScheduler"]

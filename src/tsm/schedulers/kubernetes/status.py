@@ -1,0 +1,223 @@
+"""Pure: the pods of one label-selected list -> replica and app statuses.
+
+Input is the JSON of one ``GET /api/v1/namespaces/<ns>/pods?labelSelector=tsm/scheduler=kubernetes`` (every
+tsm app of the namespace at once: one API call per refresh whatever the number of replicas). A replica is
+the pods of its Job with the highest ``tsm/attempt`` label; under REPLICA retries the Job makes a new pod per
+try (``restartPolicy: Never``), so the newest one is the replica and the failed ones before it are its
+restarts. The pod-level reason Kubernetes gives (ErrImagePull, ImagePullBackOff, Unschedulable, OOMKilled,
+Evicted) is carried into the replica's message.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tsm.schedulers.common.status import StateTable
+from tsm.schedulers.kubernetes.request import (
+    ANN_CREATED,
+    ANN_ROLE,
+    ANN_ROLES,
+    LABEL_APP,
+    LABEL_ATTEMPT,
+    LABEL_REPLICA,
+)
+from tsm.specs.api import AppState, ReplicaStatus, RoleStatus
+
+#: Kubernetes' pod phases.
+STATES = StateTable({
+    AppState.PENDING: {"Pending"},
+    AppState.RUNNING: {"Running"},
+    AppState.SUCCEEDED: {"Succeeded"},
+    AppState.FAILED: {"Failed"},
+})  # "Unknown" (node lost) and any other name -> UNKNOWN
+
+#: waiting reasons that mean the pod will never start by itself
+FATAL_WAITING = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+                 "CreateContainerError", "ErrImageNeverPull", "RunContainerError"}
+
+
+def parse_time(text: str | None) -> float:
+    """RFC 3339 (``2026-11-23T14:20:01Z``) -> epoch seconds; 0 when absent."""
+    if not text:
+        return 0.0
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass
+class Pod:
+    """One pod as a refresh saw it."""
+
+    name: str
+    app_id: str
+    role: str
+    replica_id: int
+    attempt: int
+    phase: str
+    created: float
+    ip: str = ""
+    node: str = ""
+    exit_code: int | None = None
+    #: Kubernetes' reason: a waiting/terminated reason, Unschedulable, Evicted
+    reason: str = ""
+    message: str = ""
+    restarts: int = 0
+    finished: float = 0.0
+    deleting: bool = False
+    roles: list[list[Any]] = field(default_factory=list)
+    app_created: float | None = None
+
+
+def from_json(p: dict[str, Any]) -> Pod:
+    """A :class:`Pod` from the API's JSON of one pod."""
+    meta, status = p.get("metadata", {}), p.get("status", {}) or {}
+    labels, ann = meta.get("labels", {}) or {}, meta.get("annotations", {}) or {}
+    pod = Pod(
+        name=meta.get("name", ""), app_id=labels.get(LABEL_APP, ""), role=ann.get(ANN_ROLE, ""),
+        replica_id=int(labels.get(LABEL_REPLICA, "0")), attempt=int(labels.get(LABEL_ATTEMPT, "0")),
+        phase=status.get("phase", "Pending"), created=parse_time(meta.get("creationTimestamp")),
+        ip=status.get("podIP", "") or "", node=(p.get("spec", {}) or {}).get("nodeName", "") or "",
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+    try:
+        pod.roles = json.loads(ann.get(ANN_ROLES, "[]"))
+    except ValueError:
+        pod.roles = []
+    created = ann.get(ANN_CREATED)
+    pod.app_created = float(created) if created else None
+    if status.get("reason"):
+        pod.reason, pod.message = status["reason"], status.get("message", "")
+    for c in status.get("containerStatuses", []) or []:
+        pod.restarts = int(c.get("restartCount", 0))
+        state = c.get("state", {}) or {}
+        if "terminated" in state:
+            t = state["terminated"]
+            pod.exit_code = int(t.get("exitCode", 0))
+            pod.finished = parse_time(t.get("finishedAt"))
+            if t.get("reason") not in (None, "Completed", "Error"):
+                pod.reason, pod.message = t["reason"], t.get("message", "") or ""
+        elif "waiting" in state and state["waiting"].get("reason") not in (None, "ContainerCreating"):
+            pod.reason, pod.message = state["waiting"]["reason"], state["waiting"].get("message", "") or ""
+    if not pod.reason:
+        for cond in status.get("conditions", []) or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                pod.reason, pod.message = cond.get("reason", "Unschedulable"), cond.get("message", "") or ""
+    return pod
+
+
+@dataclass
+class AppView:
+    """Everything a refresh saw of one app: its shape (from annotations) and its pods."""
+
+    app_id: str
+    roles: list[list[Any]]
+    created: float | None
+    pods: list[Pod] = field(default_factory=list)
+
+    @property
+    def attempt(self) -> int:
+        return max((p.attempt for p in self.pods), default=0)
+
+
+def group(pods: list[Pod]) -> dict[str, AppView]:
+    """Pods by app id."""
+    apps: dict[str, AppView] = {}
+    for p in pods:
+        if not p.app_id:
+            continue
+        view = apps.get(p.app_id)
+        if view is None:
+            view = apps[p.app_id] = AppView(p.app_id, p.roles, p.app_created)
+        view.pods.append(p)
+    return apps
+
+
+def why(p: Pod) -> str:
+    """Kubernetes' reason for a pod, as a short phrase (``ErrImagePull: <message>``)."""
+    if not p.reason:
+        return ""
+    return f"{p.reason}: {p.message}" if p.message else p.reason
+
+
+def replica(pods: list[Pod], role: str, k: int, max_retries: int, policy: str) -> tuple[ReplicaStatus, Pod | None]:
+    """The status of replica ``k`` from its pods (those of its latest attempt), and the pod that ended it."""
+    if not pods:
+        return ReplicaStatus(id=k, state=AppState.PENDING, role=role), None
+    latest = max(p.attempt for p in pods)
+    mine = sorted((p for p in pods if p.attempt == latest), key=lambda p: (p.created, p.name))
+    p = mine[-1]
+    failed = sum(1 for q in mine if q.phase == "Failed")
+    restarts = failed - (1 if p.phase == "Failed" else 0) + p.restarts
+    state = STATES.state(p.phase)
+    msg = ""
+    if state == AppState.FAILED:
+        if policy == "REPLICA" and failed <= max_retries:
+            state = AppState.RUNNING  # the Job makes the next try
+        else:
+            msg = f"exited with code {p.exit_code}" if p.exit_code is not None else "failed"
+            if p.reason:
+                msg = f"{msg} ({why(p)})"
+    elif state in (AppState.PENDING, AppState.UNKNOWN) and p.reason:
+        msg = why(p)
+    out = ReplicaStatus(id=k, state=state, role=role, hostname=p.ip or p.name,
+                        exit_code=p.exit_code if state.is_terminal else None, error_msg=msg, restarts=restarts)
+    return out, p
+
+
+@dataclass
+class AppStatusView:
+    """An app's state as computed from one refresh."""
+
+    state: AppState
+    msg: str
+    roles: list[RoleStatus]
+    num_restarts: int
+    #: (role, replica) of the first replica that failed for good, if any
+    first_failure: tuple[str, int] | None = None
+    #: the first reason a replica gives for not running yet (for the gang timeout)
+    pending_reason: str = ""
+    #: True when every replica has run (Running, or already ended)
+    all_started: bool = False
+
+
+def app_status(view: AppView) -> AppStatusView:
+    """Roles and replicas in the app's order, its state, and which replica failed first."""
+    by_key: dict[tuple[str, int], list[Pod]] = {}
+    for p in view.pods:
+        by_key.setdefault((p.role, p.replica_id), []).append(p)
+    roles: list[RoleStatus] = []
+    states: list[AppState] = []
+    failures: list[tuple[float, str, int, Pod | None]] = []
+    pending_reason = ""
+    started = True
+    for role_name, n, max_retries, policy in view.roles:
+        rs = RoleStatus(role_name)
+        for k in range(int(n)):
+            r, pod = replica(by_key.get((role_name, k), []), role_name, k, int(max_retries), str(policy))
+            rs.replicas.append(r)
+            states.append(r.state)
+            if r.state == AppState.PENDING:
+                started = False
+                if pod is not None and pod.reason and not pending_reason:
+                    pending_reason = f"role '{role_name}' replica {k}: {why(pod)}"
+            if r.state == AppState.FAILED:
+                failures.append((pod.finished if pod else 0.0, role_name, k, pod))
+        roles.append(rs)
+    restarts = sum(r.restarts for rs in roles for r in rs.replicas) + view.attempt
+    if failures:
+        _, role_name, k, pod = min(failures, key=lambda f: f[0])
+        detail = next(r.error_msg for rs in roles for r in rs.replicas if (rs.role, r.id) == (role_name, k))
+        for rs in roles:
+            for r in rs.replicas:
+                if r.state == AppState.FAILED and (rs.role, r.id) != (role_name, k):
+                    r.state = AppState.CANCELLED
+                    r.error_msg = f"stopped after role '{role_name}' replica {k} failed"
+        return AppStatusView(AppState.FAILED, f"role '{role_name}' replica {k} {detail}", roles, restarts,
+                             (role_name, k), pending_reason, started)
+    if states and all(s == AppState.SUCCEEDED for s in states):
+        return AppStatusView(AppState.SUCCEEDED, "", roles, restarts, None, "", True)
+    if any(s in (AppState.RUNNING, AppState.SUCCEEDED) for s in states):
+        return AppStatusView(AppState.RUNNING, pending_reason, roles, restarts, None, pending_reason, started)
+    return AppStatusView(AppState.PENDING, pending_reason, roles, restarts, None, pending_reason, started)
