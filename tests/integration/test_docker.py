@@ -32,7 +32,7 @@ SMALL = Resource(cpu=1, memMB=256)
 def sched(docker_engine: DockerEngine) -> Iterator[DockerScheduler]:
     s = DockerScheduler("itest")
     yield s
-    s.cleanup(include_running=True)
+    s.cleanup(include_running=True, session="itest")
     s.close()
 
 
@@ -124,11 +124,13 @@ def test_dist_ddp_all_reduces_across_two_containers(sched: DockerScheduler, tmp_
 
 def test_replica_retries_use_docker_restart_policy(sched: DockerScheduler, tmp_path: Path) -> None:
     marker = tmp_path / "attempts"
-    role = sh("r", f"echo x >> {marker}; [ $(wc -l < {marker}) -ge 3 ]", max_retries=2,
-              retry_policy=RetryPolicy.REPLICA, mounts=[BindMount(str(tmp_path), str(tmp_path))])
+    role = sh("r", f"echo x >> {marker}; echo attempt $(wc -l < {marker}); [ $(wc -l < {marker}) -ge 3 ]",
+              max_retries=2, retry_policy=RetryPolicy.REPLICA, mounts=[BindMount(str(tmp_path), str(tmp_path))])
     info = sched.submit_dryrun(AppDef("rr", [role]))
     assert "--restart on-failure:2" in str(info)
     app_id = sched.schedule(info)
+    # a follow goes on across Docker's restarts of the container, each line once
+    assert list(sched.log_iter(app_id, "r", 0, should_tail=True)) == [f"attempt {i}\n" for i in (1, 2, 3)]
     desc = ended(sched, app_id)
     assert desc.state == AppState.SUCCEEDED, desc
     assert marker.read_text() == "x\nx\nx\n"
@@ -232,7 +234,7 @@ def test_cleanup_removes_what_a_crashed_launcher_left(docker_engine: DockerEngin
     app_id = proc.stdout.strip()
     assert proc.returncode == 9 and left_behind(app_id)[0], proc.stderr
     s = DockerScheduler("other")
-    assert app_id in s.cleanup(include_running=True)
+    assert app_id in s.cleanup(include_running=True, session="crash")
     assert left_behind(app_id) == ("", "")
 
 
@@ -293,7 +295,7 @@ def test_workspace_builds_once_and_rebuilds_on_change(docker_engine: DockerEngin
     (ws / ".tsmignore").write_text("big.bin\n")
     (ws / "secret.txt").write_text("not for the image")
     (ws / ".dockerignore").write_text("secret.txt\n")
-    s = DockerScheduler("ws")
+    s = DockerScheduler("itest")
     runner = Runner("ws", scheduler_factories={"docker": lambda *a, **k: s})
     role = Role("r", image=PYTHON_IMAGE, entrypoint="python3", args=["main.py"], resource=SMALL)
 
@@ -322,7 +324,7 @@ def test_workspace_builds_once_and_rebuilds_on_change(docker_engine: DockerEngin
         assert "workspace of role 'r': build" in printed and out == "v2\n"
         assert s.client.calls.get("build", 0) == builds + 1 and len(set(_workspace_images()) - before) == 2
     finally:
-        s.cleanup(include_running=True)
+        s.cleanup(include_running=True, session="itest")
         new = set(_workspace_images()) - before
         if new:
             docker("rmi", "-f", *new)
@@ -332,7 +334,7 @@ def test_dockerfile_tsm_is_used(docker_engine: DockerEngine, tmp_path: Path) -> 
     ws = tmp_path / "ws2"
     ws.mkdir()
     (ws / "Dockerfile.tsm").write_text(f"FROM {PYTHON_IMAGE}\nCOPY . /app\nENV FROM_DOCKERFILE={tmp_path.name}\n")
-    s = DockerScheduler("ws")
+    s = DockerScheduler("itest")
     role = Role("r", image=PYTHON_IMAGE, entrypoint="sh", args=["-c", "echo $FROM_DOCKERFILE; ls /app"],
                 resource=SMALL)
     s.build_workspace_and_update_role(role, str(ws), {})
@@ -341,7 +343,7 @@ def test_dockerfile_tsm_is_used(docker_engine: DockerEngine, tmp_path: Path) -> 
         assert ended(s, app_id).state == AppState.SUCCEEDED
         assert "".join(s.log_iter(app_id, "r", 0)) == f"{tmp_path.name}\nDockerfile.tsm\n"
     finally:
-        s.cleanup(include_running=True)
+        s.cleanup(include_running=True, session="itest")
         docker("rmi", "-f", role.image)
 
 

@@ -75,7 +75,7 @@ def backend(docker_engine: DockerEngine, tmp_path: Path) -> Iterator[Backend]:
     b = DockerBackend("docker", s, "nosuchapp-00000000", check_submitted, retries=True)
     b.tmp_path = tmp_path
     yield b
-    s.cleanup()
+    s.cleanup(include_running=True, session="conformance")
     s.close()
 
 

@@ -20,7 +20,15 @@ from tsm.schedulers.docker.request import (
     format_request,
     validate,
 )
-from tsm.schedulers.docker.status import AppView, Observed, app_status, complete, from_summary, group
+from tsm.schedulers.docker.status import (
+    AppView,
+    Observed,
+    app_status,
+    complete,
+    from_summary,
+    group,
+    replica_state,
+)
 from tsm.specs.api import NULL_RESOURCE, AppDef, AppState, Resource, RetryPolicy, Role, macros
 from tsm.specs.mounts import BindMount, DeviceMount, VolumeMount
 
@@ -131,10 +139,9 @@ def test_summary_and_inspect_are_read() -> None:
     complete(o, {"State": {"Status": "exited", "ExitCode": 137, "OOMKilled": True, "FinishedAt": "t"},
                  "RestartCount": 2, "HostConfig": {"RestartPolicy": {"Name": "on-failure", "MaximumRetryCount": 2}}})
     assert o.final and o.oom_killed and o.restarts == 2
-    pending = from_summary({"Id": "y", "Names": ["/m"], "State": "exited", "Status": "Exited (1)"})
-    complete(pending, {"State": {"Status": "exited", "ExitCode": 1}, "RestartCount": 0,
-                       "HostConfig": {"RestartPolicy": {"Name": "on-failure", "MaximumRetryCount": 2}}})
-    assert not pending.final  # Docker will restart it
+    pending = from_summary({"Id": "y", "Names": ["/m"], "State": "restarting", "Status": "Restarting (1)"})
+    complete(pending, {"State": {"Status": "restarting", "Restarting": True, "ExitCode": 1}, "RestartCount": 0})
+    assert not pending.final and replica_state(pending) == AppState.RUNNING  # Docker will start it again
 
 
 def test_app_states() -> None:

@@ -199,8 +199,9 @@ class DockerClient:
             self.api.api.stop(container_id, timeout=int(round(grace)))
 
     def kill(self, container_id: str) -> None:
+        """Stop at once (SIGKILL) as a manual stop, so Docker's restart policy does not start it again."""
         with contextlib.suppress(self.NotFound, SchedulerError), self.mapped("kill container"):
-            self.api.api.kill(container_id)
+            self.api.api.stop(container_id, timeout=0)
 
     def remove_container(self, container_id: str) -> None:
         self._count("remove")

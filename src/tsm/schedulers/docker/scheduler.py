@@ -38,6 +38,7 @@ from tsm.schedulers.docker.request import (
     LABEL_APP,
     LABEL_ATTEMPT,
     LABEL_SCHEDULER,
+    LABEL_SESSION,
     DockerOptions,
     DockerRequest,
     WorkspaceBuild,
@@ -277,9 +278,11 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
                 self._retry(req, scope, attempt + 1)
                 return DescribeAppResponse(app_id=view.app_id, state=AppState.RUNNING, created=view.created,
                                            num_restarts=st.num_restarts + 1, msg=f"retrying after {st.msg}")
-            for c in view.containers:
+            req = self._request(view.app_id)
+            grace = max((c.stop_grace for c in req.containers), default=10.0) if req else 10.0
+            for c in view.containers:  # the app failed: stop the others (in the background: describe stays quick)
                 if c.state in ("running", "restarting", "created"):
-                    self.client.kill(c.id)
+                    threading.Thread(target=self.client.stop, args=(c.id, grace), daemon=True).start()
         desc = self._describe_view(view)
         req = self._request(view.app_id) if desc.state.is_terminal else None
         if req is not None and req.remove_finished:
@@ -406,12 +409,15 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         self._watcher = self._new_watcher()  # it keeps ended apps for good: forget the removed one
         return found
 
-    def cleanup(self, include_running: bool = False) -> builtins.list[str]:
+    def cleanup(self, include_running: bool = False, session: str | None = None) -> builtins.list[str]:
         """Remove the containers and networks of every ended tsm app (logs are snapshotted first), and
         networks no container uses any more (left by a launcher that crashed); ``include_running`` also
-        cancels the apps still running. Returns the app ids cleaned."""
+        cancels the apps still running; ``session`` limits it to the apps of one session. Returns the app
+        ids cleaned."""
         done = []
         for app_id, view in group(self.client.list_containers()).items():
+            if session is not None and view.containers[0].labels.get(LABEL_SESSION) != session:
+                continue
             desc = self._describe_view(view)
             if desc.state.is_terminal:
                 self._finish(app_id, desc)
@@ -492,11 +498,32 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         out, err = "stdout" in names, "stderr" in names
         s = since.timestamp() if since else None
         if tail and until is None:
-            chunks = (decode(b) for b in _utf8_chunks(self.client.follow(live.id, out, err, since=s)))
+            chunks = (decode(b) for b in _utf8_chunks(self._follow_restarts(app_id, live, out, err, s)))
             yield from split_lines_iterator(chunks)
             return
         u = until.timestamp() if until else None
         yield from split_lines(decode(self.client.logs(live.id, out, err, since=s, until=u)))
+
+    def _follow_restarts(self, app_id: str, live: Observed, out: bool, err: bool, since: float | None) -> Iterator[bytes]:
+        """Docker's follow of one container, continued across the restarts Docker makes (REPLICA retries).
+
+        A follow ends when the container stops; if Docker will start it again, it is followed again and
+        the bytes already given are skipped (the container keeps one log across its restarts).
+        """
+        consumed = 0
+        while True:
+            skip = consumed
+            for chunk in self.client.follow(live.id, out, err, since=since):
+                if skip >= len(chunk):
+                    skip -= len(chunk)
+                    continue
+                chunk, skip = chunk[skip:], 0
+                consumed += len(chunk)
+                yield chunk
+            now = next((c for c in self.client.list_containers(app_id) if c.id == live.id), None)
+            if now is None or now.final:
+                return
+            time.sleep(0.2)
 
     def close(self) -> None:
         if self._client is not None:

@@ -91,11 +91,9 @@ def complete(obs: Observed, attrs: dict[str, Any]) -> Observed:
     obs.restarts = int(attrs.get("RestartCount", 0))
     obs.finished_at = str(st.get("FinishedAt", ""))
     obs.error = str(st.get("Error", "") or "")
-    policy = attrs.get("HostConfig", {}).get("RestartPolicy", {}) or {}
-    retries_left = policy.get("Name") == "on-failure" and obs.exit_code != 0 and obs.restarts < int(
-        policy.get("MaximumRetryCount", 0)
-    )
-    obs.final = obs.state in ("exited", "dead") and not st.get("Restarting", False) and not retries_left
+    # Docker decides whether to restart a container as it records the exit (under the container's lock):
+    # one it will restart is "restarting", so an "exited" one is final (retries spent, or stopped by hand)
+    obs.final = obs.state in ("exited", "dead") and not st.get("Restarting", False)
     return obs
 
 
