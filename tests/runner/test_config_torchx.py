@@ -28,10 +28,10 @@ not_an_option = 1
 msg = from torchxconfig
 
 [torchx:tracker]
-my_tracker =
+tsm =
 
-[tracker:my_tracker]
-config = s3://bucket/cfg.json
+[tracker:tsm]
+config = team-config
 """
 
 
@@ -59,9 +59,7 @@ def test_sections_land_where_tsm_keeps_them(dirs: tuple[Path, Path]) -> None:
     assert cfg.default_scheduler == "local_cwd"
     assert cfg.scheduler_cfg["local"] == {"grace_period": "2.5", "prepend_cwd": "True", "not_an_option": "1"}
     assert cfg.component_defaults["utils.echo"] == {"msg": "from torchxconfig"}
-    assert cfg.tracker_env() == {
-        "TORCHX_TRACKERS": "my_tracker", "TORCHX_TRACKER_MY_TRACKER_CONFIG": "s3://bucket/cfg.json",
-    }
+    assert cfg.trackers == {"tsm": "team-config"}
     assert cfg.files == [str(cwd / ".torchxconfig")]
 
 
@@ -75,7 +73,9 @@ def test_runner_uses_them_and_warns_about_undeclared_options(
         assert info.scheduler == "local_cwd"  # [cli:run] scheduler
         info = r.dryrun(app(), "local")
         assert info.cfg["grace_period"] == 2.5 and info.cfg["prepend_cwd"] is True
-        assert info.app is not None and info.app.roles[0].env["TORCHX_TRACKERS"] == "my_tracker"
+        env = info.app.roles[0].env if info.app else {}
+        assert env["TORCHX_TRACKERS"] == env["TSM_TRACKERS"] == "tsm"  # [torchx:tracker] reaches the replicas
+        assert env["TORCHX_TRACKER_TSM_CONFIG"] == env["TSM_TRACKER_TSM_CONFIG"] == "team-config"
         echo = r.dryrun_component("utils.echo", [], "local")
         assert echo.app is not None and echo.app.roles[0].args == ["from torchxconfig"]
     assert "not_an_option" in caplog.text and "ignored" in caplog.text  # shared file: a warning, not an error

@@ -65,7 +65,7 @@ ENV_PREFIX = "TSM_"
 RESERVED_ENV = frozenset({
     "TSM_HOME", "TSM_STORE_TIMEOUT", "TSM_APP_ID", "TSM_APP_HANDLE", "TSM_ROLE_NAME", "TSM_REPLICA_ID",
     "TSM_NUM_REPLICAS", "TSM_RANK0_HOST", "TSM_PARENT_RUN_ID", "TSM_SUPERVISOR", "TSM_TIMER_SOCKET",
-    "TSM_JOB_DIR", "TSM_JOB_ID", "TSM_TRACKERS", "TSM_KILL_GRACE", "TSM_DEBUG",
+    "TSM_JOB_DIR", "TSM_JOB_ID", "TSM_TRACKERS", "TSM_KILL_GRACE", "TSM_DEBUG", "TSM_WORKSPACE",
 })
 
 #: Prefixes of ``TSM_*`` variables tsm sets per port or tracker, likewise never scheduler params.
@@ -247,10 +247,11 @@ class Runner:
     ) -> AppDryRunInfo[Any]:
         """Validate the app and return what ``scheduler`` would submit, without submitting it.
 
-        ``workspace`` is built into the first role by a scheduler that can (else
-        :class:`~tsm.errors.NotSupportedError`); ``parent_run_id`` reaches every replica as
-        ``TSM_PARENT_RUN_ID`` and ``TORCHX_PARENT_RUN_ID``. The run option ``torchx_env=False`` leaves
-        TorchX's variable names out of the replicas' environment.
+        ``workspace`` is shipped with the app (:func:`tsm.workspace.dir.apply_workspace`: a snapshot
+        directory, or the scheduler's own builder), else :class:`~tsm.errors.NotSupportedError`. Every
+        replica gets the run-tracking variables (:func:`tsm.tracker.api.tracker_env`: ``TSM_JOB_ID``,
+        ``TSM_PARENT_RUN_ID`` from ``parent_run_id``, ``TSM_TRACKERS``, ...) and TorchX's names for them;
+        the run option ``torchx_env=False`` leaves TorchX's names out.
         """
         with log_event(self.session_name, "dryrun", scheduler, workspace=workspace,
                        parent_run_id=parent_run_id, runcfg=_cfg_json(cfg)) as ctx:
@@ -262,32 +263,41 @@ class Runner:
             resolved = self._resolve_cfg(scheduler, cfg)
             torchx_env = _flag(resolved.pop(TORCHX_ENV_OPTION, True))
             handle = app_handle_template(scheduler, self.session_name)  # ${app_id} is filled in per replica
+            from tsm.tracker.api import tracker_env
+
+            # the run-tracking contract (job id, parent run, trackers), with TorchX's names unless turned off
+            job_env = tracker_env(handle, parent_run_id, config=self.config, torchx=torchx_env)
             for role in app.roles:
                 role.env.setdefault("TSM_APP_HANDLE", handle)
-                if parent_run_id:
-                    role.env.setdefault("TSM_PARENT_RUN_ID", parent_run_id)
-                if torchx_env:
-                    role.env.setdefault("TORCHX_JOB_ID", handle)
-                    if parent_run_id:
-                        role.env.setdefault("TORCHX_PARENT_RUN_ID", parent_run_id)
-                    role.env.update({k: v for k, v in self.config.tracker_env().items() if k not in role.env})
+                for key, value in job_env.items():
+                    role.env.setdefault(key, value)
             if getattr(sched, "requires_resource", True):  # a scheduler that places replicas by size
                 check_resources(app, scheduler)
             if workspace:
-                build = getattr(sched, "build_workspace_and_update_role", None)
-                if build is None:
-                    raise NotSupportedError(
-                        f"the {scheduler} scheduler cannot build workspace {workspace!r}: it has no workspace "
-                        "support; pass workspace=None (or leave --workspace out)",
-                        scheduler=scheduler,
-                    )
-                build(app.roles[0], workspace, resolved)
+                self._apply_workspace(app, workspace, scheduler, sched, resolved)
             info = sched.submit_dryrun(app, resolved)
             info.scheduler = scheduler  # as the runner names it (an alias such as local_cwd stays itself)
             if info.app is not None:
                 ctx.set(app_id=info.app.name, app_image=info.app.roles[0].image if info.app.roles else None,
                         app_metadata=dict(info.app.metadata))
             return info
+
+    @staticmethod
+    def _apply_workspace(app: AppDef, workspace: str, scheduler: str, sched: Scheduler,
+                         cfg: Mapping[str, CfgVal]) -> None:
+        """Ship ``workspace`` with ``app``: the scheduler's own builder, the directory snapshot, or a refusal."""
+        from tsm.workspace.dir import apply_workspace, builder_for
+
+        builder: Any = builder_for(scheduler, sched)
+        if builder is None and callable(getattr(sched, "build_workspace_and_update_role", None)):
+            builder = sched  # a TorchX-style WorkspaceMixin scheduler
+        if builder is None:
+            raise NotSupportedError(
+                f"the {scheduler} scheduler cannot ship workspace {workspace!r}: it has no workspace support; "
+                "pass workspace=None (or leave --workspace out)",
+                scheduler=scheduler,
+            )
+        apply_workspace(app, workspace, cfg, builder)
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Submit a dry run's request unchanged; returns the app handle and records it."""
@@ -304,6 +314,9 @@ class Runner:
                     "launched %s but could not add it to tsm's history (%s); `tsm list -s %s` still shows it",
                     handle, e, scheduler,
                 )
+            from tsm.tracker.api import record_scheduled
+
+            record_scheduled(handle, dryrun_info.app)  # lineage: never raises for a tracker's failure
             return handle
 
     def run(

@@ -81,18 +81,9 @@ class Config:
     files: list[str] = field(default_factory=list)
     #: (scheduler, option) pairs set by a ``.torchxconfig``: an undeclared one is warned about, not refused
     lenient: dict[tuple[str, str], bool] = field(default_factory=dict)
-    #: ``[torchx:tracker]`` names with their ``[tracker:<name>] config`` (None when not set)
+    #: ``[torchx:tracker]`` names with their ``[tracker:<name>] config`` (None when not set); what
+    #: :func:`tsm.tracker.api.configured_trackers` uses when the environment names none
     trackers: dict[str, str | None] = field(default_factory=dict)
-
-    def tracker_env(self) -> dict[str, str]:
-        """The variables TorchX gives replicas for configured trackers (``TORCHX_TRACKERS``, ...)."""
-        if not self.trackers:
-            return {}
-        env = {"TORCHX_TRACKERS": ",".join(self.trackers)}
-        for name, config in self.trackers.items():
-            if config:
-                env[f"TORCHX_TRACKER_{name.upper()}_CONFIG"] = config
-        return env
 
 
 def user_config_path() -> Path:
