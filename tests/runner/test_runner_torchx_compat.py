@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import textwrap
 import uuid
 from collections.abc import Iterator, Mapping
@@ -403,3 +404,17 @@ def test_check_cfg_is_the_strict_form_the_command_line_uses() -> None:
         r.check_cfg("rec", None)
         with pytest.raises(InvalidRunOptionError, match="unknown run option 'queu' \\(did you mean 'queue'\\?\\)"):
             r.check_cfg("rec", {"queu": "a"})
+
+
+def test_workspace_on_local_runs_the_app_in_a_snapshot(tmp_path: Path) -> None:
+    ws = tmp_path / "project"
+    ws.mkdir()
+    (ws / "main.py").write_text("import os\nprint(os.getcwd() != os.environ['WS'], open('data.txt').read())\n")
+    (ws / "data.txt").write_text("v1")
+    app = AppDef("wsrun", [Role("main", entrypoint=sys.executable, args=["main.py"], env={"WS": str(ws)})])
+    with get_runner("wsrunner") as r:
+        handle = r.run(app, "local", workspace=str(ws))
+        (ws / "data.txt").write_text("edited after launch")
+        status = r.wait(handle)
+        assert status is not None and status.state == AppState.SUCCEEDED
+        assert list(r.log_lines(handle, "main")) == ["True v1\n"]  # ran in the snapshot, not the live tree
