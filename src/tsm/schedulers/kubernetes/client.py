@@ -17,7 +17,7 @@ from typing import Any
 
 from tsm.errors import SchedulerError, SchedulerUnavailableError
 from tsm.schedulers.common.optional import import_client
-from tsm.schedulers.kubernetes.request import LABEL_APP, LABEL_SCHEDULER
+from tsm.schedulers.kubernetes.request import LABEL_APP, LABEL_REPLICA, LABEL_ROLE, LABEL_SCHEDULER
 
 HINT = "start one with `sudo scripts/k8s-up` (then KUBECONFIG=/var/lib/tsm-k8s/kubeconfig), or set kubeconfig/context"
 
@@ -158,7 +158,10 @@ class KubeClient:
         with self._call("follow log"):
             resp = self.core.read_namespaced_pod_log(pod, self.namespace, **kw)
         try:
-            yield from resp.stream(4096)
+            if getattr(resp, "chunked", False) and resp.supports_chunked_reads():
+                yield from resp.read_chunked(decode_content=False)  # each chunk as the kubelet sends it
+            else:
+                yield from resp.stream(4096)
         finally:
             resp.release_conn()
 
@@ -177,17 +180,14 @@ class KubeClient:
         with self._call("delete service"), contextlib.suppress(self.ApiException):
             self.core.delete_namespaced_service(app_id, self.namespace, body=body)
 
-    def delete_job(self, name: str, grace: int | None = None) -> None:
-        body: dict[str, Any] = {"propagationPolicy": "Background"}
-        if grace is not None:
-            body["gracePeriodSeconds"] = grace
-        with self._call("delete job"), contextlib.suppress(self.ApiException):
-            self.batch.delete_namespaced_job(name, self.namespace, body=body)
-
-    def delete_pods(self, app_id: str, replica_sel: str, grace: int | None = None) -> None:
+    def delete_job_of(self, app_id: str, role_label: str, replica: str) -> None:
+        """Delete every Job (any try) of one replica and its pods, at once."""
+        sel = f"{LABEL_APP}={app_id},{LABEL_ROLE}={role_label},{LABEL_REPLICA}={replica}"
+        with self._call("delete jobs"):
+            self.batch.delete_collection_namespaced_job(self.namespace, label_selector=sel,
+                                                        body={"propagationPolicy": "Background", "gracePeriodSeconds": 0})
         with self._call("delete pods"):
-            self.core.delete_collection_namespaced_pod(self.namespace, label_selector=f"{LABEL_APP}={app_id},{replica_sel}",
-                                                       grace_period_seconds=grace)
+            self.core.delete_collection_namespaced_pod(self.namespace, label_selector=sel, grace_period_seconds=0)
 
     def close(self) -> None:
         self.api.close()

@@ -38,6 +38,7 @@ from tsm.schedulers.kubernetes.request import (
     ANN_CREATED,
     ANN_ROLE,
     LABEL_REPLICA,
+    LABEL_ROLE,
     RANK0_VAR,
     KubernetesOptions,
     KubernetesRequest,
@@ -189,11 +190,19 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
             first = next((j for j in rest if j["metadata"]["annotations"][ANN_ROLE] == req.roles[0][0]
                           and j["metadata"]["labels"][LABEL_REPLICA] == "0"), None)
             if first is not None:
-                client.create_job(with_owner(first, uid, req.app_id))
                 rest.remove(first)
+                try:
+                    client.create_job(with_owner(first, uid, req.app_id))
+                except SchedulerError as e:
+                    if "(409)" not in str(e):
+                        raise
             ip = self._rank0_ip(req, client)
         for j in rest:
-            client.create_job(with_owner(with_rank0(j, ip) if ip else j, uid, req.app_id))
+            try:
+                client.create_job(with_owner(with_rank0(j, ip) if ip else j, uid, req.app_id))
+            except SchedulerError as e:
+                if "(409)" not in str(e):  # 409: another process watching the app created it first
+                    raise
 
     def _rank0_ip(self, req: KubernetesRequest, client: KubeClient) -> str:
         """Rank 0's pod IP once it has one (the sandbox exists), within the gang timeout."""
@@ -261,20 +270,29 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
 
     def _settle(self, view: AppView) -> DescribeAppResponse:
         """The app's status; acts on it: ROLE/APPLICATION retries, gang timeout, final failure (delete)."""
-        st = app_status(view)
         req = self._request(view.app_id)
         if req is None:  # not submitted from this machine: report only
             return self._describe_view(view)
+        attempts = self._attempts(view.app_id)
+        # pods of a try tsm has already replaced (being deleted) are not the replica any more
+        view = AppView(view.app_id, view.roles, view.created,
+                       [p for p in view.pods if p.attempt >= attempts.get(p.role, 0)])
+        st = app_status(view)
         if st.state == AppState.FAILED and st.first_failure is not None:
             role_name = st.first_failure[0]
             shape = {r[0]: r for r in view.roles}
             _, _, max_retries, policy = shape.get(role_name, [role_name, 1, 0, "APPLICATION"])
-            attempt = view.attempt
+            scope = [role_name] if policy == "ROLE" else [r[0] for r in view.roles]
+            attempt = max(attempts.get(r, 0) for r in scope)
             if policy in ("APPLICATION", "ROLE") and attempt < int(max_retries):
                 self._retry(req, view, role_name if policy == "ROLE" else None, attempt + 1)
                 return DescribeAppResponse(app_id=view.app_id, state=AppState.RUNNING, created=view.created,
                                            num_restarts=st.num_restarts + 1, msg=f"retrying after {st.msg}")
             desc = self._describe_view(view)
+            for rs in desc.roles_statuses:
+                for r in rs.replicas:
+                    if not r.state.is_terminal:
+                        r.state, r.error_msg = AppState.CANCELLED, f"stopped: {desc.msg}"
             self._finish(req, desc, view.pods)
             return desc
         if st.state in (AppState.PENDING, AppState.RUNNING) and not st.all_started:
@@ -296,17 +314,33 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
             self._finish(req, desc, view.pods)
         return desc
 
+    def _attempts(self, app_id: str) -> dict[str, int]:
+        """``{role: n}``: the ROLE/APPLICATION try each role is on (0 when never retried)."""
+        try:
+            data = json.loads((self._app_dir(app_id) / "attempts.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): int(v) for k, v in data.items()}
+
     def _retry(self, req: KubernetesRequest, view: AppView, role: str | None, attempt: int) -> None:
-        """Delete the role's (``role``) or app's (None) Jobs, logs snapshotted, and create them anew."""
+        """Delete the role's (``role``) or app's (None) Jobs, logs snapshotted, and create them anew.
+
+        The new try is recorded first (``attempts.json``), so a refresh that still sees the old pods while
+        they are being deleted does not retry again; the new Jobs carry ``tsm/attempt`` too.
+        """
         client = self._client_of(req)
-        scope = [p for p in view.pods if role is None or p.role == role]
-        for p in scope:
-            self._snapshot_log(req.app_id, client, p)
-        jobs = [j for j in req.jobs if role is None or j["metadata"]["annotations"][ANN_ROLE] == role]
+        roles = [role] if role is not None else [r[0] for r in req.roles]
+        attempts = self._attempts(req.app_id)
+        attempts.update(dict.fromkeys(roles, attempt))
+        tmp = Path(req.app_dir) / "attempts.json.tmp"
+        tmp.write_text(json.dumps(attempts))
+        tmp.replace(Path(req.app_dir) / "attempts.json")
+        for p in view.pods:
+            if p.role in roles:
+                self._snapshot_log(req.app_id, client, p)
+        jobs = [j for j in req.jobs if j["metadata"]["annotations"][ANN_ROLE] in roles]
         for j in jobs:
-            prev = view.attempt
-            name = retried(j, req.app_id, prev)["metadata"]["name"] if prev else j["metadata"]["name"]
-            client.delete_job(name, 0)
+            client.delete_job_of(req.app_id, j["metadata"]["labels"][LABEL_ROLE], j["metadata"]["labels"][LABEL_REPLICA])
         self._create_jobs(req, client, [retried(j, req.app_id, attempt) for j in jobs])
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
@@ -330,6 +364,8 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
                     d = self._final(entry.name)
                     if d is None and (Path(entry.path) / "cancelling").exists():
                         d = DescribeAppResponse(app_id=entry.name, state=AppState.RUNNING)
+                    elif d is None and (Path(entry.path) / "request.json").exists():
+                        d = self._watcher.get(entry.name)  # just submitted: its pods are not made yet
                     if d is not None:
                         rows[entry.name] = ListAppResponse(entry.name, d.state, name=entry.name.rsplit("-", 1)[0],
                                                            created=d.created)
@@ -468,10 +504,22 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
                tail: bool) -> Iterator[str]:
         req = self._request(app_id)
         client = self._client_of(req)
-        live = [] if self._final(app_id) is not None else [
-            p for p in (from_json(x) for x in client.list_pods(app_id)) if p.role == role and p.replica_id == k
-        ]
-        live.sort(key=lambda p: (p.attempt, p.created, p.name))
+
+        def live_pods() -> builtins.list[Pod]:
+            if self._final(app_id) is not None:
+                return []
+            mine = [p for p in (from_json(x) for x in client.list_pods(app_id)) if p.role == role and p.replica_id == k]
+            return sorted(mine, key=lambda p: (p.attempt, p.created, p.name))
+
+        live = live_pods()
+        if tail and not live:  # following a replica whose pod is not made yet: wait for it or the app's end
+            deadline = time.monotonic() + 600
+            while not live and time.monotonic() < deadline:
+                now = self.describe(app_id)
+                if now is None or now.state.is_terminal:
+                    break
+                time.sleep(0.5)
+                live = live_pods()
         d = self._app_dir(app_id) / "logs" / host_name(role, k)
         saved = sorted(d.glob("*.log")) if d.is_dir() else []
         live_files = {self._log_file(app_id, p).name for p in live}
@@ -504,8 +552,14 @@ def _follow(sched: KubernetesScheduler, client: KubeClient, app_id: str, p: Pod,
         if cur is None or cur.phase != "Pending":
             break
         time.sleep(0.5)
-    chunks = (decode(b) for b in _utf8_chunks(client.follow(p.name, since=since)))
-    yield from split_lines_iterator(chunks)
+    try:
+        chunks = (decode(b) for b in _utf8_chunks(client.follow(p.name, since=since)))
+        yield from split_lines_iterator(chunks)
+    except SchedulerError:  # the pod went away (the app ended and was deleted): its snapshot has the log
+        f = sched._log_file(app_id, p)
+        if not f.exists():
+            raise
+        yield from _stamped_lines(f.read_bytes(), None, None)
 
 
 def _utf8_chunks(chunks: Iterator[bytes]) -> Iterator[bytes]:
