@@ -15,8 +15,6 @@ from tsm.specs.api import AppDef, AppState, Resource, Role
 from tsm.store import Store
 from tsm.views.snapshot import AppView, BatchSnapshot, SnapshotCollector
 
-pytest.importorskip("psutil", reason="the views extra (psutil) is installed by `pip install -e .[test]`")
-
 
 class CountingStore(Store):
     """The real store, counting the queries made through it."""

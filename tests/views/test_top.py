@@ -65,12 +65,12 @@ def log_text(app: TopApp) -> str:
     return "\n".join(app.query_one("#log", Log).lines)
 
 
-def run_pilot(top: TopApp, script: Callable[[Any], Awaitable[None]]) -> None:
+def run_pilot(top: TopApp, script: Callable[[Any], Awaitable[None]], timeout: float = 240) -> None:
     async def main() -> None:
         async with top.run_test(size=(170, 48)) as pilot:
             await script(pilot)
 
-    asyncio.run(main())
+    asyncio.run(asyncio.wait_for(main(), timeout))
 
 
 def test_keys_filters_log_pane_and_cancel_of_a_real_app(runner: Runner) -> None:
@@ -127,6 +127,24 @@ def test_keys_filters_log_pane_and_cancel_of_a_real_app(runner: Runner) -> None:
     finally:
         runner.cancel(alpha)
     assert (DOCS / "top.svg").read_text().startswith("<svg")
+
+
+def test_quit_while_following_a_silent_replica_does_not_wait_for_it(runner: Runner) -> None:
+    silent = runner.run(AppDef("silent", [py("import time; time.sleep(300)", "s")]), "local")
+    top = TopApp(SnapshotCollector(runner=runner), runner, interval=0.2)
+
+    async def script(pilot: Any) -> None:
+        await until(pilot, lambda: top.following == (silent, "s", 0), "following the silent replica")
+        await pilot.pause(0.5)
+        await pilot.press("q")
+
+    try:
+        started = time.monotonic()
+        run_pilot(top, script, timeout=60)  # a TimeoutError here is the bug this guards against
+        assert time.monotonic() - started < 60
+        assert runner.status(silent).state == AppState.RUNNING  # quitting the view leaves apps alone
+    finally:
+        runner.cancel(silent)
 
 
 def test_markup_in_names_is_shown_as_text() -> None:

@@ -138,6 +138,10 @@ class TopApp(App[None]):
     def on_unmount(self) -> None:
         self._stop_follow.set()
 
+    async def action_quit(self) -> None:
+        self._stop_follow.set()
+        self.exit()
+
     # -- refresh -----------------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="refresh")
     def refresh_snapshot(self) -> None:
@@ -258,27 +262,38 @@ class TopApp(App[None]):
         log = self.query_one("#log", Log)
         log.clear()
         log.write_line(f"── {handle} {role}/{k} ──")
-        self._pump(handle, role, k, self._stop_follow)
+        # A daemon thread, not a Textual worker: the scheduler's follower blocks until a line or the
+        # replica's end, and quitting must not wait for a silent replica. After a switch (or quit) the
+        # thread ends at the old replica's next line or its end, writing nothing more.
+        threading.Thread(target=self._pump, args=(handle, role, k, self._stop_follow), daemon=True,
+                         name=f"top log {handle} {role}/{k}").start()
 
-    @work(thread=True, group="log")
+    def _write_log(self, stop: threading.Event, line: str) -> None:
+        if not stop.is_set():
+            self.query_one("#log", Log).write_line(line)
+
     def _pump(self, handle: str, role: str, k: int, stop: threading.Event) -> None:
-        # The scheduler's follower blocks until a line or the replica's end; after a switch this thread
-        # ends at the next line of the old replica (or its end), writing nothing more.
         from tsm.runner.api import get_runner
 
-        log = self.query_one("#log", Log)
         try:
             with get_runner() as runner:
                 for line in runner.log_lines(handle, role, k, should_tail=True):
                     if stop.is_set():
                         return
-                    self.call_from_thread(log.write_line, printable(line.rstrip("\n")) or " ")
+                    self._send(stop, printable(line.rstrip("\n")) or " ")
         except Exception as e:  # noqa: BLE001 - shown in the pane, the view keeps going
-            if not stop.is_set():
-                self.call_from_thread(log.write_line, f"── log unavailable: {type(e).__name__}: {e} ──")
+            self._send(stop, f"── log unavailable: {type(e).__name__}: {e} ──")
             return
-        if not stop.is_set():
-            self.call_from_thread(log.write_line, "── replica ended ──")
+        self._send(stop, "── replica ended ──")
+
+    def _send(self, stop: threading.Event, line: str) -> None:
+        """Hand a line to the UI thread; nothing once the pane follows another replica or the app ended."""
+        if stop.is_set():
+            return
+        try:
+            self.call_from_thread(self._write_log, stop, line)
+        except RuntimeError:  # the app has exited
+            stop.set()
 
 
 def _fill(table: DataTable[Any], rows: list[tuple[str, list[Text]]]) -> None:

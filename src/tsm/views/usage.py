@@ -3,7 +3,9 @@
 A local replica is the leader of its own process group (the supervisor starts it with ``setsid``), so
 its usage is the sum over every process of that group: children a training script forks count too.
 One :meth:`UsageProbe.sample` call walks the process table once, whatever the number of replicas asked
-for, and keeps each process's CPU time so the next call turns the difference into cores used.
+for, and keeps each process's CPU time so the next call turns the difference into cores used. On Linux
+the walk reads one ``/proc/<pid>/stat`` per process (process group, CPU times, resident pages: all in
+that one file; about 5x cheaper than asking psutil for the same); elsewhere it uses psutil when installed.
 
 GPU memory comes from one ``nvidia-smi --query-compute-apps`` call per tick when that program exists;
 without it (or psutil) the figures are None, which the views show as ``n/a``. Nothing here raises
@@ -16,8 +18,28 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
+
+_PROC = os.path.isfile("/proc/self/stat")
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _boot_time() -> float:
+    """When the machine booted (Unix time), from ``/proc/stat``; ``/proc/<pid>/stat`` counts from it."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+_BOOT = _boot_time() if _PROC else 0.0
 
 
 @dataclass(frozen=True)
@@ -33,12 +55,14 @@ class UsageProbe:
     """Measures process groups; keep one instance across ticks (it remembers CPU times)."""
 
     def __init__(self) -> None:
-        try:
-            import psutil
-        except ImportError:  # the views extra is not installed: usage is n/a
-            self._psutil = None
-        else:
-            self._psutil = psutil
+        self._psutil: Any = None
+        if not _PROC:
+            try:
+                import psutil
+            except ImportError:  # no /proc and no psutil (the views extra): usage is n/a
+                pass
+            else:
+                self._psutil = psutil
         self._smi = shutil.which("nvidia-smi")
         self._prev: dict[int, tuple[float, float]] = {}  # pid -> (create_time, cpu seconds)
         self._prev_t: float | None = None
@@ -47,13 +71,45 @@ class UsageProbe:
 
     @property
     def available(self) -> bool:
-        """True when CPU and memory can be measured (psutil is installed)."""
-        return self._psutil is not None
+        """True when CPU and memory can be measured (Linux ``/proc``, else psutil)."""
+        return _PROC or self._psutil is not None
+
+    def _processes(self, wanted: set[int]) -> Iterator[tuple[int, int, float, float, float]]:
+        """(pid, pgid, start time, CPU seconds, RSS MiB) of every process whose group is in ``wanted``."""
+        if _PROC:
+            for name in os.listdir("/proc"):
+                if not name.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{name}/stat", "rb") as f:
+                        data = f.read()
+                except OSError:
+                    continue  # ended since the listing
+                fields = data[data.rfind(b")") + 2:].split()
+                try:
+                    pgid = int(fields[2])
+                    if pgid not in wanted:
+                        continue
+                    yield (int(name), pgid, _BOOT + int(fields[19]) / _TICKS, (int(fields[11]) + int(fields[12])) / _TICKS,
+                           int(fields[21]) * _PAGE / 2**20)
+                except (IndexError, ValueError):
+                    continue
+            return
+        assert self._psutil is not None
+        for proc in self._psutil.process_iter(["pid", "create_time", "cpu_times", "memory_info"]):
+            info = proc.info
+            try:
+                pgid = os.getpgid(info["pid"])
+            except OSError:
+                continue
+            if pgid in wanted and info["cpu_times"] is not None and info["memory_info"] is not None:
+                yield (info["pid"], pgid, float(info["create_time"] or 0.0),
+                       float(info["cpu_times"].user + info["cpu_times"].system), info["memory_info"].rss / 2**20)
 
     def sample(self, pgids: Iterable[int]) -> dict[int, Usage]:
         """Usage of each process group in ``pgids``, from one walk of the process table."""
         wanted = {p for p in pgids if p}
-        if not wanted or self._psutil is None:
+        if not wanted or not self.available:
             return {}
         self.scans += 1
         now = time.monotonic()
@@ -62,28 +118,18 @@ class UsageProbe:
         mem: dict[int, float] = {}
         seen: dict[int, tuple[float, float]] = {}
         members: dict[int, list[int]] = {}
-        for proc in self._psutil.process_iter(["pid", "create_time", "cpu_times", "memory_info"]):
-            info = proc.info
-            pid = info["pid"]
-            try:
-                pgid = os.getpgid(pid)
-            except OSError:
-                continue
-            if pgid not in wanted or info["cpu_times"] is None or info["memory_info"] is None:
-                continue
-            total = float(info["cpu_times"].user + info["cpu_times"].system)
-            created = float(info["create_time"] or 0.0)
+        for pid, pgid, created, total, rss_mb in self._processes(wanted):
             seen[pid] = (created, total)
             members.setdefault(pgid, []).append(pid)
             prev = self._prev.get(pid)
             if prev is not None and prev[0] == created:
                 delta = total - prev[1]
-            elif self._prev_t is not None and created >= time.time() - (now - self._prev_t):
+            elif self._prev_t is not None and created >= time.time() - (now - self._prev_t) - 1.0:
                 delta = total  # started since the last sample: all its CPU time is new
             else:
                 delta = 0.0
             cpu_s[pgid] = cpu_s.get(pgid, 0.0) + max(delta, 0.0)
-            mem[pgid] = mem.get(pgid, 0.0) + info["memory_info"].rss / 2**20
+            mem[pgid] = mem.get(pgid, 0.0) + rss_mb
         self._prev, self._prev_t = seen, now
         gpu = self._gpu(members)
         return {
