@@ -357,14 +357,24 @@ def test_replica_exhausting_the_supervisors_descriptors_does_not_kill_it(sched: 
     out = subprocess.run([PY, "-c", textwrap.dedent(LAUNCH_UNDER_1024), textwrap.dedent(FLOOD), str(go)],
                          capture_output=True, text=True, timeout=HANG, preexec_fn=limit, check=True)
     app_id = out.stdout.strip()
+    try:
+        flooded(sched, app_id, go)
+    finally:
+        go.touch()  # the flood ends, whatever happened
+        sched.cancel(app_id)
+
+
+def flooded(sched: LocalScheduler, app_id: str, go: Path) -> None:
     wait_until(lambda: "flooded\n" in list(sched.log_iter(app_id, "flood", 0)), "the flood", timeout=HANG)
     app_dir = Path(sched.store.query("SELECT app_dir FROM local_apps WHERE app_id=?", (app_id,))[0]["app_dir"])
     # clients arrive while the descriptors are gone: each is refused or served, the supervisor lives on
     held = []
     for _ in range(8):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(str(app_dir / "sock"))
+        s.settimeout(2.0)  # the backlog may be full of the flood's connections
         held.append(s)
+        with contextlib.suppress(OSError):
+            s.connect(str(app_dir / "sock"))
     for _ in range(5):
         desc = sched.wait(app_id, timeout=0.2)
         assert desc is not None and desc.state == AppState.RUNNING, desc
@@ -458,3 +468,25 @@ def test_replica_retry_budget_is_the_roles_and_the_message_names_who_used_it(sch
     assert desc.msg.startswith("r/1 exited with code 5 after 1 restart(s)"), desc.msg
     assert "the last retry by r/0" in desc.msg and "shared by its replicas" in desc.msg
     assert replica(desc, "r", 0).restarts == 1 and replica(desc, "r", 1).restarts == 0
+
+
+def test_replicas_keep_the_callers_open_file_limit(tmp_path: Path) -> None:
+    # the supervisor raises its own soft limit to the hard one for its pipes; a replica must not see that
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 1000:
+        pytest.skip(f"the hard RLIMIT_NOFILE here ({hard}) leaves no room below it for a lower soft limit")
+    launcher = textwrap.dedent("""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_NOFILE, (900, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        from tsm.schedulers.local.scheduler import LocalScheduler
+        from tsm.specs import AppDef, Role
+        s = LocalScheduler("limits")
+        code = "import resource; print(*resource.getrlimit(resource.RLIMIT_NOFILE))"
+        app_id = s.submit(AppDef("limits", [Role("r", entrypoint=sys.executable, args=["-c", code])]), {})
+        print(s.wait(app_id, timeout=60).state.name, "".join(s.log_iter(app_id, "r", 0)).strip())
+    """)
+    out = subprocess.run([PY, "-c", launcher], capture_output=True, text=True, timeout=HANG)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["SUCCEEDED", "900", str(hard)]

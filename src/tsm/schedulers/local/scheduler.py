@@ -50,6 +50,9 @@ MAX_GRACE_PERIOD = 86400.0
 #: app's processes itself (a supervisor that is stopped with SIGSTOP, or hung).
 CANCEL_MARGIN = 5.0
 
+#: Seconds a connection to a supervisor may take before the caller treats it as not there for now.
+CONNECT_TIMEOUT = 5.0
+
 
 @dataclass
 class LocalReplicaRequest:
@@ -491,9 +494,10 @@ class LocalScheduler(Scheduler):
         return out
 
     # -- events ------------------------------------------------------------------------------------
-    def _connect(self, app_id: str, app_dir: str, timeout: float | None = None) -> socket.socket | None:
-        """A connection to the app's supervisor, or None when it is not running (or, with ``timeout``,
-        does not take the connection in time). The socket returned is blocking."""
+    def _connect(self, app_id: str, app_dir: str, timeout: float | None = CONNECT_TIMEOUT) -> socket.socket | None:
+        """A connection to the app's supervisor, or None when it is not running or does not take the
+        connection within ``timeout`` seconds (its backlog is full: a replica is flooding it). The
+        socket returned is blocking."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         addr, dfd = _os.unix_address(os.path.join(app_dir, "sock"))
@@ -522,7 +526,8 @@ class LocalScheduler(Scheduler):
                 if row["state"] in _TERMINAL or (left is not None and left <= 0):
                     break
                 if sock is None:
-                    sock = self._connect(app_id, row["app_dir"])
+                    limit = CONNECT_TIMEOUT if left is None else max(0.001, min(left, CONNECT_TIMEOUT))
+                    sock = self._connect(app_id, row["app_dir"], timeout=limit)
                 if sock is None:
                     if row["sup_pid"] is not None and not self._maybe_alive(row["sup_pid"], row["sup_start"]):
                         self._wait_for_watchdog(row, left)

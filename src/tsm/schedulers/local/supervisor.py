@@ -83,6 +83,9 @@ FILE_INDEX_INTERVAL = 0.25
 #: Descriptors always kept free for clients, the store, log and index files (pipes stop short of it).
 FD_RESERVE = 128
 
+#: Seconds the listener goes unwatched when a client could not even be refused (no descriptor at all).
+ACCEPT_PAUSE = 0.25
+
 #: Most bytes read from one pipe per wake-up, so one chatty replica cannot starve the others.
 PIPE_BATCH = 1 << 20
 
@@ -219,6 +222,7 @@ class Supervisor:
         self.replica_nofile: tuple[int, int] | None = None
         self.fd_base = 0
         self.spare_fd: int | None = None
+        self.accept_resume: float | None = None  # when to watch the listener again (descriptors ran out)
         self.write_failed: set[str] = set()
         self.unwritten: list[tuple[str, tuple[Any, ...]]] = []  # state the store refused (full disk, ...)
         self.store_retry: float | None = None  # when to try writing ``unwritten`` again
@@ -348,7 +352,8 @@ class Supervisor:
         try:
             rep.proc = subprocess.Popen(
                 rep.cmd, env=env, cwd=rep.cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True, close_fds=True, preexec_fn=self._child_limits,
+                start_new_session=True, close_fds=True,
+                preexec_fn=self._child_limits if self.replica_nofile and self.replica_nofile[0] != self.fd_limit else None,
             )
             rep.pid = rep.proc.pid
             self.leaders[rep.pid] = rep
@@ -383,24 +388,33 @@ class Supervisor:
         if self.replica_nofile is not None and self.replica_nofile[0] != self.fd_limit:
             self.setrlimit(self.rlimit_nofile, self.replica_nofile)  # bound in _setup: no import after fork
 
-    def _owned(self, rep: Replica, tree: bool = True) -> list[int]:
+    def _owned(self, rep: Replica, tree: bool = True, orphans: dict[int, list[int]] | None = None) -> list[int]:
         """Every live process that came from ``rep``: its tree while it runs (``tree``), and orphans it left.
 
-        An orphan (re-parented to the supervisor) belongs to ``rep`` when its process group or session
-        was led by one of ``rep``'s attempts, or when the environment it started with names ``rep``.
+        ``orphans`` (from :meth:`_orphans`) saves the scan when many replicas are signalled at once.
         """
-        me = os.getpid()
         found: list[int] = []
         if tree and rep.live() and rep.pid is not None:
             found += _os.descendants(rep.pid)
-        for kid in _os.children(me):
+        for kid in (self._orphans() if orphans is None else orphans).get(id(rep), []):
+            found.append(kid)
+            found += _os.descendants(kid)
+        return found
+
+    def _orphans(self) -> dict[int, list[int]]:
+        """Processes re-parented to the supervisor, by ``id()`` of the replica they came from.
+
+        An orphan belongs to a replica when its process group or session was led by one of that replica's
+        attempts, or when the environment it started with names that replica.
+        """
+        out: dict[int, list[int]] = {}
+        for kid in _os.children(os.getpid()):
             if kid in self.by_pid:
                 continue  # a live leader: its own tree is its replica's
             owner = self._orphan_owner(kid)
-            if owner is rep:
-                found.append(kid)
-                found += _os.descendants(kid)
-        return found
+            if owner is not None:
+                out.setdefault(id(owner), []).append(kid)
+        return out
 
     def _orphan_owner(self, pid: int) -> Replica | None:
         got = _os.ids(pid)
@@ -414,32 +428,33 @@ class Supervisor:
             return self.by_name.get((origin[1], origin[2]))
         return None
 
-    def _signal_replica(self, rep: Replica, sig: int) -> None:
+    def _signal_replica(self, rep: Replica, sig: int, orphans: dict[int, list[int]] | None = None) -> None:
         """Send ``sig`` to the attempt's process group and every process that came from it."""
         if rep.pid is not None:
             with contextlib.suppress(OSError):
                 os.killpg(rep.pid, sig)
-        for pid in self._owned(rep):
+        for pid in self._owned(rep, orphans=orphans):
             with contextlib.suppress(OSError):
                 os.kill(pid, sig)
 
     def _stop(self, reps: list[Replica]) -> None:
         """SIGTERM every live replica's processes at once; each gets SIGKILL when its grace period ends."""
         deadline = time.monotonic() + self.grace
-        for r in reps:
-            if not r.live():
-                continue
+        live = [r for r in reps if r.live()]
+        orphans = self._orphans() if live else {}
+        for r in live:
             r.stopping = True
             r.kill_at = deadline if r.kill_at is None else min(r.kill_at, deadline)
-            self._signal_replica(r, signal.SIGTERM)
+            self._signal_replica(r, signal.SIGTERM, orphans)
 
     def _kill_due(self) -> None:
         now = time.monotonic()
-        for rep in self.replicas:
-            if rep.kill_at is not None and now >= rep.kill_at:
-                rep.kill_at = None
-                if rep.live():
-                    self._signal_replica(rep, signal.SIGKILL)
+        due = [r for r in self.replicas if r.kill_at is not None and now >= r.kill_at]
+        orphans = self._orphans() if due else {}
+        for rep in due:
+            rep.kill_at = None
+            if rep.live():
+                self._signal_replica(rep, signal.SIGKILL, orphans)
 
     def _reap(self) -> None:
         while True:
@@ -658,16 +673,32 @@ class Supervisor:
         return self.fd_base + len(self.pipes) + len(self.clients) + FD_RESERVE // 2 < self.fd_limit
 
     def _refuse_one(self, e: OSError) -> None:
-        """The descriptor table is full: free the spare, accept and close one client, take the spare back."""
+        """The descriptor table is full: free the spare, accept and close one client, take the spare back.
+
+        When even that fails (another thread took the freed slot first), the listener is left unwatched
+        for :data:`ACCEPT_PAUSE` seconds: a pending connection keeps it readable, and watching it would
+        spin the loop until a descriptor comes free.
+        """
         self._note_once(f"refused a client: {e.strerror or e} (a replica may hold the supervisor's descriptors)")
         if self.spare_fd is not None:
             os.close(self.spare_fd)
             self.spare_fd = None
+        refused = False
         with contextlib.suppress(OSError):
             conn, _ = self.listener.accept()
             conn.close()
+            refused = True
         with contextlib.suppress(OSError):
             self.spare_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        if not refused or self.spare_fd is None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(self.listener)
+            self.accept_resume = time.monotonic() + ACCEPT_PAUSE
+
+    def _resume_accepting(self) -> None:
+        self.accept_resume = None
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.register(self.listener, selectors.EVENT_READ, "accept")
 
     def _note_once(self, text: str) -> None:
         if text not in self.write_failed:
@@ -827,7 +858,8 @@ class Supervisor:
     def _step(self) -> None:
         """One pass of the loop: sleep until an event or deadline, then act on everything that is due."""
         kills = [r.kill_at for r in self.replicas if r.kill_at is not None]
-        deadlines = [d for d in (*kills, self.index_due, self.file_index_due, self.store_retry) if d is not None]
+        deadlines = [d for d in (*kills, self.index_due, self.file_index_due, self.store_retry, self.accept_resume)
+                     if d is not None]
         timeout = min(max(0.0, min(deadlines) - time.monotonic()), MAX_SLEEP) if deadlines else MAX_SLEEP
         for key, _ in self.sel.select(timeout):
             kind = key.data
@@ -853,6 +885,8 @@ class Supervisor:
             self._index_pending()
         if self.file_index_due is not None and now >= self.file_index_due:
             self._index_direct()
+        if self.accept_resume is not None and now >= self.accept_resume:
+            self._resume_accepting()
         self._restart_ready()
         self._flush()
 
