@@ -210,8 +210,25 @@ class DockerClient:
         self._final.pop(container_id, None)
 
     def remove_network(self, name: str) -> None:
-        with contextlib.suppress(self.NotFound), self.mapped(f"remove network {name}"):
-            self.api.api.remove_network(name)
+        """Remove a network; endpoints dockerd has not released yet (just-removed containers) are
+        disconnected and the removal retried for a few seconds."""
+        import time
+
+        for attempt in range(20):
+            try:
+                with self.mapped(f"remove network {name}"):
+                    self.api.api.remove_network(name)
+                return
+            except self.NotFound:
+                return
+            except SchedulerError as e:
+                if "active endpoints" not in str(e) or attempt == 19:
+                    raise
+            with contextlib.suppress(Exception):
+                info = self.api.api.inspect_network(name)
+                for cid in info.get("Containers") or {}:
+                    self.api.api.disconnect_container_from_network(cid, name, force=True)
+            time.sleep(0.25)
 
     # -- logs ------------------------------------------------------------------------------------------------
     def logs(self, container: str, stdout: bool, stderr: bool, *, timestamps: bool = False,
