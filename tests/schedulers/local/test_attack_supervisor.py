@@ -401,9 +401,18 @@ def test_300_concurrent_apps(sched: LocalScheduler) -> None:
         states = {a.app_id: a.state for a in sched.list()}
         assert all(states[i] == AppState.RUNNING for i in ids)
     finally:
-        for app_id in ids:
-            sched.cancel(app_id)
+        from concurrent.futures import ThreadPoolExecutor
+
+        def cancel(chunk: list[str]) -> None:
+            own = LocalScheduler("cancel")  # a store connection per thread
+            for app_id in chunk:
+                own.cancel(app_id)
+            own.close()
+
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(cancel, [ids[i::4] for i in range(4)]))
     assert procs_with(marker) == []
+    assert all(a.state == AppState.CANCELLED for a in sched.list())
 
 
 def test_launch_failure_is_recorded_and_listed(sched: LocalScheduler, monkeypatch: pytest.MonkeyPatch) -> None:
