@@ -30,7 +30,12 @@ $(VENV)/.torch: $(VENV)/.installed
 demo: setup
 	$(PY) examples/seed_style.py
 
-test: setup $(VENV)/.torch
+# ray[default] (tsm[ray]) for the Ray backend's tests on a real head (scripts/ray-up): about 50 s, once.
+$(VENV)/.ray: $(VENV)/.installed
+	$(PY) -m pip install -q 'ray[default]>=2.9'
+	touch $@
+
+test: setup $(VENV)/.torch $(VENV)/.ray
 	$(PY) -m pytest -q
 
 test-fast: setup
@@ -56,6 +61,14 @@ slurm-up:
 
 slurm-down:
 	scripts/slurm-down
+
+.PHONY: ray-up ray-down
+# A single-node Ray head (8 logical CPUs, job API on 127.0.0.1:8265) for trying `-s ray`; the tests start it themselves.
+ray-up: $(VENV)/.ray
+	scripts/ray-up
+
+ray-down:
+	scripts/ray-down
 
 .PHONY: docker-up docker-down
 docker-up:

@@ -44,6 +44,7 @@ _BUILTIN: dict[str, str] = {
     "local_cwd": "tsm.schedulers.local:create_scheduler",
     "slurm": "tsm.schedulers.slurm:create_scheduler",
     "docker": "tsm.schedulers.docker:create_scheduler",
+    "ray": "tsm.schedulers.ray:create_scheduler",
 }
 
 _plugins: dict[str, Any] | None = None  # noqa: F821

@@ -1,0 +1,44 @@
+"""The ``ray`` scheduler: an app is a Ray job whose driver runs one named actor per replica.
+
+Usage::
+
+    pip install 'tsm[ray]'                        # ray[default], imported only by this backend
+    make ray-up                                   # a local head for trying it (scripts/ray-up)
+    tsm run -s ray utils.echo --msg hello
+    tsm run -s ray -c placement_strategy=PACK dist.ddp -j 2x1 --script train.py
+
+What it does:
+
+* **A Ray job per app** (``submission_id`` = the app id, ``metadata`` naming the app, its session and
+  roles); the job's driver (:mod:`.driver`, 0 CPU) starts **one named actor per replica**,
+  ``<app_id>/<role>/<k>`` in namespace ``tsm``, holding the role's ``cpu``/``gpu``/``memMB``, which runs the
+  replica's command as a subprocess with its args and env byte for byte.
+* **Gang start**: one placement group for all replicas (run option ``placement_strategy``: ``SPREAD``
+  default, ``PACK``); not placed within ``gang_timeout`` seconds -> FAILED with the reason. A replica no
+  node could ever hold is refused at submit (:class:`~tsm.errors.InvalidAppError`).
+* **Deterministic ranks**: role 0 replica 0's node address is every replica's ``TSM_RANK0_HOST``
+  (``${rank0_env}``), so ``dist.ddp`` rendezvous works across actors.
+* **Retries** ``REPLICA``, ``ROLE``, ``APPLICATION`` are run by the driver; ``num_restarts`` counts them.
+* **Status**: one ``list_jobs`` per refresh for every app of the process (the kit's ``StatusWatcher``),
+  plus, per running app, the driver's status record (per role and replica: state, node, pid, exit code).
+* **Logs**: each replica's stdout and stderr, apart or combined, with times (``since``/``until``), regex,
+  follow; kept in the Ray log directory of the replica's node and read through Ray's log API.
+* **Cancel**: ``ray job stop``; the driver stops each replica's process group (SIGTERM, SIGKILL after
+  ``grace_period``) and kills the actors; a watchdog per replica kills its processes if its actor dies.
+* **Address**: run option ``address``, else ``$RAY_ADDRESS``, else ``http://127.0.0.1:8265``.
+
+The cluster's Python needs ``ray``; tsm itself is shipped with each job (``py_modules``, content-hashed).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tsm.schedulers.ray.scheduler import RayScheduler
+
+
+def create_scheduler(session_name: str, **kwargs: object) -> RayScheduler:
+    """The ray scheduler for ``session_name`` (``ray`` is imported on first use, not here)."""
+    from tsm.schedulers.ray.scheduler import RayScheduler
+
+    return RayScheduler(session_name, address=str(kwargs.get("address") or ""))

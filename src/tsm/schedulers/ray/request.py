@@ -1,0 +1,222 @@
+"""Pure: an AppDef and :class:`RayOptions` -> :class:`RayRequest`, the exact Ray job to submit.
+
+No Ray call happens here (a dry run needs no cluster). A request is two things:
+
+* the **job submission** (``JobSubmissionClient.submit_job`` arguments): ``submission_id`` = the app id,
+  the driver as entrypoint, a ``runtime_env`` and ``metadata`` naming the app;
+* the **driver payload** (:class:`DriverPayload`): one :class:`ReplicaSpec` per replica -- the exact
+  command and env its actor runs, its resources -- plus the gang and retry rules. It travels to the
+  cluster as a tiny Python package in ``runtime_env.py_modules`` (content-hashed by Ray), because a
+  payload with long arguments cannot ride in an environment variable or a command line.
+
+:func:`format_request` prints both, which is what ``tsm run --dryrun -s ray`` shows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tsm.errors import InvalidAppError, InvalidRunOptionError
+from tsm.schedulers.common.options import RunOptions, option
+from tsm.specs.api import AppDef, is_null_resource, macros
+
+#: Every tsm actor lives in this Ray namespace, named ``<app_id>/<role>/<replica_id>``.
+NAMESPACE = "tsm"
+#: ``metadata`` keys of a tsm job (``list`` selects on :data:`META_SCHEDULER`).
+META_SCHEDULER = "tsm.scheduler"
+META_APP = "tsm.app"
+META_SESSION = "tsm.session"
+META_ROLES = "tsm.roles"
+META_CREATED = "tsm.created"
+#: The payload's module name on the cluster: ``tsm_ray_payload_<app id, made an identifier>``.
+PAYLOAD_PREFIX = "tsm_ray_payload_"
+STRATEGIES = ("SPREAD", "PACK")
+
+
+@dataclass(frozen=True)
+class RayOptions(RunOptions):
+    """Run options of the ``ray`` scheduler."""
+
+    address: str = option(
+        "the Ray dashboard (job API) address, e.g. http://127.0.0.1:8265; default $RAY_ADDRESS, else that", ""
+    )
+    placement_strategy: str = option("how the replicas' placement group spreads them: SPREAD or PACK", "SPREAD")
+    gang_timeout: float = option("seconds to wait for every replica's resources at once before the app FAILS", 120.0)
+    grace_period: float = option("seconds cancel waits after SIGTERM before SIGKILL of a replica's processes", 5.0)
+
+    def check(self) -> None:
+        if self.placement_strategy not in STRATEGIES:
+            raise InvalidRunOptionError(
+                f"placement_strategy must be one of {', '.join(STRATEGIES)}, not {self.placement_strategy!r}"
+            )
+        if self.gang_timeout <= 0:
+            raise InvalidRunOptionError(f"gang_timeout must be > 0, not {self.gang_timeout}")
+        if self.grace_period < 0:
+            raise InvalidRunOptionError(f"grace_period must be >= 0, not {self.grace_period}")
+
+
+@dataclass
+class ReplicaSpec:
+    """One replica: the actor that runs it and the exact process it starts (plain, JSON-able data)."""
+
+    role: str
+    replica_id: int
+    #: the actor's name in :data:`NAMESPACE`
+    actor: str
+    command: list[str]
+    #: added to the actor's environment; ``TSM_RANK0_HOST`` is added by the driver once rank 0 is placed
+    env: dict[str, str]
+    #: the placement-group bundle: ``{"CPU": .., "GPU": .., "memory": bytes}``
+    bundle: dict[str, float]
+
+
+@dataclass
+class RoleSpec:
+    """A role's shape and retry rule, as the driver applies it."""
+
+    name: str
+    num_replicas: int
+    max_retries: int
+    retry_policy: str
+
+
+@dataclass
+class DriverPayload:
+    """What the driver inside the Ray job runs."""
+
+    app_id: str
+    roles: list[RoleSpec]
+    replicas: list[ReplicaSpec]
+    strategy: str
+    gang_timeout: float
+    grace_period: float
+
+    def to_json(self) -> str:
+        """ASCII JSON (surrogate-escaped bytes that are not UTF-8 survive as ``\\udcXX``)."""
+        return json.dumps(asdict(self), sort_keys=True, ensure_ascii=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> DriverPayload:
+        data = json.loads(text)
+        data["roles"] = [RoleSpec(**r) for r in data["roles"]]
+        data["replicas"] = [ReplicaSpec(**r) for r in data["replicas"]]
+        return cls(**data)
+
+
+@dataclass
+class RayRequest:
+    """What ``schedule`` submits: one Ray job (its arguments) carrying :attr:`payload`."""
+
+    app_id: str
+    app_name: str
+    session: str
+    address: str
+    entrypoint: str
+    metadata: dict[str, str]
+    #: ``runtime_env`` without the two local directories ``schedule`` adds (tsm itself and the payload)
+    runtime_env: dict[str, Any]
+    payload: DriverPayload
+    #: the dir workspace's snapshot made the job's ``working_dir`` ("" when none)
+    working_dir: str = ""
+    spec: dict[str, Any] = field(default_factory=dict)
+
+
+def actor_name(app_id: str, role: str, replica_id: int) -> str:
+    """The named actor of a replica: ``<app_id>/<role>/<replica_id>``."""
+    return f"{app_id}/{role}/{replica_id}"
+
+
+def payload_module(app_id: str) -> str:
+    """The Python package name the payload is shipped as."""
+    return PAYLOAD_PREFIX + re.sub(r"\W", "_", app_id)
+
+
+def new_app_id(app_name: str) -> str:
+    """``<name>-<8 hex>``, the name cut to letters, digits, ``_.-`` (Ray's submission ids are free text)."""
+    base = re.sub(r"[^a-zA-Z0-9_.-]+", "-", app_name).strip("-._")[:40] or "app"
+    return f"{base}-{secrets.token_hex(4)}"
+
+
+def bundle_of(cpu: float, gpu: int, mem_mb: int) -> dict[str, float]:
+    """A placement-group bundle for a role's resource (zero entries left out: Ray refuses empty bundles)."""
+    b: dict[str, float] = {"CPU": float(cpu) if cpu > 0 else 0.01}
+    if gpu > 0:
+        b["GPU"] = float(gpu)
+    if mem_mb > 0:
+        b["memory"] = float(mem_mb * 1024 * 1024)
+    return b
+
+
+def validate(app: AppDef) -> None:
+    """Refuse what the ray scheduler cannot run (:class:`InvalidAppError`)."""
+    for role in app.roles:
+        if role.max_retries < 0:
+            raise InvalidAppError(f"role '{role.name}': max_retries must be >= 0, not {role.max_retries}")
+        if role.mounts:
+            raise InvalidAppError(
+                f"role '{role.name}' has mounts: the ray scheduler runs replicas on the Ray nodes' own file "
+                "systems; ship files with --workspace or use paths every node has"
+            )
+
+
+def build_request(app: AppDef, opts: RayOptions, session: str, address: str, created: float) -> RayRequest:
+    """The Ray job for ``app``; pure but for a fresh random app id."""
+    app_id = new_app_id(app.name)
+    roles = [RoleSpec(r.name, r.num_replicas, r.max_retries, r.retry_policy.value) for r in app.roles]
+    replicas: list[ReplicaSpec] = []
+    working_dir = ""
+    for role in app.roles:
+        res = role.resource
+        sized = not is_null_resource(res)
+        bundle = bundle_of(res.cpu if sized else 1, res.gpu if sized else 0, res.memMB if sized else 0)
+        ws = role.metadata.get("tsm.workspace")
+        if isinstance(ws, dict) and ws.get("ray_working_dir"):
+            working_dir = str(ws["ray_working_dir"])
+        for i in range(role.num_replicas):
+            r = macros.Values(img_root="", app_id=app_id, replica_id=str(i), rank0_env="TSM_RANK0_HOST").apply(role)
+            env = dict(r.env)
+            env.update({
+                "TSM_APP_ID": app_id, "TSM_ROLE_NAME": role.name, "TSM_REPLICA_ID": str(i),
+                "TSM_NUM_REPLICAS": str(role.num_replicas), "PYTHONUNBUFFERED": "1",
+            })
+            replicas.append(ReplicaSpec(role.name, i, actor_name(app_id, role.name, i), [r.entrypoint, *r.args],
+                                        env, dict(bundle)))
+    payload = DriverPayload(app_id, roles, replicas, opts.placement_strategy, opts.gang_timeout, opts.grace_period)
+    shape = [[r.name, r.num_replicas] for r in roles]
+    metadata = {
+        META_SCHEDULER: "ray", META_APP: app.name, META_SESSION: session, META_ROLES: json.dumps(shape),
+        META_CREATED: f"{created:.3f}",
+    }
+    entrypoint = f"python -m tsm.schedulers.ray.driver {payload_module(app_id)}"
+    # the driver asks for no CPU: only the replicas' actors hold resources
+    runtime_env: dict[str, Any] = {"env_vars": {"RAY_JOB_SUBMISSION_ID_TSM": app_id}}
+    return RayRequest(app_id, app.name, session, address, entrypoint, metadata, runtime_env, payload,
+                      working_dir, app.to_dict())
+
+
+def format_request(req: RayRequest) -> str:
+    """The request as what it amounts to: the ``ray job submit`` call and the actor of each replica."""
+    env = dict(req.runtime_env)
+    if req.working_dir:
+        env["working_dir"] = req.working_dir
+    lines = [
+        f"# app {req.app_id}: a Ray job at {req.address} whose driver (0 CPU) starts {len(req.payload.replicas)} "
+        f"actor(s) in namespace '{NAMESPACE}', gang-placed ({req.payload.strategy}, "
+        f"timeout {req.payload.gang_timeout:g}s)",
+        shlex.join(["ray", "job", "submit", "--address", req.address, "--submission-id", req.app_id,
+                    "--no-wait", "--metadata-json", json.dumps(req.metadata, sort_keys=True),
+                    "--runtime-env-json", json.dumps(env, sort_keys=True), "--", *shlex.split(req.entrypoint)]),
+    ]
+    for role in req.payload.roles:
+        lines.append(f"# role {role.name}: {role.num_replicas} replica(s), retries {role.max_retries} "
+                     f"({role.retry_policy})")
+    for r in req.payload.replicas:
+        res = " ".join(f"{k}={v:g}" for k, v in sorted(r.bundle.items()))
+        envs = " ".join(shlex.quote(f"{k}={v}") for k, v in r.env.items())
+        lines.append(f"actor {r.actor} [{res}]: env {envs} {shlex.join(r.command)}")
+    return "\n".join(lines)
