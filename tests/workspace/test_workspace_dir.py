@@ -19,7 +19,15 @@ import pytest
 from testutil import HANG, wait_until
 from tsm.runner.api import get_runner
 from tsm.specs.api import AppDef, AppState, Role
-from tsm.workspace import METADATA_KEY, DirWorkspace, WorkspaceError, apply_workspace, image_tag, scan
+from tsm.workspace import (
+    METADATA_KEY,
+    DirWorkspace,
+    WorkspaceBuilder,
+    WorkspaceError,
+    apply_workspace,
+    image_tag,
+    scan,
+)
 from tsm.workspace.dir import remove_tree, roles_for_workspace, workspaces_home
 
 
@@ -340,3 +348,29 @@ def test_context_tar_for_container_builders_is_deterministic(ws: Path) -> None:
         assert members["tool.sh"].mode == 0o755 and members["main.py"].mode == 0o644
         assert members["link"].issym() and members["link"].linkname == "main.py"
         assert tar.extractfile("pkg/mod.py").read() == b"X = 1\n"  # type: ignore[union-attr]
+
+
+def test_container_and_torchx_style_builders_get_the_first_role(ws: Path) -> None:
+    """A builder other than the directory one (a container backend, a TorchX-style plugin) gets role 0, as in TorchX."""
+    from collections.abc import Mapping as _Mapping
+
+    class Images(WorkspaceBuilder[None]):
+        def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: _Mapping[str, object]) -> None:
+            role.image = image_tag(scan(workspace).digest, role.image)
+
+        def dryrun_push_images(self, app: AppDef, cfg: _Mapping[str, object]) -> None:
+            return None
+
+        def push_images(self, images_to_push: None) -> None:
+            return None
+
+    class TorchxStyle:
+        def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: object) -> None:
+            role.image = "patched:" + role.image
+
+    app = AppDef("a", roles=[Role("a", image="py:3"), Role("b", image="py:3")])
+    assert apply_workspace(app, str(ws), {}, Images()) is None
+    assert app.roles[0].image.startswith("tsm-workspace:") and app.roles[1].image == "py:3"
+    app2 = AppDef("a", roles=[Role("a", image="py:3"), Role("b", image="py:3")])
+    apply_workspace(app2, str(ws), {}, TorchxStyle())  # type: ignore[arg-type]
+    assert [r.image for r in app2.roles] == ["patched:py:3", "py:3"]

@@ -579,9 +579,10 @@ def apply_workspace(
 ) -> SnapshotReport | None:
     """Ship ``workspace`` with ``app`` (mutates it): what the runner calls before the scheduler's dry run.
 
-    ``None`` or ``""`` does nothing and returns None. ``builder`` is the scheduler when it is a
-    :class:`WorkspaceBuilder` itself (a container backend), else the directory builder is used. Returns
-    the directory builder's report (None for other builders).
+    ``None`` or ``""`` does nothing and returns None. ``builder`` is the scheduler when it builds
+    workspaces itself (a container backend, or a TorchX-style ``build_workspace_and_update_role``): it
+    gets the first role, as TorchX does. Else the directory builder snapshots the workspace for the roles
+    of :func:`roles_for_workspace`. Returns the directory builder's report (None for other builders).
     """
     if not workspace:
         return None
