@@ -137,6 +137,9 @@ def test_every_subcommand_exits_by_the_table(workdir: Path) -> None:
         (["tracker", "show", unknown], usage),
         (["cancel", unknown], usage),
         (["cancel", running], ok_),
+        (["top", "--once"], ok_),
+        (["top", "--interval", "0"], usage),
+        (["serve", "--port", "70000"], usage),
         (["rm", ok], ok_),
     ]
     wrong = []

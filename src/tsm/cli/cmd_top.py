@@ -28,8 +28,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0.05 <= args.interval <= 3600:
         raise UsageError(f"--interval must be between 0.05 and 3600 seconds, not {args.interval}")
-    if args.limit < 1:
-        raise UsageError(f"--limit must be at least 1, not {args.limit}")
+    if not 1 <= args.limit <= 100_000:
+        raise UsageError(f"--limit must be between 1 and 100000, not {args.limit}")
     from tsm.runner.api import get_runner
     from tsm.views.snapshot import SnapshotCollector
 

@@ -171,6 +171,11 @@ class _LastLines:
         self._cache[path] = (st.st_size, st.st_mtime_ns, line, st.st_mtime_ns)
         return line, st.st_mtime_ns
 
+    def prune(self, limit: int) -> None:
+        """Drop the cache when it holds more than ``limit`` files (apps that left the view)."""
+        if len(self._cache) > limit:
+            self._cache.clear()
+
     def last(self, rdir: str) -> str:
         """The last non-empty line the replica wrote to stdout or stderr, whichever was written last."""
         out, t_out = self._line(os.path.join(rdir, "stdout"))
@@ -200,6 +205,7 @@ class SnapshotCollector:
         self.probe = probe if probe is not None else UsageProbe()
         self._tails = _LastLines()
         self._ended: dict[str, AppView] = {}  # handle -> view of an ended app on a non-local scheduler
+        self._reqs: dict[str, dict[str, tuple[float | None, float | None, int | None]]] = {}  # app id -> requests
         self._host = socket.gethostname()
 
     @property
@@ -239,6 +245,10 @@ class SnapshotCollector:
                 v.handle, v.scheduler, v.name = r.handle, r.scheduler, v.name or r.name
                 views[r.handle] = v
         self._usage([a for a in views.values() if a.scheduler in ("local", "local_cwd")], calls)
+        shown = {r.app_id for r in rows}  # forget what belongs to apps no longer shown (a long-lived view)
+        self._reqs = {k: v for k, v in self._reqs.items() if k in shown}
+        self._ended = {k: v for k, v in self._ended.items() if k in views}
+        self._tails.prune(len(views) * 8 + 1000)
         return Snapshot(time.time(), [views[r.handle] for r in rows], calls, errors)
 
     # -- local -------------------------------------------------------------------------------------
@@ -266,8 +276,9 @@ class SnapshotCollector:
             by_app.setdefault(rep["app_id"], []).append(rep)
         out: dict[str, AppView] = {}
         for a in apps:
-            spec = json.loads(a["spec"])
-            req = _requests(spec)
+            req = self._reqs.get(a["app_id"])
+            if req is None:  # an app's spec never changes: parsed once
+                req = self._reqs[a["app_id"]] = _requests(json.loads(a["spec"]))
             view = AppView(
                 handle="", scheduler="local", app_id=a["app_id"], name=a["name"], state=AppState(a["state"]).name,
                 created=a["created"], started=a["started"], ended=a["ended"], restarts=a["num_restarts"],
