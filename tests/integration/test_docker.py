@@ -140,10 +140,13 @@ def test_replica_retries_use_docker_restart_policy(sched: DockerScheduler, tmp_p
 
 def test_application_retries_recreate_every_container(sched: DockerScheduler, tmp_path: Path) -> None:
     marker = tmp_path / "attempts"
+    ready = tmp_path / "good-printed"
+    mount = [BindMount(str(tmp_path), str(tmp_path))]
     app = AppDef("ar", [
-        sh("bad", f"echo x >> {marker}; [ $(wc -l < {marker}) -ge 2 ]", max_retries=1,
-           mounts=[BindMount(str(tmp_path), str(tmp_path))]),
-        sh("good", "echo attempt $TSM_APP_ID"),
+        # bad fails (once) only after good has printed, so each attempt of good has its line
+        sh("bad", f"until [ -e {ready} ]; do sleep 0.05; done; echo x >> {marker}; [ $(wc -l < {marker}) -ge 2 ]",
+           max_retries=1, mounts=mount),
+        sh("good", f"echo attempt $TSM_APP_ID; touch {ready}; sleep 1", mounts=mount),
     ])
     app_id = sched.submit(app)
     desc = ended(sched, app_id)
@@ -391,3 +394,22 @@ def test_logs_since_and_until(sched: DockerScheduler, removed: bool) -> None:
     got = list(sched.log_iter(app_id, "r", 0, since=since, until=until))
     assert sorted(got) == ["late\n", "late-err\n"]
     assert list(sched.log_iter(app_id, "r", 0, since=since, until=until, streams=Stream.STDERR)) == ["late-err\n"]
+
+
+def test_cleanup_command_removes_orphan_networks(docker_engine: DockerEngine) -> None:
+    """A launcher killed between creating the network and its first container leaves a bare network."""
+    import sys
+
+    from tsm.schedulers.docker import scheduler
+
+    name = f"tsm-orphan-{time.time_ns()}"
+    docker("network", "create", "--label", "tsm.scheduler=docker", "--label", f"tsm.app-id={name[4:]}", name)
+    DockerScheduler("x").cleanup()
+    assert docker("network", "ls", "-q", "--filter", f"name={name}").strip()  # young: its launcher may be busy
+    code = "from tsm.schedulers.docker import scheduler, __main__ as m; scheduler.ORPHAN_AGE = 0; m.main(['cleanup'])"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert docker("network", "ls", "-q", "--filter", f"name={name}").strip() == ""
+    assert scheduler.ORPHAN_AGE == 60.0
+    bad = subprocess.run([sys.executable, "-m", "tsm.schedulers.docker", "sweep"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage:")

@@ -14,11 +14,14 @@ def main(argv: list[str]) -> int:
         return 2
     from tsm.schedulers.docker.scheduler import DockerScheduler
 
+    sched = DockerScheduler("cleanup")
     try:
-        done = DockerScheduler("cleanup").cleanup(include_running="--all" in argv)
+        done = sched.cleanup(include_running="--all" in argv)
     except TsmError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    for problem in sched.cleanup_errors:
+        print(f"warning: {problem} (restarting dockerd clears such a network)", file=sys.stderr)
     print(f"removed {len(done)} app(s): {' '.join(done)}" if done else "nothing to remove")
     return 0
 

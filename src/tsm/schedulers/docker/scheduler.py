@@ -53,8 +53,8 @@ from tsm.store import tsm_home
 from tsm.workspace.api import METADATA_KEY, WorkspaceBuilder, image_tag
 
 STREAMS = ("stdout", "stderr")
-#: containers created at once by schedule (the SDK's connection pool holds 10)
-CREATE_WORKERS = 8
+#: seconds after which a tsm network without containers counts as left behind (cleanup removes it)
+ORPHAN_AGE = 60.0
 #: seconds a status snapshot (one containers.list for every app) is reused by describe
 MAX_AGE = 0.2
 #: the name the Dockerfile of a workspace build has in its context (left out of the image)
@@ -100,6 +100,8 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         self._client = client
         self._watcher = self._new_watcher()
         self._lock = threading.Lock()
+        #: networks the last :meth:`cleanup` could not remove, with Docker's reason
+        self.cleanup_errors: builtins.list[str] = []
 
     def _new_watcher(self) -> StatusWatcher[DescribeAppResponse]:
         return StatusWatcher(self._snapshot, self._lookup, is_terminal=lambda d: d.state.is_terminal)
@@ -147,15 +149,13 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
             if reason:
                 self._write_final(req, AppState.FAILED, reason)
                 return req.app_id
-        labels = {LABEL_SCHEDULER: "docker", LABEL_APP: req.app_id}
+        labels = {LABEL_SCHEDULER: "docker", LABEL_APP: req.app_id, LABEL_SESSION: req.session}
         self.client.create_network(req.network, labels)
         try:
-            # containers are created and started concurrently, so one slow start does not hold the others
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(max_workers=min(CREATE_WORKERS, len(req.containers))) as pool:
-                for f in [pool.submit(self.client.run, c, req.network) for c in req.containers]:
-                    f.result()
+            # one after the other: creating them concurrently measured no faster on a 2-core host (dockerd
+            # is the bottleneck) and dockerd 20.10 is known to leak network endpoints under such races
+            for c in req.containers:
+                self.client.run(c, req.network)
         except SchedulerError as e:
             self._teardown(req.app_id, req.network, grace=0)
             self._write_final(req, AppState.FAILED, f"could not start: {e}")
@@ -426,9 +426,17 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
                 self.cancel(app_id)
                 done.append(app_id)
         in_use = set(group(self.client.list_containers()))
+        self.cleanup_errors = []
         for net in self.client.networks():
-            if net.attrs.get("Labels", {}).get(LABEL_APP) not in in_use:
-                self.client.remove_network(net.name)
+            labels = net.attrs.get("Labels") or {}
+            created, _ = _parse_ts(str(net.attrs.get("Created", "")).encode() + b" ")
+            young = created is not None and time.time() - created < ORPHAN_AGE  # its launcher may be creating containers
+            mine = session is None or labels.get(LABEL_SESSION) in (None, session)
+            if labels.get(LABEL_APP) not in in_use and mine and not young:
+                try:
+                    self.client.remove_network(net.name)
+                except SchedulerError as e:  # one stuck network (a dockerd that lost track) does not stop the rest
+                    self.cleanup_errors.append(str(e))
         self._watcher.invalidate()
         return done
 
