@@ -107,8 +107,11 @@ ALLREDUCE = textwrap.dedent(
 
 @pytest.mark.torch
 def test_dist_ddp_all_reduces_across_two_containers(sched: DockerScheduler, tmp_path: Path) -> None:
+    from integration.docker_engine import unavailable
     from tsm.components.dist import ddp
 
+    if subprocess.run(["docker", "image", "inspect", TORCH_IMAGE], capture_output=True).returncode != 0:
+        unavailable(f"no {TORCH_IMAGE} image (scripts/docker-up builds it from the venv's torch: make test installs it)")
     script = tmp_path / "allreduce.py"
     script.write_text(ALLREDUCE)
     app = ddp(script=str(script), image=TORCH_IMAGE, j="2x1", cpu=1, memMB=2000, env={"OMP_NUM_THREADS": "1"},
@@ -181,6 +184,12 @@ def test_failed_pull_is_a_clear_failure(sched: DockerScheduler) -> None:
     app_id = sched.submit(AppDef("nopull", [role]), {"pull": "missing"})
     desc = ended(sched, app_id)
     assert desc.state == AppState.FAILED and "pulling image 'tsm-test/no-such-image:1' failed" in desc.msg, desc
+    # pull=always never runs a local copy silently: no registry answers here, so the app fails saying so
+    role = Role("r", image=PYTHON_IMAGE, entrypoint="true", resource=SMALL)
+    app_id = sched.submit(AppDef("always", [role]), {"pull": "always"})
+    desc = ended(sched, app_id)
+    assert desc.state == AppState.FAILED and f"pulling image '{PYTHON_IMAGE}' failed (pull=always)" in desc.msg, desc
+    assert left_behind(app_id) == ("", "")
 
 
 def test_out_of_memory_is_failed_with_the_reason(sched: DockerScheduler) -> None:

@@ -131,9 +131,8 @@ class DockerClient:
             with self.mapped(f"pull {image}"):
                 self.api.images.pull(repo, tag=tag)
         except (SchedulerError, SchedulerUnavailableError, self.NotFound) as e:
-            if policy == "always" and present:
-                return ""  # Docker keeps the local copy when the registry cannot be reached
-            return f"pulling image {image!r} failed: {e}"
+            # pull=always means "run what the registry has now": a local copy is not silently used instead
+            return f"pulling image {image!r} failed (pull={policy}): {e}"
         return ""
 
     def build(self, context_tar: bytes, tag: str, labels: dict[str, str], dockerfile: str = "Dockerfile") -> str:
