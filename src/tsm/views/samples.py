@@ -4,7 +4,7 @@ Who samples: the process that refreshes a view (``tsm serve``) calls :meth:`Samp
 each snapshot; the recorder keeps at most one row per running replica per ``interval`` seconds
 (default 5), written in one transaction. An app is therefore charted over the part of its life during
 which a ``tsm serve`` was running; its samples stay after it ends and go when ``tsm rm`` forgets the app
-(:meth:`SampleRecorder.forget_removed`, run by the recorder once a minute).
+(:meth:`SampleRecorder.forget_removed`, run when a recorder starts and then once a minute).
 
 The table, ``view_samples``, belongs to this module alone and is created on first use.
 """
@@ -37,6 +37,7 @@ class SampleRecorder:
         self._last = float("-inf")
         self._last_gc = time.monotonic()
         store.write([(sql, ()) for sql in _SCHEMA])
+        self.forget_removed()
 
     def record(self, snap: Snapshot) -> int:
         """Store one sample per running replica of ``snap`` if ``interval`` has passed; returns rows written."""
