@@ -18,7 +18,7 @@ from tsm.cli._common import add_cfg_args, parse_cfg, replica_targets, start_thre
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "run", help="launch a component (streams logs and waits unless --detach)",
-        usage="tsm run [-s SCHEDULER] [-c CFG] [--dryrun] [--detach] COMPONENT [COMPONENT ARGS...]",
+        usage="tsm run [-s SCHEDULER] [-c CFG] [--dryrun] [--detach] [--workspace DIR] COMPONENT [COMPONENT ARGS...]",
         description="Launch COMPONENT (builtin like utils.echo, an installed one, or path/file.py:function) "
         "with its own arguments after it. tsm run's options (-s, -c, --dryrun, --detach) go BEFORE COMPONENT; "
         "everything after COMPONENT is the component's. `tsm run COMPONENT --help` shows the component's "
@@ -27,6 +27,11 @@ def add_parser(sub: Any) -> None:
     add_cfg_args(p)
     p.add_argument("--dryrun", action="store_true", help="print the request instead of submitting it")
     p.add_argument("--detach", action="store_true", help="print the handle and return at once")
+    p.add_argument(
+        "--workspace", metavar="DIR", default=None,
+        help="ship DIR with the app: roles without an image run in a read-only snapshot of it, reused while "
+        "DIR is unchanged (default: $TSM_WORKSPACE, else none; --workspace '' for none)",
+    )
     p.add_argument("component", help="component name, e.g. utils.echo or ./my.py:train")
     p.add_argument("component_args", nargs=argparse.REMAINDER, help="the component's arguments")
     p.set_defaults(func=run)
@@ -34,7 +39,7 @@ def add_parser(sub: Any) -> None:
 
 #: tsm run's and tsm dryrun's own flags: a component that rejects one of these was most likely given it
 #: by mistake after COMPONENT.
-_OWN_FLAGS = ("--detach", "--dryrun", "-s", "--scheduler", "-c", "--cfg")
+_OWN_FLAGS = ("--detach", "--dryrun", "-s", "--scheduler", "-c", "--cfg", "--workspace")
 
 
 @contextlib.contextmanager
@@ -133,10 +138,19 @@ def run(args: argparse.Namespace) -> int:
     with get_runner(args.session) as runner:
         runner.check_cfg(args.scheduler, cfg)  # -c names options of one scheduler: a typo is an error here
         with explain_misplaced_flags("run", args.component, args.component_args):
-            info = runner.dryrun_component(args.component, args.component_args, args.scheduler, cfg)
+            workspace = os.environ.get("TSM_WORKSPACE") if args.workspace is None else args.workspace
+            info = runner.dryrun_component(args.component, args.component_args, args.scheduler, cfg,
+                                           workspace=workspace or None)
+        from tsm.workspace.dir import workspace_summary
+
+        snapshot_line = workspace_summary(info.app)
         if args.dryrun:
+            if snapshot_line:
+                sys.stdout.write(f"=== workspace ===\n{snapshot_line}\n")
             sys.stdout.write(request_text(info))
             return _exits.OK
+        if snapshot_line:
+            sys.stderr.write(f"tsm: {snapshot_line}\n")
         held = _HeldInterrupt()
         try:
             handle = runner.schedule(info)
