@@ -18,14 +18,17 @@ APP_DIR = Path(__file__).resolve().parent / "app"
 
 
 def build_app() -> tsm.AppDef:
-    """The app: each role runs a script of ``examples/app`` in that directory (the local "image")."""
-    python = sys.executable  # the interpreter running this program runs the replicas too
+    """The app: each role runs a script of ``examples/app`` in that directory (the local "image").
+
+    Entrypoints are named relative to the image, as the seed TSM API wrote them; the scripts are not
+    executable, so the local scheduler runs each with the interpreter running this program.
+    """
     small = tsm.Container(image=str(APP_DIR)).require(tsm.Resource(cpu=1, gpu=0, memMB=256))
     server = tsm.Container(image=str(APP_DIR)).require(tsm.Resource(cpu=1, gpu=0, memMB=512)).ports(rpc=0)
 
-    trainer = tsm.Role("trainer").runs(python, "trainer.py", "--epochs", "3").on(small).replicas(2)
-    ps = tsm.Role("ps").runs(python, "ps.py", NUM_SHARDS="2").on(server).replicas(1)
-    reader = tsm.Role("reader").runs(python, "reader.py", "file:///data/train").on(small).replicas(1)
+    trainer = tsm.Role("trainer").runs("trainer.py", "--epochs", "3").on(small).replicas(2)
+    ps = tsm.Role("ps").runs("ps.py", NUM_SHARDS="2").on(server).replicas(1)
+    reader = tsm.Role("reader").runs("reader.py", "file:///data/train").on(small).replicas(1)
     return tsm.Application("seed_demo").of(trainer, ps, reader)
 
 

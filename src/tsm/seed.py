@@ -74,7 +74,9 @@ class ElasticRole(Role):
     run time in the env var named by ``${rank0_env}`` (``$TSM_RANK0_HOST`` locally);
     ``nnodes="min:max"`` makes it elastic. Other keyword arguments become torchrun options
     (``rdzv_port`` picks the rendezvous port; by default a port free on this machine now). The command
-    is the one ``dist.ddp`` builds for several nodes: see :mod:`tsm.components.dist`.
+    is the one ``dist.ddp`` builds for several nodes: see :mod:`tsm.components.dist`. Its ``python`` is
+    found on the replica's PATH: on the local scheduler that is the interpreter that launched the app
+    (its bin directory comes first, so an unactivated virtualenv works), on a cluster the image's.
     """
 
     def __init__(

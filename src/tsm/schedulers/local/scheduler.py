@@ -54,6 +54,36 @@ CANCEL_MARGIN = 5.0
 CONNECT_TIMEOUT = 5.0
 
 
+def replica_path(prefix: Sequence[str], role_path: str | None) -> str:
+    """The PATH a replica runs with: ``prefix`` (image, current directory) then the role's PATH.
+
+    When the role's env does not set PATH, the launching interpreter's bin directory comes before the
+    caller's PATH, so ``python`` in a replica (``dist.ddp``'s launcher, ``ElasticRole``'s torchrun) is
+    the interpreter that launched the app even from a virtualenv that is not activated. A role that sets
+    PATH gets exactly its own after the prefix.
+    """
+    if role_path is not None:
+        rest = [role_path]
+    else:
+        rest = [os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)]
+    return os.pathsep.join([*prefix, *rest])
+
+
+def python_entrypoint(entrypoint: str, img_root: str) -> list[str]:
+    """The command that starts ``entrypoint``: ``[sys.executable, FILE]`` for a script that can't run alone.
+
+    A ``*.py`` entrypoint that is a file of the image (relative to ``img_root``, or absolute) without the
+    execute bit runs with the launching interpreter, as the seed TSM API ran ``.runs("train_main.py")``;
+    anything else is run as given. Decided at dry run, so the dry run shows the command that runs.
+    """
+    if not entrypoint.endswith(".py"):
+        return [entrypoint]
+    target = entrypoint if os.path.isabs(entrypoint) else os.path.join(img_root, entrypoint)
+    if os.path.isfile(target) and not os.access(target, os.X_OK):
+        return [sys.executable, target]
+    return [entrypoint]
+
+
 @dataclass
 class LocalReplicaRequest:
     """One process to start: its command (verbatim argv), working directory and env additions."""
@@ -225,11 +255,10 @@ class LocalScheduler(Scheduler):
                     "TSM_RANK0_HOST": "localhost",
                     "PYTHONUNBUFFERED": "1",
                 })
-                if path_prefix:
-                    env["PATH"] = os.pathsep.join(path_prefix + [os.environ.get("PATH", os.defpath)])
+                env["PATH"] = replica_path(path_prefix, r.env.get("PATH"))
                 if (role.name, i) in gpus:
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
-                cmd = [r.entrypoint, *r.args]
+                cmd = [*python_entrypoint(r.entrypoint, img_root), *r.args]
                 # what the supervisor will exec: the caller's environment under the replica's own
                 check_exec_size(f"role '{role.name}' replica {i}", cmd, {**os.environ, **env})
                 rreq.replicas.append(LocalReplicaRequest(i, cmd, img_root, env))
@@ -244,6 +273,11 @@ class LocalScheduler(Scheduler):
 
     @staticmethod
     def _check_entrypoint(role: Role, rreq: LocalRoleRequest) -> None:
+        """Refuse a role whose command cannot start: neither an executable file nor a command on PATH.
+
+        A non-executable ``*.py`` file of the image was already turned into ``<interpreter> FILE`` by
+        :func:`python_entrypoint`, so its command starts with the (executable) interpreter here.
+        """
         rep = rreq.replicas[0]
         exe = rep.cmd[0]
         path = rep.env.get("PATH", os.environ.get("PATH", os.defpath))
