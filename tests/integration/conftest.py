@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 
 from .docker_engine import DockerEngine, _started as _docker_started, docker_engine
+from .ray_cluster import RayCluster, _started as _ray_started, ray_cluster
 from .slurm_cluster import SlurmCluster, _started, in_ci, slurm_cluster, unavailable
 
-__all__ = ["DockerEngine", "SlurmCluster", "docker_engine", "in_ci", "slurm_cluster", "unavailable"]
+__all__ = ["DockerEngine", "RayCluster", "ray_cluster", "SlurmCluster", "docker_engine", "in_ci", "slurm_cluster", "unavailable"]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -24,3 +25,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for d in _docker_started:
         how = "started with scripts/docker-up" if d.started_by_us else "already running"
         terminalreporter.write_line(f"docker engine: {how} in {d.startup_seconds:.1f}s")
+    for r in _ray_started:
+        how = "started with scripts/ray-up" if r.started_by_us else "already running"
+        terminalreporter.write_line(f"ray head: {how} in {r.startup_seconds:.1f}s at {r.address}")
