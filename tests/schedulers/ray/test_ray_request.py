@@ -146,3 +146,11 @@ def test_import_tsm_schedulers_ray_does_not_import_ray() -> None:
     code = "import sys, tsm.schedulers.ray.scheduler; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_list_rows_name_the_app_and_its_session() -> None:
+    from tsm.schedulers.ray.status import list_row
+
+    row = list_row("a-1", "STOPPED", {META_APP: "train", "tsm.session": "exp", "tsm.created": "3"})
+    assert (row.app_id, row.state, row.name, row.app_handle, row.created) == (
+        "a-1", AppState.CANCELLED, "train", "ray://exp/a-1", 3.0)

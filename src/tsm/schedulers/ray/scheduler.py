@@ -112,8 +112,6 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
                     f"role '{r.role}' asks for {', '.join(f'{k}={v:g}' for k, v in r.bundle.items())} per replica, "
                     f"more than any node of the Ray cluster has ({have}): lower the role's resource"
                 )
-            if req.payload.strategy == "SPREAD":
-                continue
 
     def schedule(self, dryrun_info: AppDryRunInfo[RayRequest]) -> str:
         req = dryrun_info.request

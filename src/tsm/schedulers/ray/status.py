@@ -7,7 +7,7 @@ from typing import Any
 
 from tsm.schedulers.api import DescribeAppResponse, ListAppResponse
 from tsm.schedulers.common.status import StateTable
-from tsm.schedulers.ray.request import META_APP, META_CREATED, META_ROLES, META_SCHEDULER
+from tsm.schedulers.ray.request import META_APP, META_CREATED, META_ROLES, META_SCHEDULER, META_SESSION
 from tsm.specs.api import AppState, ReplicaStatus, RoleStatus
 
 #: Ray's job states (``JobStatus``); STOPPED is ``ray job stop``, i.e. tsm's cancel.
@@ -88,8 +88,10 @@ def describe(app_id: str, job_status: str, job_message: str, metadata: dict[str,
 
 
 def list_row(app_id: str, job_status: str, metadata: dict[str, str]) -> ListAppResponse:
-    return ListAppResponse(app_id, JOB_STATES.state(job_status), name=metadata.get(META_APP, ""),
-                           created=created(metadata))
+    """One ``list`` row from a job's metadata; the handle names the session that submitted it."""
+    session = metadata.get(META_SESSION) or "default"
+    return ListAppResponse(app_id, JOB_STATES.state(job_status), app_handle=f"ray://{session}/{app_id}",
+                           name=metadata.get(META_APP, ""), created=created(metadata))
 
 
 def replica_of(record: dict[str, Any] | None, role: str, k: int) -> dict[str, Any]:
