@@ -74,9 +74,9 @@ def test_resources_requests_limits_gpu_shm_selector_and_mounts() -> None:
     req = _req(AppDef("a", [role]), request_fraction=0.5, shm_fraction=0.25)
     pod = _pod_spec(req.jobs[0])
     c = pod["containers"][0]
-    assert c["resources"]["limits"] == {"cpu": "2000m", "memory": "1000Mi", "nvidia.com/gpu": "1",
+    assert c["resources"]["limits"] == {"cpu": "2", "memory": "1000Mi", "nvidia.com/gpu": "1",
                                         "vpc.amazonaws.com/efa": "2"}
-    assert c["resources"]["requests"] == {"cpu": "1000m", "memory": "500Mi", "nvidia.com/gpu": "1",
+    assert c["resources"]["requests"] == {"cpu": "1", "memory": "500Mi", "nvidia.com/gpu": "1",
                                           "vpc.amazonaws.com/efa": "2"}
     assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p4d"}
     vols = {v["name"]: v for v in pod["volumes"]}
@@ -87,6 +87,13 @@ def test_resources_requests_limits_gpu_shm_selector_and_mounts() -> None:
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     assert mounts["/in"]["readOnly"] is True and mounts["/dev/shm"]["name"] == "dshm"
     assert req.needs[0].cpu_milli == 1000 and req.needs[0].mem_bytes == 500 * 2**20 and req.needs[0].gpus == 1
+
+
+def test_quantities_are_in_the_api_servers_canonical_form() -> None:
+    from tsm.schedulers.kubernetes.request import cpu_quantity, mem_quantity
+
+    assert [cpu_quantity(m) for m in (1000, 100, 1500, 2000)] == ["1", "100m", "1500m", "2"]
+    assert [mem_quantity(m) for m in (200, 1024, 2048, 1536, 1048576)] == ["200Mi", "1Gi", "2Gi", "1536Mi", "1Ti"]
 
 
 def test_run_options_reach_the_pod() -> None:

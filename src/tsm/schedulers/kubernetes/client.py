@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -42,6 +43,9 @@ class KubeClient:
 
         self.namespace = namespace
         self.calls: Counter[str] = Counter()
+        if kubeconfig is None:  # the client reads $KUBECONFIG once, at import: read it now
+            paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p and os.path.exists(p)]
+            kubeconfig = paths[0] if paths else None
         try:
             try:
                 api = config.new_client_from_config(config_file=kubeconfig, context=context)
@@ -52,6 +56,11 @@ class KubeClient:
                 api = client.ApiClient()
         except (config.ConfigException, OSError, TypeError) as e:
             raise SchedulerUnavailableError(f"no usable kubeconfig ({e}); {HINT}") from e
+        if not api.configuration.verify_ssl:
+            # the kubeconfig asked for insecure-skip-tls-verify: do not warn on every request
+            import urllib3
+
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self.api: Any = api
         self.core: Any = client.CoreV1Api(api)
         self.batch: Any = client.BatchV1Api(api)
@@ -173,21 +182,23 @@ class KubeClient:
             body["gracePeriodSeconds"] = grace
         sel = f"{LABEL_APP}={app_id}"
         with self._call("delete jobs"):
-            self.batch.delete_collection_namespaced_job(self.namespace, label_selector=sel, body=body)
+            self.batch.delete_collection_namespaced_job(self.namespace, label_selector=sel, body=body,
+                                                        _preload_content=False)
         with self._call("delete pods"):
             self.core.delete_collection_namespaced_pod(self.namespace, label_selector=sel,
-                                                       grace_period_seconds=grace)
+                                                       grace_period_seconds=grace, _preload_content=False)
         with self._call("delete service"), contextlib.suppress(self.ApiException):
-            self.core.delete_namespaced_service(app_id, self.namespace, body=body)
+            self.core.delete_namespaced_service(app_id, self.namespace, body=body, _preload_content=False)
 
     def delete_job_of(self, app_id: str, role_label: str, replica: str) -> None:
         """Delete every Job (any try) of one replica and its pods, at once."""
         sel = f"{LABEL_APP}={app_id},{LABEL_ROLE}={role_label},{LABEL_REPLICA}={replica}"
         with self._call("delete jobs"):
-            self.batch.delete_collection_namespaced_job(self.namespace, label_selector=sel,
+            self.batch.delete_collection_namespaced_job(self.namespace, label_selector=sel, _preload_content=False,
                                                         body={"propagationPolicy": "Background", "gracePeriodSeconds": 0})
         with self._call("delete pods"):
-            self.core.delete_collection_namespaced_pod(self.namespace, label_selector=sel, grace_period_seconds=0)
+            self.core.delete_collection_namespaced_pod(self.namespace, label_selector=sel, grace_period_seconds=0,
+                                                       _preload_content=False)
 
     def close(self) -> None:
         self.api.close()

@@ -262,9 +262,23 @@ def _volumes(role: Role, shm_mb: int) -> tuple[list[dict[str, Any]], list[dict[s
             vols.append({"name": name, "hostPath": {"path": m.src_path, "type": "CharDevice"}})
             mounts.append({"name": name, "mountPath": m.dst_path, "readOnly": "w" not in m.permissions})
     if shm_mb > 0:
-        vols.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_mb}Mi"}})
+        vols.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": mem_quantity(shm_mb)}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     return vols, mounts
+
+
+def cpu_quantity(milli: int) -> str:
+    """Millicores in the API server's canonical form (``1000`` -> ``1``, ``1500`` -> ``1500m``)."""
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def mem_quantity(mib: int) -> str:
+    """MiB in the API server's canonical form (``200`` -> ``200Mi``, ``2048`` -> ``2Gi``)."""
+    for unit in ("Ti", "Gi"):
+        size = 1024 ** (2 if unit == "Ti" else 1)
+        if mib % size == 0 and mib >= size:
+            return f"{mib // size}{unit}"
+    return f"{mib}Mi"
 
 
 def _resources(role: Role, fraction: float) -> tuple[dict[str, Any], Need]:
@@ -276,12 +290,12 @@ def _resources(role: Role, fraction: float) -> tuple[dict[str, Any], Need]:
     cpu_milli = mem = 0
     if res.cpu > 0:
         cpu_milli = max(1, int(res.cpu * 1000 * fraction))
-        limits["cpu"] = f"{res.cpu * 1000}m"
-        requests["cpu"] = f"{cpu_milli}m"
+        limits["cpu"] = cpu_quantity(int(res.cpu * 1000))
+        requests["cpu"] = cpu_quantity(cpu_milli)
     if res.memMB > 0:
-        mem = int(res.memMB * fraction) * 1024 * 1024
-        limits["memory"] = f"{res.memMB}Mi"
-        requests["memory"] = f"{int(res.memMB * fraction)}Mi"
+        mem = max(1, int(res.memMB * fraction)) * 1024 * 1024
+        limits["memory"] = mem_quantity(res.memMB)
+        requests["memory"] = mem_quantity(max(1, int(res.memMB * fraction)))
     if res.gpu > 0:
         limits["nvidia.com/gpu"] = requests["nvidia.com/gpu"] = str(res.gpu)
     for dev, n in res.devices.items():

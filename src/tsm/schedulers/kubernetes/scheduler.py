@@ -211,7 +211,8 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
         while time.monotonic() < deadline:
             pods = [from_json(p) for p in client.list_pods(req.app_id)]
             role0 = req.roles[0][0]
-            mine = [p for p in pods if p.role == role0 and p.replica_id == 0 and not p.deleting]
+            floor = self._attempts(req.app_id).get(role0, 0)
+            mine = [p for p in pods if p.role == role0 and p.replica_id == 0 and not p.deleting and p.attempt >= floor]
             latest = max(mine, key=lambda p: (p.attempt, p.created), default=None)
             if latest is not None and latest.ip:
                 return latest.ip
@@ -460,14 +461,18 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
         return self._app_dir(app_id) / "logs" / host_name(p.role, p.replica_id) / f"{p.attempt:03d}-{p.created:.3f}-{p.name}.log"
 
     def _snapshot_log(self, app_id: str, client: KubeClient, p: Pod) -> None:
+        """Copy a pod's log into the store: as written (``.log``) and with Kubernetes' timestamps (``.ts``,
+        for since/until: the runtime cuts lines over 16 KiB and stamps each part, so only the plain copy is exact)."""
         path = self._log_file(app_id, p)
         if path.exists():
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = client.log(p.name, timestamps=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        stamped = client.log(p.name, timestamps=True)
+        plain = client.log(p.name)
+        for target, data in ((path.with_suffix(".ts"), stamped), (path, plain)):
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(data)
+            tmp.replace(target)
 
     def _roles(self, app_id: str) -> dict[str, int] | None:
         req = self._request(app_id)
@@ -523,20 +528,30 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
         d = self._app_dir(app_id) / "logs" / host_name(role, k)
         saved = sorted(d.glob("*.log")) if d.is_dir() else []
         live_files = {self._log_file(app_id, p).name for p in live}
+        window = since is not None or until is not None
+
+        def saved_lines(f: Path) -> Iterator[str]:
+            if window:
+                return _stamped_lines(f.with_suffix(".ts").read_bytes(), since, until)
+            return iter(split_lines(decode(f.read_bytes())))
+
         for f in saved:
             if f.name not in live_files:
-                yield from _stamped_lines(f.read_bytes(), since, until)
+                yield from saved_lines(f)
         for i, p in enumerate(live):
             f = self._log_file(app_id, p)
             if f.exists():
-                yield from _stamped_lines(f.read_bytes(), since, until)
+                yield from saved_lines(f)
                 continue
             last = i == len(live) - 1
             if tail and last and until is None:
                 s = int(time.time() - since.timestamp()) + 1 if since else None
                 yield from _follow(self, client, app_id, p, s)
                 return
-            yield from _stamped_lines(client.log(p.name, timestamps=True), since, until)
+            if window:
+                yield from _stamped_lines(client.log(p.name, timestamps=True), since, until)
+            else:
+                yield from split_lines(decode(client.log(p.name)))
 
     def close(self) -> None:
         for c in self._clients.values():
@@ -559,7 +574,7 @@ def _follow(sched: KubernetesScheduler, client: KubeClient, app_id: str, p: Pod,
         f = sched._log_file(app_id, p)
         if not f.exists():
             raise
-        yield from _stamped_lines(f.read_bytes(), None, None)
+        yield from split_lines(decode(f.read_bytes()))
 
 
 def _utf8_chunks(chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -584,6 +599,8 @@ def _utf8_chunks(chunks: Iterator[bytes]) -> Iterator[bytes]:
 
 def _stamped_lines(raw: bytes, since: datetime | None, until: datetime | None) -> Iterator[str]:
     """Lines of a log read with ``timestamps=true`` (``<RFC3339Nano> <line>``), stamps removed, in the window."""
+    if not raw:
+        return
     out = bytearray()
     for line in raw.split(b"\n")[: -1 if raw.endswith(b"\n") else None]:
         head, _, body = line.partition(b" ")
