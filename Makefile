@@ -77,5 +77,17 @@ docker-up:
 docker-down:
 	scripts/docker-down
 
+# A single-node Kubernetes 1.20 cluster (built once from Debian's source package, ~10 min, cached in
+# ~/.cache/tsm/k8s) for trying `-s kubernetes`; `make test-k8s` runs its integration tests on it.
+.PHONY: k8s-up k8s-down test-k8s
+k8s-up:
+	scripts/k8s-up
+
+k8s-down:
+	scripts/k8s-down
+
+test-k8s: setup
+	$(PY) -m pytest -q -m kubernetes tests/integration/test_kubernetes.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

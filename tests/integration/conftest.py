@@ -9,10 +9,11 @@ from __future__ import annotations
 import pytest
 
 from .docker_engine import DockerEngine, _started as _docker_started, docker_engine
+from .k8s_cluster import K8sCluster, _started as _k8s_started, k8s_cluster
 from .ray_cluster import RayCluster, _started as _ray_started, ray_cluster
 from .slurm_cluster import SlurmCluster, _started, in_ci, slurm_cluster, unavailable
 
-__all__ = ["DockerEngine", "RayCluster", "ray_cluster", "SlurmCluster", "docker_engine", "in_ci", "slurm_cluster", "unavailable"]
+__all__ = ["DockerEngine", "RayCluster", "ray_cluster", "K8sCluster", "SlurmCluster", "docker_engine", "k8s_cluster", "in_ci", "slurm_cluster", "unavailable"]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -28,3 +29,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for r in _ray_started:
         how = "started with scripts/ray-up" if r.started_by_us else "already running"
         terminalreporter.write_line(f"ray head: {how} in {r.startup_seconds:.1f}s at {r.address}")
+    for k in _k8s_started:
+        how = "started with scripts/k8s-up" if k.started_by_us else "already running"
+        terminalreporter.write_line(f"kubernetes cluster: {how} in {k.startup_seconds:.1f}s")

@@ -45,6 +45,7 @@ _BUILTIN: dict[str, str] = {
     "slurm": "tsm.schedulers.slurm:create_scheduler",
     "docker": "tsm.schedulers.docker:create_scheduler",
     "ray": "tsm.schedulers.ray:create_scheduler",
+    "kubernetes": "tsm.schedulers.kubernetes:create_scheduler",
 }
 
 _plugins: dict[str, Any] | None = None  # noqa: F821

@@ -1,0 +1,323 @@
+"""The kubernetes scheduler on the real single-node cluster of ``scripts/k8s-up`` (API server, kubelet on Docker).
+
+Pods run the locally built ``tsm-test/python`` image (``imagePullPolicy: IfNotPresent``: no registry). The
+scheduler's contract (:mod:`conformance`) runs first; four of its checks run here in a Kubernetes form,
+because their premise differs:
+
+* ``log_iter_names_valid_roles_and_replicas`` / ``logs_follow_filter_and_split_streams`` read stdout alone;
+  Kubernetes keeps one combined log per container, so they read the combined stream here and the split
+  streams are checked to be refused clearly.
+* ``cancel_ends_the_whole_process_tree`` reads pids from inside the pod's pid namespace: here the
+  container's host pid (``docker inspect``) is watched instead.
+* ``args_and_env_arrive_byte_exact``: the API carries UTF-8 JSON and refuses env names outside
+  ``[-._a-zA-Z][-._a-zA-Z0-9]*``; those are refused at dry run (checked), every other value arrives byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hostile
+from integration.k8s_cluster import K8sCluster, kubectl
+from schedulers import conformance
+from schedulers.conformance import CHECKS, Backend
+from tsm.errors import InvalidAppError, NotSupportedError, SubmissionError
+from tsm.schedulers.api import Stream
+from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Resource, RetryPolicy, Role
+from tsm.specs.mounts import BindMount
+
+pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
+
+HANG = 240.0
+SMALL = Resource(cpu=1, memMB=200)
+#: requests a tenth of the limits, so several test apps fit the 2-CPU node at once
+CFG: dict[str, Any] = {"request_fraction": 0.1, "gang_timeout": 120.0, "grace_period": 2}
+REPLACED = {"cancel_ends_the_whole_process_tree", "args_and_env_arrive_byte_exact",
+            "log_iter_names_valid_roles_and_replicas", "logs_follow_filter_and_split_streams"}
+
+
+def objects(app_id: str) -> str:
+    """What the cluster still holds for ``app_id`` (jobs, pods, services), as kubectl names."""
+    out = kubectl("get", "jobs,pods,services", "-l", f"tsm/app-id={app_id}", "-o", "name")
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def gone(app_id: str) -> None:
+    conformance._wait_until(lambda: objects(app_id) == "", f"every object of {app_id} to be deleted", 120)
+
+
+class K8sBackend(Backend):
+    """The contract's backend: roles run ``python3`` in the test image and see ``tmp_path`` (hostPath)."""
+
+    tmp_path: Path = Path("/tmp")
+    image: str = ""
+
+    def role(self, name: str, *args: str, **kw: Any) -> Role:
+        return Role(name, image=self.image, entrypoint="python3", args=list(args), resource=conformance.SMALL,
+                    mounts=[BindMount(str(self.tmp_path), str(self.tmp_path))], **kw)
+
+
+def check_submitted(app_id: str, info: AppDryRunInfo[Any]) -> None:
+    """What the API server holds for each Job is exactly the request's manifest."""
+    for job in info.request.jobs:
+        held = json.loads(kubectl("get", "job", job["metadata"]["name"], "-o", "json").stdout)
+        want = job["spec"]["template"]["spec"]["containers"][0]
+        got = held["spec"]["template"]["spec"]["containers"][0]
+        for key in ("image", "command", "args", "env", "imagePullPolicy", "resources"):
+            assert got.get(key) == want.get(key), key
+        assert held["metadata"]["labels"] == job["metadata"]["labels"]
+        assert held["spec"]["backoffLimit"] == job["spec"]["backoffLimit"]
+        assert held["metadata"]["ownerReferences"][0]["name"] == app_id
+
+
+@pytest.fixture
+def sched(k8s_cluster: K8sCluster) -> Iterator[KubernetesScheduler]:
+    s = KubernetesScheduler("itest")
+    yield s
+    s.cleanup(include_running=True)
+    s.close()
+
+
+@pytest.fixture
+def backend(sched: KubernetesScheduler, k8s_cluster: K8sCluster, tmp_path: Path) -> Backend:
+    b = K8sBackend("kubernetes", sched, "nosuchapp-00000000", check_submitted, retries=True, cfg=dict(CFG))
+    b.tmp_path = tmp_path
+    b.image = k8s_cluster.python_image
+    return b
+
+
+@pytest.mark.parametrize("check", sorted(set(CHECKS) - REPLACED))
+def test_contract(backend: Backend, check: str, tmp_path: Path) -> None:
+    fn = CHECKS[check]
+    kwargs: dict[str, Any] = {"tmp_path": tmp_path} if "tmp_path" in fn.__code__.co_varnames else {}
+    fn(backend, **kwargs)
+
+
+def test_replaced_checks_exist() -> None:
+    assert set(CHECKS) >= REPLACED
+
+
+def ended(s: KubernetesScheduler, app_id: str) -> Any:
+    desc = s.wait(app_id, timeout=HANG)
+    assert desc is not None and desc.state.is_terminal, desc
+    return desc
+
+
+def sh(image: str, name: str, script: str, **kw: Any) -> Role:
+    kw.setdefault("resource", SMALL)
+    return Role(name, image=image, entrypoint="sh", args=["-c", script], **kw)
+
+
+def test_log_iter_names_roles_and_refuses_split_streams(backend: Backend) -> None:
+    s = backend.sched
+    app_id = backend.submit(AppDef("logs", [backend.role("trainer", "-c", "print('hi')", num_replicas=2)]))
+    conformance._ended(backend, app_id)
+    with pytest.raises(conformance.UnknownAppError, match=r"no role 'nope'.*trainer"):
+        list(s.log_iter(app_id, "nope", 0))
+    with pytest.raises(conformance.UnknownAppError, match=r"replicas 0\.\.1, not 2"):
+        list(s.log_iter(app_id, "trainer", 2))
+    assert "".join(s.log_iter(app_id, "trainer", 1)) == "hi\n"
+    for stream in (Stream.STDOUT, Stream.STDERR):
+        with pytest.raises(NotSupportedError, match="combined"):
+            list(s.log_iter(app_id, "trainer", 1, streams=stream))
+
+
+def test_logs_follow_and_filter_combined(backend: Backend) -> None:
+    s = backend.sched
+    code = (
+        "import sys, time\n"
+        "for i in range(5):\n"
+        "    print(f'out {i}', flush=True); time.sleep(0.2)\n"
+        "sys.stdout.write('no newline')"
+    )
+    app_id = backend.submit(AppDef("tail", [backend.role("r", "-c", code)]))
+    followed = list(s.log_iter(app_id, "r", 0, should_tail=True))
+    assert followed == [f"out {i}\n" for i in range(5)] + ["no newline"]
+    assert conformance._ended(backend, app_id) == AppState.SUCCEEDED
+    assert list(s.log_iter(app_id, "r", 0, regex=r"[13]$")) == ["out 1\n", "out 3\n"]
+    assert list(s.log_iter(app_id, "r", 0)) == followed  # from the snapshot: the pods are gone
+
+
+def test_cancel_ends_every_process_of_the_pod(backend: Backend) -> None:
+    code = "import subprocess; subprocess.Popen(['sleep', '600']); import time; time.sleep(600)"
+    app_id = backend.submit(AppDef("tree", [backend.role("r", "-c", code)]))
+
+    def host_pid() -> int:
+        ids = subprocess.run(["docker", "ps", "-q", "--filter", f"label=io.kubernetes.pod.name={pod_name()}",
+                              "--filter", "label=io.kubernetes.container.name=main"],
+                             capture_output=True, text=True).stdout.split()
+        if not ids:
+            return 0
+        return int(subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", ids[0]], capture_output=True,
+                                  text=True).stdout.strip() or 0)
+
+    def pod_name() -> str:
+        return kubectl("get", "pods", "-l", f"tsm/app-id={app_id}", "-o", "jsonpath={.items[0].metadata.name}").stdout
+
+    conformance._wait_until(lambda: host_pid() > 0, "the container to run")
+    pid = host_pid()
+    assert conformance._alive(pid)
+    backend.sched.cancel(app_id)
+    assert conformance._ended(backend, app_id) == AppState.CANCELLED
+    conformance._wait_until(lambda: not conformance._alive(pid), "the container's processes to end")
+    gone(app_id)
+
+
+def test_args_and_env_arrive_byte_exact_when_kubernetes_takes_them(backend: Backend, tmp_path: Path) -> None:
+    import re
+
+    marker = tmp_path / "pwned"
+
+    def utf8(v: str) -> bool:
+        try:
+            v.encode()
+        except UnicodeEncodeError:
+            return False
+        return True
+
+    ok_name = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+    all_args, all_env = hostile.args(str(marker)), hostile.env(str(marker))
+    args = [a for a in all_args if utf8(a)]
+    env = {k: v for k, v in all_env.items() if utf8(k) and utf8(v) and ok_name.match(k)}
+    assert len(args) > 40 and len(env) > 40
+    app_id = backend.submit(AppDef("hostile", [backend.role("r", "-c", hostile.DUMP, *args, env=env)]))
+    assert conformance._ended(backend, app_id) == AppState.SUCCEEDED
+    got_args, got_env = hostile.read_dump("".join(backend.sched.log_iter(app_id, "r", 0)))
+    assert not hostile.mismatches(got_args, got_env, args, env)
+    assert not marker.exists()
+    bad = next(a for a in all_args if not utf8(a))
+    with pytest.raises(InvalidAppError, match="not UTF-8"):
+        backend.sched.submit_dryrun(AppDef("bytes", [backend.role("r", "-c", "pass", bad)]), backend.cfg)
+    with pytest.raises(InvalidAppError, match="env name"):
+        backend.sched.submit_dryrun(AppDef("names", [backend.role("r", env={"with space": "x"})]), backend.cfg)
+
+
+def test_sh_output_is_exact(sched: KubernetesScheduler, k8s_cluster: K8sCluster) -> None:
+    script = "echo 'hello world'; printf 'a\\tb\\n'; echo '$(HOME) $$ ${x}'; printf 'no newline'"
+    app_id = sched.submit(AppDef("echo", [sh(k8s_cluster.python_image, "r", script)]), CFG)
+    assert ended(sched, app_id).state == AppState.SUCCEEDED
+    assert list(sched.log_iter(app_id, "r", 0)) == ["hello world\n", "a\tb\n", "$(HOME) $$ ${x}\n", "no newline"]
+    gone(app_id)  # an ended app is deleted from the cluster; its logs were kept
+
+
+def test_cli_echo_and_list(k8s_cluster: K8sCluster) -> None:
+    tsm = [sys.executable, "-m", "tsm.cli.main"]
+    run = subprocess.run([*tsm, "run", "-s", "kubernetes", "-c", "request_fraction=0.1", "utils.echo",
+                          "--image", k8s_cluster.python_image, "--msg", "hello kubernetes"],
+                         capture_output=True, text=True, timeout=HANG)
+    assert run.returncode == 0, run.stderr
+    handle = next(w for w in (run.stdout + run.stderr).split() if w.startswith("kubernetes://"))
+    app_id = handle.rsplit("/", 1)[1]
+    out = subprocess.run([*tsm, "wait", handle], capture_output=True, text=True, timeout=HANG)
+    assert out.returncode == 0, out.stderr
+    logs = subprocess.run([*tsm, "log", handle], capture_output=True, text=True, timeout=HANG)
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.rstrip("\n").endswith("hello kubernetes")
+    listed = subprocess.run([*tsm, "list", "-s", "kubernetes"], capture_output=True, text=True, timeout=HANG)
+    assert listed.returncode == 0, listed.stderr
+    rows = [ln for ln in listed.stdout.splitlines() if app_id in ln]
+    assert len(rows) == 1 and "SUCCEEDED" in rows[0]
+
+
+def test_two_roles_reach_rank0(sched: KubernetesScheduler, k8s_cluster: K8sCluster) -> None:
+    server = (
+        "import socket; s = socket.socket(); s.bind(('', 7000)); s.listen(); c, _ = s.accept(); "
+        "c.sendall(b'pong from ' + socket.gethostname().encode()); c.close()"
+    )
+    client = (
+        "import os, socket, time\n"
+        "for _ in range(300):\n"
+        "    try:\n"
+        "        c = socket.create_connection((os.environ['TSM_RANK0_HOST'], 7000)); break\n"
+        "    except OSError:\n"
+        "        time.sleep(0.1)\n"
+        "print(c.recv(100).decode())"
+    )
+    img = k8s_cluster.python_image
+    app = AppDef("pair", [Role("server", img, "python3", ["-c", server], resource=SMALL),
+                          Role("client", img, "python3", ["-c", client], resource=SMALL)])
+    app_id = sched.submit(app, CFG)
+    assert ended(sched, app_id).state == AppState.SUCCEEDED
+    assert "".join(sched.log_iter(app_id, "client", 0)) == "pong from server-0\n"
+
+
+def test_replica_retries_use_backoff_limit(sched: KubernetesScheduler, k8s_cluster: K8sCluster, tmp_path: Path) -> None:
+    marker = tmp_path / "n"
+    script = f"echo try >> {marker}; [ $(wc -l < {marker}) -ge 2 ] || exit 5; echo done"
+    role = sh(k8s_cluster.python_image, "r", script, max_retries=1, retry_policy=RetryPolicy.REPLICA,
+              mounts=[BindMount(str(tmp_path), str(tmp_path))])
+    app_id = sched.submit(AppDef("rretry", [role]), CFG)
+    desc = ended(sched, app_id)
+    assert desc.state == AppState.SUCCEEDED, desc
+    assert desc.roles_statuses[0].replicas[0].restarts == 1
+    assert "".join(sched.log_iter(app_id, "r", 0)) == "done\n"  # both tries: the first printed nothing
+
+
+def test_application_retries_recreate_every_job(sched: KubernetesScheduler, k8s_cluster: K8sCluster,
+                                                tmp_path: Path) -> None:
+    marker = tmp_path / "n"
+    img = k8s_cluster.python_image
+    mounts = [BindMount(str(tmp_path), str(tmp_path))]
+    fail_once = f"echo x >> {marker}; [ $(wc -l < {marker}) -ge 2 ] || exit 4; echo ok"
+    app = AppDef("aretry", [sh(img, "a", fail_once, max_retries=1, mounts=mounts),
+                            sh(img, "b", "echo b", max_retries=1, mounts=mounts)])
+    app_id = sched.submit(app, CFG)
+    desc = ended(sched, app_id)
+    assert desc.state == AppState.SUCCEEDED, desc
+    assert desc.num_restarts >= 1
+    assert "".join(sched.log_iter(app_id, "a", 0)) == "ok\n"
+    assert marker.read_text() == "x\nx\n"  # a failed once, then the app's Jobs were made again
+    assert "".join(sched.log_iter(app_id, "b", 0)).endswith("b\n")
+
+
+def test_missing_image_fails_with_err_image_pull(sched: KubernetesScheduler) -> None:
+    role = Role("r", "tsm-test/no-such-image:404", "sh", resource=SMALL)
+    app_id = sched.submit(AppDef("noimage", [role]), {**CFG, "gang_timeout": 20.0})
+    desc = ended(sched, app_id)
+    assert desc.state == AppState.FAILED
+    assert "ImagePull" in desc.msg or "ErrImage" in desc.msg, desc.msg
+    assert "gang_timeout=20s" in desc.msg
+    gone(app_id)
+
+
+def test_app_that_cannot_fit_is_refused_at_submit(sched: KubernetesScheduler, k8s_cluster: K8sCluster) -> None:
+    big = Role("r", k8s_cluster.python_image, "sh", resource=Resource(cpu=64, memMB=100))
+    with pytest.raises(SubmissionError, match="cannot fit.*largest node"):
+        sched.submit(AppDef("huge", [big]), CFG)
+    many = Role("r", k8s_cluster.python_image, "sh", resource=Resource(cpu=1, memMB=100), num_replicas=3)
+    with pytest.raises(SubmissionError, match="cannot fit.*together"):
+        sched.submit(AppDef("many", [many]), {**CFG, "request_fraction": 1.0})
+    assert kubectl("get", "jobs", "-l", "tsm/scheduler=kubernetes", "-o", "name").stdout.count("huge-") == 0
+
+
+def test_cancel_deletes_every_object_and_keeps_logs(sched: KubernetesScheduler, k8s_cluster: K8sCluster) -> None:
+    app_id = sched.submit(AppDef("cancel", [sh(k8s_cluster.python_image, "r", "echo started; sleep 600",
+                                                num_replicas=2)]), CFG)
+    conformance._wait_until(lambda: "".join(sched.log_iter(app_id, "r", 1)) == "started\n", "the replica to start")
+    assert objects(app_id)
+    sched.cancel(app_id)
+    assert ended(sched, app_id).state == AppState.CANCELLED
+    gone(app_id)
+    assert "".join(sched.log_iter(app_id, "r", 1)) == "started\n"
+
+
+def test_one_pod_list_per_refresh(sched: KubernetesScheduler, k8s_cluster: K8sCluster) -> None:
+    app_id = sched.submit(AppDef("many", [sh(k8s_cluster.python_image, "r", "sleep 600", num_replicas=4)]), CFG)
+    client = sched.client
+    time.sleep(1.5)  # past the watcher's cache age
+    before = sum(client.calls.values())
+    for _ in range(5):
+        desc = sched.describe(app_id)
+        assert desc is not None and len(desc.roles_statuses[0].replicas) == 4
+    assert sum(client.calls.values()) - before == 1
+    sched.cancel(app_id)
