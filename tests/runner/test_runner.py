@@ -414,22 +414,30 @@ def test_no_replica_process_is_left_when_cancel_returns(runner: Runner) -> None:
         assert not left, f"processes of {handle} still alive when cancel() returned: {left}"
 
 
-@pytest.mark.xfail(
-    reason="local scheduler: every replica gets PYTHONUNBUFFERED=1, with which print() makes two write()s (the "
-    "text, then the newline), so processes sharing a replica's stdout (torchrun's workers) tear each other's "
-    "lines: 'rank 0/4 ... 10rank 1/4 ... 10\\n\\n'. Without it, print(..., flush=True) is one write.",
-    strict=True,
-)
-def test_lines_of_processes_sharing_stdout_stay_whole(runner: Runner) -> None:
+@pytest.mark.parametrize("unbuffered", ["", None])
+def test_lines_of_processes_sharing_stdout_stay_whole(runner: Runner, unbuffered: str | None) -> None:
+    """Two processes printing to one replica's stdout keep their lines whole when each line is one write.
+
+    Replicas get ``PYTHONUNBUFFERED=1`` by default so output is live; with it ``print()`` makes two writes
+    (the text, then the newline) and writers sharing a stdout can tear each other's lines. A role that sets
+    ``PYTHONUNBUFFERED`` itself keeps its value (here ``""``: off), and ``print(..., flush=True)`` is then
+    one write. (torchrun's workers get whole lines from ``dist.ddp`` itself: tests/components/test_dist.py.)
+    The ``None`` case writes each line with one ``os.write`` under the default and must stay whole too.
+    """
+    if unbuffered is None:
+        body = "    os.write(1, (tag * 40 + '\\n').encode())\n"
+        env: dict[str, str] = {}
+    else:
+        body = "    print(tag * 40, flush=True)\n"
+        env = {"PYTHONUNBUFFERED": unbuffered}
     two_writers = (
         "import os, sys\n"
         "tag = 'a' if os.fork() else 'b'\n"
-        "for _ in range(20000):\n"
-        "    print(tag * 40, flush=True)\n"
-        "if tag == 'a':\n"
+        "for _ in range(20000):\n" + body + "if tag == 'a':\n"
         "    os.wait()\n"
     )
-    handle = runner.run(AppDef("torn", roles=[Role("torn", entrypoint=sys.executable, args=["-c", two_writers])]))
+    role = Role("torn", entrypoint=sys.executable, args=["-c", two_writers], env=env)
+    handle = runner.run(AppDef("torn", roles=[role]))
     assert runner.wait(handle).state == AppState.SUCCEEDED
     lines = list(runner.log_lines(handle, "torn", streams=Stream.STDOUT))
     assert len(lines) == 40000

@@ -253,8 +253,10 @@ class LocalScheduler(Scheduler):
                     "TSM_REPLICA_ID": str(i),
                     "TSM_NUM_REPLICAS": str(role.num_replicas),
                     "TSM_RANK0_HOST": "localhost",
-                    "PYTHONUNBUFFERED": "1",
                 })
+                # Python replicas' output reaches the log live; a role that sets PYTHONUNBUFFERED itself
+                # (e.g. "" so that print(..., flush=True) is one write) keeps its own value.
+                env.setdefault("PYTHONUNBUFFERED", "1")
                 env["PATH"] = replica_path(path_prefix, r.env.get("PATH"))
                 if (role.name, i) in gpus:
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
