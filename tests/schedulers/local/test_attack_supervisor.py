@@ -397,7 +397,8 @@ def test_300_concurrent_apps(sched: LocalScheduler) -> None:
         for _ in range(n):
             ids.append(sched.submit(AppDef("many", [Role("r", entrypoint="sleep", args=[marker])]),
                                     {"grace_period": 0.0, "timers": False}))
-        assert len(procs_with(marker)) == n
+        # a replica between fork and exec does not show the marker yet: wait for all of them
+        wait_until(lambda: len(procs_with(marker)) == n, f"all {n} replicas running", timeout=120)
         states = {a.app_id: a.state for a in sched.list()}
         assert all(states[i] == AppState.RUNNING for i in ids)
     finally:
