@@ -281,6 +281,25 @@ def test_a_real_replica_reads_torchx_job_id() -> None:
         assert list(r.log_lines(handle, "jid")) == [handle + "\n"]
 
 
+@pytest.mark.parametrize("torchx_env", [True, False])
+def test_a_real_replica_reads_torchx_rank0_host_beside_ours(torchx_env: bool) -> None:
+    with get_runner("rank0") as r:
+        script = 'echo "${TSM_RANK0_HOST}|${TORCHX_RANK0_HOST-unset}"'
+        app = AppDef("r0", [Role("r0", entrypoint="sh", args=["-c", script])])
+        handle = r.run(app, "local", {"torchx_env": torchx_env})
+        assert r.wait(handle) is not None
+        assert list(r.log_lines(handle, "r0")) == ["localhost|localhost\n" if torchx_env else "localhost|unset\n"]
+
+
+def test_slurm_script_exports_torchx_rank0_host_only_with_torchx_names() -> None:
+    with get_runner() as r:
+        app = AppDef("r0", [Role("r0", entrypoint="true", resource=Resource(cpu=1, gpu=0, memMB=100))])
+        on = str(r.dryrun(app, "slurm"))
+        off = str(r.dryrun(app, "slurm", {"torchx_env": False}))
+    assert 'export TORCHX_RANK0_HOST="$TSM_RANK0_HOST"' in on
+    assert "TORCHX_RANK0_HOST" not in off
+
+
 def test_role_without_resource_is_refused_where_size_matters_not_on_local() -> None:
     with recording_runner() as r, pytest.raises(InvalidAppError, match="no resource given"):
         r.dryrun(AppDef("n", [Role("r", entrypoint="true")]), "rec")

@@ -215,6 +215,8 @@ def build_request(app: AppDef, opts: DockerOptions, session: str, app_dir_root: 
                 "TSM_APP_ID": app_id, "TSM_ROLE_NAME": role.name, "TSM_REPLICA_ID": str(i),
                 "TSM_NUM_REPLICAS": str(role.num_replicas), "TSM_RANK0_HOST": rank0, "PYTHONUNBUFFERED": "1",
             })
+            if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
+                env["TORCHX_RANK0_HOST"] = rank0
             mem = res.memMB * 1024 * 1024 if sized and res.memMB > 0 else None
             containers.append(ContainerSpec(
                 name=f"{app_id}-{host}",

@@ -48,6 +48,7 @@ ANN_CREATED = "tsm/created"
 OVERLAY_KEY = "kubernetes"
 CONTAINER = "main"
 RANK0_VAR = "TSM_RANK0_HOST"
+TORCHX_RANK0_VAR = "TORCHX_RANK0_HOST"
 
 PULL_POLICIES = ("IfNotPresent", "Always", "Never")
 DNS_MODES = ("auto", "yes", "no")
@@ -334,6 +335,8 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
                 "TSM_APP_ID": app_id, "TSM_ROLE_NAME": role.name, "TSM_REPLICA_ID": str(i),
                 "TSM_NUM_REPLICAS": str(role.num_replicas), RANK0_VAR: rank0, "PYTHONUNBUFFERED": "1",
             })
+            if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
+                env[TORCHX_RANK0_VAR] = rank0
             labels = {**base_labels, LABEL_ROLE: label_value(role.name), LABEL_REPLICA: str(i), LABEL_ATTEMPT: "0"}
             annotations = {ANN_ROLE: role.name, ANN_ROLES: json.dumps(shape), ANN_CREATED: f"{created:.3f}"}
             container: dict[str, Any] = {
@@ -400,7 +403,7 @@ def with_rank0(job: dict[str, Any], host: str) -> dict[str, Any]:
     """``job`` with ``TSM_RANK0_HOST`` set to ``host`` (rank 0's pod IP on a cluster without DNS)."""
     out = copy.deepcopy(job)
     for e in out["spec"]["template"]["spec"]["containers"][0]["env"]:
-        if e["name"] == RANK0_VAR:
+        if e["name"] in (RANK0_VAR, TORCHX_RANK0_VAR):
             e["value"] = escape(host)
     return out
 

@@ -257,6 +257,8 @@ class LocalScheduler(Scheduler):
                 # Python replicas' output reaches the log live; a role that sets PYTHONUNBUFFERED itself
                 # (e.g. "" so that print(..., flush=True) is one write) keeps its own value.
                 env.setdefault("PYTHONUNBUFFERED", "1")
+                if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
+                    env["TORCHX_RANK0_HOST"] = env["TSM_RANK0_HOST"]
                 env["PATH"] = replica_path(path_prefix, r.env.get("PATH"))
                 if (role.name, i) in gpus:
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])

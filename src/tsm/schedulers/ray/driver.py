@@ -268,6 +268,8 @@ class Driver:
         rep = self.reps[key]
         env = dict(spec.env)
         env["TSM_RANK0_HOST"] = self.rank0
+        if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
+            env["TORCHX_RANK0_HOST"] = self.rank0
         pid = ray.get(self.actors[key].start.remote(spec.command, env, rep["attempt"]))
         rep.update(state="RUNNING", pid=pid, exit_code=None, msg="")
         return self.actors[key].wait.remote()

@@ -321,6 +321,7 @@ def build_script(
         '  [ -n "$_tsm_addr" ] && TSM_RANK0_HOST=$_tsm_addr',
         "fi",
         "export TSM_RANK0_HOST",
+        *(['export TORCHX_RANK0_HOST="$TSM_RANK0_HOST"'] if any("TORCHX_JOB_ID" in r.env for r in app.roles) else []),
         f"_tsm_replica={q(REPLICA_WRAPPER)}",
         "declare -a _tsm_pid _tsm_rc _tsm_role _tsm_retries",
     ]
