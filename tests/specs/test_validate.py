@@ -199,6 +199,13 @@ def test_bad_min_replicas(n: Any) -> None:
     _fails(_app(_role(num_replicas=2, min_replicas=n)), "role 'trainer': min_replicas must be an integer > 0", f"got {n!r}")
 
 
+def test_absurd_num_replicas_is_refused_before_anything_is_built() -> None:
+    from tsm.specs.validate import MAX_REPLICAS
+
+    _fails(_app(_role(num_replicas=MAX_REPLICAS + 1)), "role 'trainer': num_replicas", "more than tsm's limit")
+    validate_app(_app(_role(num_replicas=MAX_REPLICAS)))
+
+
 def test_min_replicas_greater_than_num_replicas() -> None:
     _fails(
         _app(_role(num_replicas=2, min_replicas=3)),

@@ -38,6 +38,9 @@ MAX_ARG_BYTES = 32 * 4096 - 1
 
 #: ``ARG_MAX`` when the system does not say (Linux's, with the default 8 MiB stack).
 DEFAULT_ARG_MAX = 2 * 1024 * 1024
+# The most replicas one role may ask for: a dry run builds one request per replica, so an absurd count (a typo
+# such as 99999999) would otherwise spend minutes and gigabytes before any scheduler could refuse it.
+MAX_REPLICAS = 100_000
 
 #: Linux never allows more than 3/4 of its 8 MiB stack default, whatever the stack limit (``ulimit -s unlimited``
 #: makes ``sysconf`` report far more).
@@ -155,6 +158,8 @@ def validate_role(role: Role) -> None:
         )
     if isinstance(role.num_replicas, bool) or not isinstance(role.num_replicas, int) or role.num_replicas <= 0:
         raise InvalidAppError(f"{where}: num_replicas must be an integer > 0, got {role.num_replicas!r}")
+    if role.num_replicas > MAX_REPLICAS:
+        raise InvalidAppError(f"{where}: num_replicas {role.num_replicas} is more than tsm's limit of {MAX_REPLICAS}")
     if role.min_replicas is not None:
         if isinstance(role.min_replicas, bool) or not isinstance(role.min_replicas, int) or role.min_replicas <= 0:
             raise InvalidAppError(f"{where}: min_replicas must be an integer > 0, got {role.min_replicas!r}")
