@@ -18,6 +18,7 @@ from tsm.errors import (  # UsageError moved to tsm.errors; importing it from he
 )
 
 if TYPE_CHECKING:
+    from tsm.cli._live import StatusLine
     from tsm.runner.api import Runner
 
 
@@ -135,9 +136,13 @@ def stream_logs(
     tail: bool,
     prefix: bool,
     out: Callable[[str], None] | None = None,
+    live: StatusLine | None = None,
     **kwargs: Any,
 ) -> list[BaseException]:
     """Print the lines of every ``(role, k)`` target, prefixed ``role/k`` when ``prefix``.
+
+    With ``live`` (an attached ``tsm run`` on a terminal), every line and marker goes through that
+    status line, which steps out of the way of each one; the bytes written are the same.
 
     Where a replica's restarted attempt begins, a line ``--- attempt N ---`` goes to stderr (never into
     the output). A line that a follower ended at ``\\r`` (a progress bar redrawing itself) is printed
@@ -150,7 +155,8 @@ def stream_logs(
     from tsm.runner.api import Runner
     from tsm.specs.handles import parse_app_handle
 
-    write: Callable[[str], object] = out or sys.stdout.write
+    write: Callable[[str], object] = out or (live.write_out if live is not None else sys.stdout.write)
+    err: Callable[[str], object] = live.write_err if live is not None else sys.stderr.write
     errors: list[BaseException] = []
     own = Runner(runner.session_name)  # log reading needs no config; this one belongs to this thread
     try:
@@ -163,7 +169,7 @@ def stream_logs(
                 tag = f"{ev.role}/{ev.k} " if prefix else ""
                 if ev.marker:
                     flush()  # what the replica printed before comes first
-                    sys.stderr.write(f"{tag}--- attempt {ev.attempt} ---\n")
+                    err(f"{tag}--- attempt {ev.attempt} ---\n")
                     sys.stderr.flush()
                     continue
                 text = ev.text

@@ -8,10 +8,11 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
-from tsm.cli import _exits
+from tsm.cli import _exits, _live
 from tsm.cli._common import add_cfg_args, parse_cfg, replica_targets, start_thread, stream_logs
 
 
@@ -139,8 +140,10 @@ def run(args: argparse.Namespace) -> int:
         runner.check_cfg(args.scheduler, cfg)  # -c names options of one scheduler: a typo is an error here
         with explain_misplaced_flags("run", args.component, args.component_args):
             workspace = os.environ.get("TSM_WORKSPACE") if args.workspace is None else args.workspace
-            info = runner.dryrun_component(args.component, args.component_args, args.scheduler, cfg,
-                                           workspace=workspace or None)
+            building = workspace and not args.dryrun
+            with _live.step(f"snapshotting workspace {workspace}") if building else contextlib.nullcontext():
+                info = runner.dryrun_component(args.component, args.component_args, args.scheduler, cfg,
+                                               workspace=workspace or None)
         from tsm.workspace.dir import workspace_summary
 
         snapshot_line = workspace_summary(info.app)
@@ -153,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"tsm: {snapshot_line}\n")
         held = _HeldInterrupt()
         try:
-            handle = runner.schedule(info)
+            with _live.step("submitting"):
+                handle = runner.schedule(info)
         except BaseException:
             held.release()
             raise
@@ -172,10 +176,14 @@ def attach(runner: Any, handle: str, held: _HeldInterrupt | None = None) -> int:
 
     After the first Ctrl-C, further ones are held (and acknowledged) until the app has been cancelled and
     its final status printed: a second Ctrl-C never leaves the user without the app's final state.
+
+    When stderr is a terminal, a status line there (:mod:`tsm.cli._live`) shows each role's replicas
+    running / done / failed and the time so far, out of the way of every log line; stdout is the same.
     """
     from tsm.specs.api import AppState
 
     t: threading.Thread | None = None
+    line = _live.StatusLine() if _live.enabled() else None
     try:
         if held is not None:
             held.release()  # a Ctrl-C that came during submission lands here, and cancels the app
@@ -183,12 +191,24 @@ def attach(runner: Any, handle: str, held: _HeldInterrupt | None = None) -> int:
         errors: list[BaseException] = []
 
         def logs() -> None:
-            errors.extend(stream_logs(runner, handle, targets, tail=True, prefix=True))
+            errors.extend(stream_logs(runner, handle, targets, tail=True, prefix=True, live=line))
 
         t = start_thread(logs)
+        since = time.monotonic()
+        if line is not None:
+            _live.watch(runner, handle, line, since)
         status = runner.wait(handle)
+        if line is not None and status is not None:
+            line.set(_live.status_text(status, since), force=True)  # the final counts while the last lines drain
+        while line is not None and t.is_alive():  # the last lines are read: the line stays until then
+            t.join(_live.REDRAW)
+            line.tick()
         t.join()
+        if line is not None:
+            line.close()
     except KeyboardInterrupt:
+        if line is not None:
+            line.close()  # what follows (and the last log lines) is written plainly
         again = _HeldInterrupt(f"tsm: still cancelling {handle}; its final status follows\n")
         try:
             sys.stderr.write(f"\ntsm: interrupted; cancelling {handle} ...\n")
@@ -202,6 +222,10 @@ def attach(runner: Any, handle: str, held: _HeldInterrupt | None = None) -> int:
         finally:
             again.restore()
         return _exits.INTERRUPTED
+    except BaseException:
+        if line is not None:
+            line.close()  # the error message starts on a clean line
+        raise
     if status is None:
         raise _exits.unknown_app(handle)
     for e in errors:
