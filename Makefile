@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 BIN    := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup compile demo test test-fast bench harden lint slurm-up slurm-down clean
+.PHONY: setup compile demo test test-fast bench bench-smoke harden lint slurm-up slurm-down clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ test-fast: setup
 
 bench: setup $(VENV)/.torch
 	@for script in benchmarks/*.py; do $(PY) $$script || exit 1; done
+
+# Every benchmark at a tiny size (--tiny), so none of them rots: a regression guard, not a measurement (no
+# timed assertions). Scripts whose engine (Slurm, Docker, Kubernetes, Ray) is not up print a `skipped` line.
+bench-smoke: setup
+	@for script in benchmarks/[!_]*.py; do echo "== $$script"; $(PY) $$script --tiny || exit 1; done
 
 # The hardening suite (faults, load, hostile input, security): prints JSON and rewrites README's Reliability table.
 harden: setup $(VENV)/.torch

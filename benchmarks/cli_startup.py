@@ -6,6 +6,7 @@ end to end with the output printed every time (50 runs in a row).
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -19,15 +20,18 @@ TSM = str(BIN / "tsm")
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes: checks that the benchmark still runs")
+    runs = 2 if ap.parse_args().tiny else 20
     private_home()
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}")
     run = lambda *cmd: subprocess.run(list(cmd), env=env, capture_output=True, check=True)  # noqa: E731
     run(sys.executable, "-c", "import tsm")  # warm the file cache and .pyc files
-    emit("python -c pass", **median_of(lambda: timed(lambda: run(sys.executable, "-c", "pass")), 20))
+    emit("python -c pass", **median_of(lambda: timed(lambda: run(sys.executable, "-c", "pass")), runs))
     emit("import tsm", target="median <= 50 ms",
-         **median_of(lambda: timed(lambda: run(sys.executable, "-c", "import tsm")), 20))
+         **median_of(lambda: timed(lambda: run(sys.executable, "-c", "import tsm")), runs))
     run(TSM, "--help")
-    emit("tsm --help", target="median <= 60 ms", **median_of(lambda: timed(lambda: run(TSM, "--help")), 20))
+    emit("tsm --help", target="median <= 60 ms", **median_of(lambda: timed(lambda: run(TSM, "--help")), runs))
     run(TSM, "run", "utils.echo", "--msg", "hi")
     missing = 0
 
@@ -45,7 +49,7 @@ def main() -> None:
             missing += 1
         return t
 
-    figures = median_of(once, 50)
+    figures = median_of(once, 50 if runs == 20 else 2)
     emit("tsm run utils.echo --msg hi", target="median <= 150 ms, output printed 50/50", output_missing=missing, **figures)
 
 

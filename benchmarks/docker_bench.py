@@ -16,6 +16,7 @@ Without an engine and without root to start one, prints a single ``skipped`` lin
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -34,8 +35,8 @@ def emit(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def engine_ready() -> str | None:
-    if os.geteuid() == 0:
+def engine_ready(start: bool = True) -> str | None:
+    if start and os.geteuid() == 0:
         proc = subprocess.run(["bash", str(ROOT / "scripts" / "docker-up")], capture_output=True, text=True)
         if proc.returncode != 0:
             return f"scripts/docker-up failed: {proc.stderr[-500:]}"
@@ -95,8 +96,8 @@ def baseline_once(n: int) -> tuple[float, float]:
     return running, done - exited
 
 
-def latency() -> None:
-    for n in (1, 32):
+def latency(sizes: tuple[int, ...] = (1, 32)) -> None:
+    for n in sizes:
         for how, fn in (("tsm", tsm_once), ("baseline", baseline_once)):
             runs = [fn(n) for _ in range(3)]
             emit(bench="docker_latency", how=how, replicas=n,
@@ -134,12 +135,15 @@ def workspace() -> None:
 
 
 def main() -> int:
-    why = engine_ready()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes; never starts the engine (smoke)")
+    tiny = ap.parse_args().tiny
+    why = engine_ready(start=not tiny)
     if why:
         emit(bench="docker", skipped=why)
         return 0
     os.environ.setdefault("TSM_HOME", tempfile.mkdtemp(prefix="tsm-docker-bench-"))
-    latency()
+    latency((1,) if tiny else (1, 32))
     workspace()
     return 0
 

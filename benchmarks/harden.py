@@ -95,8 +95,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--readme", type=Path, help="rewrite the Reliability table of this README")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (e.g. -k supervisor)")
+    ap.add_argument("--tiny", "--smoke", action="store_true", help="only the property cases (checks the script runs)")
     args = ap.parse_args()
-    rows = run_suite(args.pytest_args)
+    rows = run_suite(args.pytest_args + (["tests/specs/test_properties.py"] if args.tiny else []))
     for r in rows:
         sys.stdout.write(json.dumps({"benchmark": "reliability", **r}) + "\n")
     bad = [r for r in rows if verdict(r) != "pass"]

@@ -16,6 +16,7 @@ prints a single ``skipped`` line and exits 0.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -49,6 +50,9 @@ def cluster_ready() -> str | None:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes; never starts the engine (smoke)")
+    tiny = ap.parse_args().tiny
     why = cluster_ready()
     if why:
         emit(bench="k8s", skipped=why)
@@ -61,7 +65,7 @@ def main() -> None:
 
     s = KubernetesScheduler("bench")
     cfg = {"request_fraction": 0.05, "gang_timeout": 600.0, "grace_period": 0}
-    for n in (1, 32):
+    for n in (1,) if tiny else (1, 32):
         role = Role("r", IMAGE, "sh", ["-c", "sleep 3"], num_replicas=n, resource=Resource(cpu=1, memMB=64))
         t0 = time.monotonic()
         app_id = s.submit(AppDef(f"bench{n}", [role]), cfg)

@@ -8,6 +8,7 @@ supervisor RSS <= 30 MB with 256 replicas; 512 replicas run under `ulimit -n 102
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import subprocess
 import sys
@@ -54,17 +55,23 @@ def tail_end(runner) -> float:  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes: checks that the benchmark still runs")
+    tiny = ap.parse_args().tiny
+    k = 16 if tiny else 1  # sizes are divided by k
+    runs = 1 if tiny else 5
     private_home()
     runner = get_runner("bench")
     run_to_end(runner, app("/bin/true", [], 4))  # warm up
     emit("256 x /bin/true run->wait", target="median <= 1.0 s",
-         **median_of(lambda: run_to_end(runner, app("/bin/true", [], 256)), 5))
+         **median_of(lambda: run_to_end(runner, app("/bin/true", [], 256 // k)), runs))
     emit("64 x python -c pass run->wait", target="median <= 2 s",
-         **median_of(lambda: run_to_end(runner, app(PY, ["-S", "-c", "pass"], 64)), 3))
-    emit("replica exit -> wait() returns", target="median <= 20 ms", **median_of(lambda: exit_to_wait(runner), 10))
+         **median_of(lambda: run_to_end(runner, app(PY, ["-S", "-c", "pass"], 64 // k)), runs))
+    emit("replica exit -> wait() returns", target="median <= 20 ms",
+         **median_of(lambda: exit_to_wait(runner), 2 * runs))
 
     # log reading: one replica printing 200,000 short lines
-    code = "import sys\nw = sys.stdout.write\nfor i in range(200000): w(f'line {i}\\n')"
+    code = f"import sys\nw = sys.stdout.write\nfor i in range({200000 // k}): w(f'line {{i}}\\n')"
     handle = runner.run(app(PY, ["-c", code], 1, "logs"))
     runner.wait(handle)
     counts = []
@@ -76,16 +83,16 @@ def main() -> None:
         counts.append(n)
     emit("log_lines over 200,000 lines", target=">= 1.5 M lines/s, exactly 200000 items",
          median_lines_per_s=round(statistics.median(rates)), items=sorted(set(counts)))
-    emit("tail ends after replica exit", target="median <= 50 ms", **median_of(lambda: tail_end(runner), 10))
+    emit("tail ends after replica exit", target="median <= 50 ms", **median_of(lambda: tail_end(runner), 2 * runs))
 
     # cancel 32 sleeps
     def cancel_32() -> float:
-        handle = runner.run(app("sleep", ["1000"], 32, "cancel"), cfg={"grace_period": 10.0})
+        handle = runner.run(app("sleep", ["1000"], 32 // k, "cancel"), cfg={"grace_period": 10.0})
         deadline = time.monotonic() + 30
         while True:
             st = runner.status(handle)
             pids = [r.pid for rs in st.roles for r in rs.replicas if r.pid]
-            if len(pids) == 32 or time.monotonic() > deadline:
+            if len(pids) == 32 // k or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
         start = time.perf_counter()
@@ -94,14 +101,14 @@ def main() -> None:
             time.sleep(0.001)
         return time.perf_counter() - start
 
-    emit("cancel 32 x sleep 1000: all gone", target="median <= 100 ms", **median_of(cancel_32, 5))
+    emit("cancel 32 x sleep 1000: all gone", target="median <= 100 ms", **median_of(cancel_32, runs))
 
     # supervisor memory with 256 live replicas
-    handle = runner.run(app("sleep", ["1000"], 256, "rss"), cfg={"grace_period": 1.0})
+    handle = runner.run(app("sleep", ["1000"], 256 // k, "rss"), cfg={"grace_period": 1.0})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         st = runner.status(handle)
-        if sum(1 for rs in st.roles for r in rs.replicas if r.pid) == 256:
+        if sum(1 for rs in st.roles for r in rs.replicas if r.pid) == 256 // k:
             break
         time.sleep(0.05)
     store_row = runner._scheduler("local").store.query(  # noqa: SLF001 - benchmark reads internals
@@ -126,10 +133,10 @@ def main() -> None:
         from tsm.specs import AppDef, Role
         r = get_runner()
         start = time.perf_counter()
-        st = r.wait(r.run(AppDef("many", [Role("r", entrypoint="/bin/true", num_replicas=512)])))
+        st = r.wait(r.run(AppDef("many", [Role("r", entrypoint="/bin/true", num_replicas=int(sys.argv[1]))])))
         print(st.state.name, round(time.perf_counter() - start, 3))
     """)
-    out = subprocess.run([PY, "-c", script], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([PY, "-c", script, str(512 // k)], capture_output=True, text=True, timeout=300)
     state, _, secs = out.stdout.strip().partition(" ")
     emit("512 replicas under ulimit -n 1024", target="SUCCEEDED", state=state or out.stderr.strip()[-300:],
          seconds=float(secs) if secs else None)

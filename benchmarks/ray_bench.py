@@ -96,7 +96,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--replicas", default="1,32")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes: checks that the benchmark still runs")
     args = ap.parse_args()
+    if args.tiny:
+        args.replicas, args.repeat = "1", 1
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -104,6 +107,9 @@ def main() -> int:
         return 0
     started = False
     if not head_up():
+        if args.tiny:  # smoke: never start an engine
+            print(json.dumps({"bench": "ray_latency", "skipped": "no Ray head is up (scripts/ray-up)"}))
+            return 0
         subprocess.run(["bash", str(ROOT / "scripts" / "ray-up")], check=True)
         started = True
     try:

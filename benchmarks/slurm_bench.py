@@ -16,6 +16,7 @@ Without a cluster and without root to start one, prints a single ``skipped`` lin
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -34,9 +35,9 @@ def emit(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def cluster_ready() -> str | None:
-    """None when a cluster answers (starting it if we are root), else why not."""
-    if os.geteuid() == 0:
+def cluster_ready(start: bool = True) -> str | None:
+    """None when a cluster answers (starting it if we are root and ``start``), else why not."""
+    if start and os.geteuid() == 0:
         proc = subprocess.run(["bash", str(ROOT / "scripts" / "slurm-up")], capture_output=True, text=True)
         if proc.returncode != 0:
             return f"scripts/slurm-up failed: {proc.stderr.strip()[-300:]}"
@@ -134,14 +135,17 @@ def wait_load(apps: int = 20, seconds: float = 30.0) -> None:
 
 
 def main() -> int:
-    why = cluster_ready()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes; never starts the engine (smoke)")
+    tiny = ap.parse_args().tiny
+    why = cluster_ready(start=not tiny)
     if why is not None:
         emit(bench="slurm", skipped=why)
         return 0
     os.environ["TSM_HOME"] = tempfile.mkdtemp(prefix="tsm-slurm-bench-")
     try:
-        latency()
-        wait_load()
+        latency(1 if tiny else 3)
+        wait_load(*((2, 5.0) if tiny else (20, 30.0)))
     finally:
         shutil.rmtree(os.environ["TSM_HOME"], ignore_errors=True)
     return 0

@@ -529,6 +529,7 @@ def bench_import(tmpdir: str, runs: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer workers and shorter runs")
+    ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes: checks that the benchmark still runs")
     ap.add_argument("--no-torch", action="store_true", help="skip torch rows even if torch is importable")
     sections = ["import", "expires", "latency", "throughput", "abuse"]
     ap.add_argument("--only", action="append", choices=sections, help="run only this section (repeatable)")
@@ -548,19 +549,21 @@ def main() -> None:
     t_start = time.time()
     with tempfile.TemporaryDirectory(prefix="tsm-timer-bench-") as tmpdir:
         if "import" in run:
-            bench_import(tmpdir, 3 if args.quick else 7)
+            bench_import(tmpdir, 1 if args.tiny else 3 if args.quick else 7)
         if "expires" in run:
-            bench_expires(5_000 if args.quick else 20_000, tmpdir)
+            bench_expires(200 if args.tiny else 5_000 if args.quick else 20_000, tmpdir)
         if "latency" in run:
-            bench_latency(impls, [0.01, 0.1, 1.0], 6 if args.quick else 10, tmpdir)
+            bench_latency(impls, [0.1] if args.tiny else [0.01, 0.1, 1.0], 2 if args.tiny else 6 if args.quick else 10,
+                          tmpdir)
             if torch_timer is None:
                 emit(bench="reap_latency", impl="torch", skipped=TORCH)
         if "throughput" in run:
-            bench_throughput(impls, [1, 16], 0.5 if args.quick else 1.0, tmpdir)
+            bench_throughput(impls, [1, 2] if args.tiny else [1, 16], 0.1 if args.tiny else 0.5 if args.quick else 1.0,
+                             tmpdir)
             if torch_timer is None:
                 emit(bench="throughput", impl="torch", skipped=TORCH)
         if "abuse" in run:
-            bench_abuse(6 if args.quick else 10, tmpdir)
+            bench_abuse(2 if args.tiny else 6 if args.quick else 10, tmpdir)
     emit(bench="done", seconds=round(time.time() - t_start, 1))
 
 

@@ -17,6 +17,7 @@ apps and replicas) and a view under 5 % of one core with 100 running apps at 1 H
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -99,6 +100,11 @@ def top_cpu() -> tuple[float, int]:
 
 
 def main() -> None:
+    global APPS, WINDOW
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes: checks that the benchmark still runs")
+    if ap.parse_args().tiny:
+        APPS, WINDOW = 3, 2.0
     from tsm.runner.api import get_runner
     from tsm.specs.api import AppDef, Resource, Role
     from tsm.store import Store
@@ -124,7 +130,7 @@ def main() -> None:
          top_cpu_pct_of_one_core=top, top_rows=top_rows)
 
     sizes = {}
-    for apps, replicas in ((1, 10), (100, 10)):
+    for apps, replicas in ((1, 10), (APPS, 10)):
         private_home()
         spec = json.dumps(AppDef("many", [Role("w", image=".", entrypoint="true", num_replicas=replicas,
                                                resource=Resource(cpu=1, gpu=0, memMB=64))]).to_dict())

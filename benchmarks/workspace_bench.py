@@ -61,7 +61,10 @@ def main() -> int:
     ap.add_argument("--mb", type=int, default=200, help="total size of the tree in MB (default 200; 1024 for 1 GB)")
     ap.add_argument("--files", type=int, default=2000, help="number of files (default 2000)")
     ap.add_argument("--dir", default=None, help="where to make the temporary tree (default: the system temp dir)")
+    ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes: checks that the benchmark still runs")
     args = ap.parse_args()
+    if args.tiny:
+        args.mb, args.files = 1, 20
     base = Path(tempfile.mkdtemp(prefix="tsm-wsbench-", dir=args.dir))
     os.environ["TSM_HOME"] = str(base / "home")
     from tsm.workspace.dir import DirWorkspace, remove_tree
