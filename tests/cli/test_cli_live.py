@@ -80,8 +80,11 @@ def _read_all(fd: int, into: bytearray) -> None:
         into.extend(chunk)
 
 
-def run_on_tty(*args: str) -> tuple[int, bytes, bytes]:
-    """``tsm ARGS`` with stderr on a 200-column pseudo-terminal, stdout on a pipe: (rc, stdout, terminal)."""
+def run_on_tty(*args: str, stdout_too: bool = False) -> tuple[int, bytes, bytes]:
+    """``tsm ARGS`` with stderr (and stdout if ``stdout_too``, else a pipe) on a 200-column pseudo-terminal.
+
+    Returns (rc, what came through the stdout pipe, what the terminal received).
+    """
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
     seen = bytearray()
@@ -89,7 +92,8 @@ def run_on_tty(*args: str) -> tuple[int, bytes, bytes]:
     reader.start()
     try:
         proc = subprocess.Popen(
-            [*TSM, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=_env()
+            [*TSM, *args], stdin=subprocess.DEVNULL, stdout=slave if stdout_too else subprocess.PIPE,
+            stderr=slave, env=_env(),
         )
         os.close(slave)
         out, _ = proc.communicate(timeout=HANG)
@@ -126,6 +130,18 @@ def test_attached_run_on_a_tty_shows_live_role_counts_and_keeps_stdout_exact() -
     tail = screen.replace("\r\n", "\n")
     assert re.search(r"\r\x1b\[Ktsm: local://default/two-\w+\nState: FAILED\n", tail), tail[-600:]
     assert "bad/0: FAILED" in tail and "Msg: bad/0 exited with code 3" in tail
+
+
+def test_log_lines_stay_whole_when_stdout_shares_the_terminal() -> None:
+    """Both streams on one terminal (the usual case): no log line is cut by a status line drawn into it."""
+    rc, _, tty = run_on_tty("run", "comp.py:two", stdout_too=True)
+    assert rc == 1
+    screen = tty.decode(errors="replace").replace("\r\n", "\n")
+    assert re.search(r"\r\x1b\[Ktsm: [^\n]*worker: 2 running", screen), screen
+    # drop every drawn status line (erase, text up to the next erase) and the erases themselves
+    plain = re.sub(r"\r\x1b\[Ktsm: \d[^\r\n]*|\r\x1b\[Ktsm: waiting[^\r\n]*|\r\x1b\[K", "", screen)
+    logs = "".join(ln + "\n" for ln in plain.splitlines() if re.match(r"(worker|bad)/\d ", ln))
+    assert by_replica(logs.encode()) == EXPECTED
 
 
 def test_piped_run_has_no_escape_codes_and_the_plain_format() -> None:
