@@ -28,6 +28,8 @@ from typing import Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError, SubmissionError, UnknownAppError
 from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from tsm.schedulers.common.logs import check_replica
+from tsm.schedulers.common.options import RunOptions, option
 from tsm.schedulers.local import (
     _os,
     logs as _logs,
@@ -121,6 +123,35 @@ class LocalRequest:
     base_env: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class LocalOptions(RunOptions):
+    """The local run options: where logs go, how replicas start and how they are stopped."""
+
+    log_dir: str | None = option(
+        "directory for the app's logs (a folder per app is made in it); default $TSM_HOME/local/<app_id>/logs"
+    )
+    prepend_cwd: bool = option("put the current directory first on the replicas' PATH", False)
+    auto_set_cuda_visible_devices: bool = option(
+        "give each replica of a GPU role its own CUDA_VISIBLE_DEVICES slice of this machine's GPUs", True
+    )
+    grace_period: float = option("seconds between SIGTERM and SIGKILL when stopping replicas", 10.0)
+    timers: bool = option(
+        "host an expiration-timer server for the app (TSM_TIMER_SOCKET): tsm.timer.expires() reaps hung workers",
+        True,
+    )
+    cwd: str | None = option("working directory of replicas whose image is not a directory; default the current one")
+
+    def check(self) -> None:
+        """Refuse a grace period outside 0..MAX_GRACE_PERIOD and a ``cwd`` that is not a directory."""
+        if not 0 <= self.grace_period <= MAX_GRACE_PERIOD:
+            raise InvalidRunOptionError(
+                f"run option grace_period={self.grace_period!r} is out of range: grace_period must be >= 0 and <= "
+                f"{MAX_GRACE_PERIOD:g} seconds (one day) between SIGTERM and SIGKILL"
+            )
+        if self.cwd and not os.path.isdir(self.cwd):
+            raise InvalidRunOptionError(f"run option cwd={self.cwd!r} is not a directory; give an existing folder")
+
+
 def format_request(req: LocalRequest) -> str:
     """The request as shell-like lines a person can read (and paste): one per replica."""
     lines = [f"# local app {req.app_id}: logs in {req.log_dir}, grace period {req.grace_period:g}s"]
@@ -195,33 +226,12 @@ class LocalScheduler(Scheduler):
         return self._store
 
     def run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add("log_dir", str, "directory for the app's logs (a folder per app is made in it); default $TSM_HOME/local/<app_id>/logs")
-        opts.add("prepend_cwd", bool, "put the current directory first on the replicas' PATH", default=False)
-        opts.add(
-            "auto_set_cuda_visible_devices", bool,
-            "give each replica of a GPU role its own CUDA_VISIBLE_DEVICES slice of this machine's GPUs", default=True,
-        )
-        opts.add("grace_period", float, "seconds between SIGTERM and SIGKILL when stopping replicas", default=10.0)
-        opts.add(
-            "timers", bool,
-            "host an expiration-timer server for the app (TSM_TIMER_SOCKET): tsm.timer.expires() reaps hung workers",
-            default=True,
-        )
-        opts.add("cwd", str, "working directory of replicas whose image is not a directory; default the current one")
-        return opts
+        """The local run options (declared once, typed, in :class:`LocalOptions`)."""
+        return LocalOptions.runopts()
 
     # -- dry run -----------------------------------------------------------------------------------
     def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
-        grace = cfg.get("grace_period")
-        if isinstance(grace, (int, float)) and not 0 <= grace <= MAX_GRACE_PERIOD:
-            raise InvalidRunOptionError(
-                f"run option grace_period={grace!r} is out of range: grace_period must be >= 0 and <= "
-                f"{MAX_GRACE_PERIOD:g} seconds (one day) between SIGTERM and SIGKILL"
-            )
-        cwd = cfg.get("cwd")
-        if cwd and not os.path.isdir(str(cwd)):
-            raise InvalidRunOptionError(f"run option cwd={cwd!r} is not a directory; give an existing folder")
+        LocalOptions.from_cfg(cfg)  # refuses bad values before the roles are looked at
         for role in app.roles:
             if role.image and not os.path.isdir(role.image):
                 raise InvalidAppError(
@@ -230,11 +240,12 @@ class LocalScheduler(Scheduler):
                 )
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo:
+        opts = LocalOptions.from_cfg(cfg)
         app_id = f"{app.name}-{secrets.token_hex(4)}"
         app_dir = str(tsm_home() / "local" / app_id)
-        log_dir = os.path.join(os.path.abspath(str(cfg["log_dir"])), app_id) if cfg.get("log_dir") else os.path.join(app_dir, "logs")
-        default_cwd = os.path.abspath(str(cfg["cwd"])) if cfg.get("cwd") else os.getcwd()
-        gpus = assign_gpus(app.roles, detect_gpus()) if cfg.get("auto_set_cuda_visible_devices") else {}
+        log_dir = os.path.join(os.path.abspath(opts.log_dir), app_id) if opts.log_dir else os.path.join(app_dir, "logs")
+        default_cwd = os.path.abspath(opts.cwd) if opts.cwd else os.getcwd()
+        gpus = assign_gpus(app.roles, detect_gpus()) if opts.auto_set_cuda_visible_devices else {}
         roles = []
         for role in app.roles:
             img_root = os.path.abspath(role.image) if role.image else default_cwd
@@ -242,7 +253,7 @@ class LocalScheduler(Scheduler):
             path_prefix = []
             if role.image:
                 path_prefix.append(img_root)
-            if cfg.get("prepend_cwd"):
+            if opts.prepend_cwd:
                 path_prefix.append(os.getcwd())
             for i in range(role.num_replicas):
                 r = macros.Values(img_root=img_root, app_id=app_id, replica_id=str(i)).apply(role)
@@ -270,8 +281,7 @@ class LocalScheduler(Scheduler):
             roles.append(rreq)
         req = LocalRequest(
             app_id=app_id, app_name=app.name, session=self.session_name, app_dir=app_dir, log_dir=log_dir,
-            grace_period=float(cfg["grace_period"]), roles=roles, spec=app.to_dict(),  # type: ignore[arg-type]
-            timers=bool(cfg["timers"]),
+            grace_period=opts.grace_period, roles=roles, spec=app.to_dict(), timers=opts.timers,
         )
         return AppDryRunInfo(request=req, fmt=format_request)
 
@@ -750,12 +760,7 @@ class LocalScheduler(Scheduler):
         if targets is None:
             targets = [(name, i) for name, n in roles.items() for i in range(n)]
         for role_name, k in targets:
-            if role_name not in roles:
-                raise UnknownAppError(f"app '{app_id}' has no role '{role_name}' (roles: {', '.join(roles)})")
-            if not 0 <= k < roles[role_name]:
-                raise UnknownAppError(
-                    f"role '{role_name}' of '{app_id}' has replicas 0..{roles[role_name] - 1}, not {k}"
-                )
+            check_replica(app_id, roles, role_name, k)
         if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0):
             raise InvalidRunOptionError(f"attempt must be a whole number >= 0 (0: the first run), not {attempt!r}")
         stream = Stream(streams) if streams is not None else Stream.COMBINED
