@@ -29,17 +29,29 @@ from tsm.runner.api import get_runner
 TSM = [sys.executable, "-m", "tsm.cli.main"]
 HANG = 300  # seconds: a guard against a hung command, never a performance claim
 
-#: Two roles: two workers print five lines over ~1.5 s and succeed; "bad" outlives them by ~2 s, then fails.
+#: Two roles: two workers print five lines and succeed once the file go_workers exists; "bad" prints a line,
+#: waits for go_bad and for both workers to be done (its failure would stop them), then fails. The test opens the gates when the terminal showed the state it checks, so
+#: no assertion depends on a poll landing inside a time window (a loaded CI machine cannot miss one).
 COMPONENT = '''
 from tsm.specs.api import AppDef, Role
 
 def two() -> AppDef:
-    work = "for i in 1 2 3 4 5; do echo line $i of $TSM_REPLICA_ID; sleep 0.3; done"
+    work = ("for i in 1 2 3 4 5; do echo line $i of $TSM_REPLICA_ID; sleep 0.1; done; "
+            "while [ ! -e go_workers ]; do sleep 0.05; done; touch done_$TSM_REPLICA_ID")
+    bad = ("echo bad start; while [ ! -e go_bad ] || [ ! -e done_0 ] || [ ! -e done_1 ]; do sleep 0.05; done; "
+           "sleep 0.5; echo bad end; exit 3")
     return AppDef(name="two", roles=[
         Role(name="worker", entrypoint="sh", args=["-c", work], num_replicas=2),
-        Role(name="bad", entrypoint="sh", args=["-c", "echo bad start; sleep 3.5; echo bad end; exit 3"]),
+        Role(name="bad", entrypoint="sh", args=["-c", bad]),
     ])
 '''
+
+#: (text the terminal must show, gate file to create then): the workers run until the status line showed them
+#: running; "bad" runs until the line showed the workers done and itself running.
+GATES = [
+    ("worker: 2 running, 0 done, 0 failed", "go_workers"),
+    ("worker: 0 running, 2 done, 0 failed | bad: 1 running", "go_bad"),
+]
 
 EXPECTED = {
     "worker/0": [f"line {i} of 0" for i in range(1, 6)],
@@ -80,6 +92,15 @@ def _read_all(fd: int, into: bytearray) -> None:
         into.extend(chunk)
 
 
+def _open_gates(seen: bytearray) -> None:
+    """Create each gate file once the terminal showed its text (after HANG anyway, so a miss fails, not hangs)."""
+    for text, gate in GATES:
+        deadline = time.monotonic() + HANG
+        while text.encode() not in seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+        Path(gate).touch()
+
+
 def run_on_tty(*args: str, stdout_too: bool = False) -> tuple[int, bytes, bytes]:
     """``tsm ARGS`` with stderr (and stdout if ``stdout_too``, else a pipe) on a 200-column pseudo-terminal.
 
@@ -90,6 +111,7 @@ def run_on_tty(*args: str, stdout_too: bool = False) -> tuple[int, bytes, bytes]
     seen = bytearray()
     reader = threading.Thread(target=_read_all, args=(master, seen), daemon=True)
     reader.start()
+    threading.Thread(target=_open_gates, args=(seen,), daemon=True).start()
     try:
         proc = subprocess.Popen(
             [*TSM, *args], stdin=subprocess.DEVNULL, stdout=slave if stdout_too else subprocess.PIPE,
@@ -145,6 +167,8 @@ def test_log_lines_stay_whole_when_stdout_shares_the_terminal() -> None:
 
 
 def test_piped_run_has_no_escape_codes_and_the_plain_format() -> None:
+    for _, gate in GATES:  # no terminal to watch: the replicas run straight through
+        Path(gate).touch()
     r = subprocess.run(
         [*TSM, "run", "comp.py:two"], capture_output=True, timeout=HANG, stdin=subprocess.DEVNULL, env=_env()
     )
