@@ -37,8 +37,10 @@ calls :meth:`AppRun.run_from_env` (both idempotent). TorchX never implemented ``
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -185,16 +187,25 @@ def tracker_factories() -> dict[str, TrackerFactory]:
 
     A plugin never replaces the built-in; a ``tsm.tracker`` name wins over the same ``torchx.tracker`` name.
     """
-    from importlib.metadata import entry_points
-
     from tsm.tracker.store import create
 
     out: dict[str, TrackerFactory] = {BUILTIN_TRACKER: create}
-    for group in ENTRY_POINT_GROUPS:
-        for ep in entry_points(group=group):
-            if ep.name not in out:
-                out[ep.name] = _lazy(ep)
+    for ep in _plugin_entry_points(tuple(sys.path)):
+        if ep.name not in out:
+            out[ep.name] = _lazy(ep)
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def _plugin_entry_points(path: tuple[str, ...]) -> tuple[Any, ...]:
+    """The tracker entry points of every group, in order, for one ``sys.path`` (the key: what can be found).
+
+    Reading every installed distribution's metadata took about a third of ``Runner.run()``; a process asks
+    once per ``sys.path``, so a plugin that a test or a user adds to the path is still found.
+    """
+    from importlib.metadata import entry_points
+
+    return tuple(ep for group in ENTRY_POINT_GROUPS for ep in entry_points(group=group))
 
 
 def _lazy(ep: Any) -> TrackerFactory:
