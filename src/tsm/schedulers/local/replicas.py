@@ -1,0 +1,205 @@
+"""Replica lifecycle inside the supervisor: launching attempts, reaping exits, applying retry policies.
+
+Owns each attempt's start (clean per-attempt state, environment, ports, outputs), what an exit means
+(the replica's state and error, then a restart of its REPLICA/ROLE/APPLICATION group while its
+role's retry budget lasts, or the app's end), relaunching a stopped group once none of it runs,
+and :meth:`ReplicaLifecycle._finish`, which fixes the app's terminal state. Split from
+``supervisor.py`` so the retry rules live in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import time
+
+from tsm.schedulers.local import _os
+from tsm.schedulers.local.logs import STDERR, STDOUT, mark_attempt, mark_restart
+from tsm.schedulers.local.reaper import Reaper
+from tsm.schedulers.local.state import (
+    CANCELLED,
+    FAILED,
+    FILE_INDEX_INTERVAL,
+    RUNNING,
+    SUCCEEDED,
+    Pipe,
+    Replica,
+    _exit_reason,
+)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+class ReplicaLifecycle(Reaper):
+    """Launches attempts, turns exits into replica states, and restarts or ends the app per retry policy."""
+
+    def _launch(self, rep: Replica) -> None:
+        """Start one attempt of ``rep`` with clean per-attempt state (never after the app ended)."""
+        if self.final_state is not None:
+            return
+        if rep.pid is not None:
+            self.reaped.pop(rep.pid, None)
+        rep.state, rep.exit_code, rep.error, rep.stopping, rep.kill_at = RUNNING, None, "", False, None
+        rep.started, rep.ended, rep.pid, rep.pid_start, rep.proc = time.time(), None, None, None, None
+        self.dirty.add(id(rep))
+        env = dict(self.base_env)
+        env.update(rep.env)
+        if self.timer_path:
+            env["TSM_TIMER_SOCKET"] = self.timer_path
+        try:
+            os.makedirs(rep.rdir, mode=0o700, exist_ok=True)
+            for name in rep.ports:
+                env[f"TSM_PORT_{name.upper()}"] = str(_free_port())
+            out, err, reads = self._outputs(rep)
+        except OSError as e:
+            self._replica_ended(rep, 127, f"cannot start {rep.cmd[0]!r}: {e.strerror or e}")
+            return
+        rep.direct = not reads
+        try:
+            rep.proc = subprocess.Popen(
+                rep.cmd, env=env, cwd=rep.cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                start_new_session=True, close_fds=True,
+                preexec_fn=self._child_limits if self.replica_nofile and self.replica_nofile[0] != self.fd_limit else None,
+            )
+            rep.pid = rep.proc.pid
+            self.leaders[rep.pid] = rep
+            with contextlib.suppress(OSError):
+                rep.pid_start = _os.start_time(rep.pid)
+            self.by_pid[rep.pid] = rep
+        except OSError as e:
+            msg = f"cannot start {rep.cmd[0]!r}: {e.strerror or e}"
+            if reads:
+                self._write(reads[1][1], os.path.join(rep.rdir, "stderr"), (msg + "\n").encode())
+            else:
+                self._write(err, os.path.join(rep.rdir, "stderr"), (msg + "\n").encode())
+            for pair in reads:
+                os.close(pair[0])
+                os.close(pair[1])
+            reads = []
+            self._replica_ended(rep, 127, msg)
+        finally:
+            os.close(out)
+            os.close(err)
+        for stream, (fd, log) in zip((STDOUT, STDERR), reads, strict=False):
+            os.set_blocking(fd, False)
+            pipe = Pipe(rep, stream, fd, log)
+            self.pipes[fd] = pipe
+            rep.pipes.append(pipe)
+            self.sel.register(fd, selectors.EVENT_READ, pipe)
+        if rep.direct and self.file_index_due is None:
+            self.file_index_due = time.monotonic() + FILE_INDEX_INTERVAL
+
+    def _child_limits(self) -> None:
+        """In the forked replica, before exec: give back the open-file limit the caller had."""
+        if self.replica_nofile is not None and self.replica_nofile[0] != self.fd_limit:
+            self.setrlimit(self.rlimit_nofile, self.replica_nofile)  # bound in _setup: no import after fork
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            rep = self.by_pid.pop(pid, None)
+            if rep is None:
+                continue  # an orphan that re-parented to us and has now exited
+            code = os.waitstatus_to_exitcode(status)
+            if rep.proc is not None:
+                rep.proc.returncode = code
+            # The leader is gone; whatever it started goes with it.
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            for left in self._owned(rep, tree=False):  # its pid is free for reuse now
+                with contextlib.suppress(OSError):
+                    os.kill(left, signal.SIGKILL)
+            self._replica_ended(rep, code, "")
+
+    def _replica_ended(self, rep: Replica, code: int, error: str) -> None:
+        for pipe in list(rep.pipes):
+            self._read_pipe(pipe, drain=True)
+        self._index(rep)
+        rep.ended = time.time()
+        rep.kill_at = None
+        rep.exit_code = code if code >= 0 else 128 - code
+        self.dirty.add(id(rep))
+        stopping = rep.stopping
+        rep.stopping = False
+        scope = self.reaped.pop(rep.pid, None) if rep.pid is not None else None
+        if code == 0:
+            rep.state, rep.error = SUCCEEDED, ""
+        else:
+            rep.state = FAILED
+            rep.error = error or (f"expired timer {scope}" if scope is not None else _exit_reason(code))
+        if self.final_state is not None or stopping:
+            if self.final_state is not None and rep.state == FAILED and self.final_state == CANCELLED:
+                rep.state = CANCELLED
+            return
+        if rep.state == SUCCEEDED:
+            if all(r.state == SUCCEEDED for r in self.replicas) and not self.pending_restart:
+                self._finish(SUCCEEDED, "")
+            return
+        role = self.roles[rep.role]
+        if role.retries < role.max_retries:
+            role.retries += 1
+            role.last_by = rep.name
+            self.num_restarts += 1
+            self.app_dirty = True
+            self._note(f"{rep.name} {rep.error}; restart {role.retries} of {role.max_retries} ({role.policy})")
+            if role.policy == "REPLICA":
+                group = [rep]
+            elif role.policy == "ROLE":
+                group = [r for r in self.replicas if r.role == rep.role]
+            else:
+                group = list(self.replicas)
+            for r in group:
+                if r not in self.pending_restart:
+                    self.pending_restart.append(r)
+                    # before this end reaches the store: a log follower that sees it keeps following
+                    mark_restart(r.rdir, r.restarts + 1)
+            self._stop(group)
+        else:
+            tries = ""
+            if role.retries:
+                by = "it" if role.last_by == rep.name else role.last_by
+                tries = (f" after {role.retries} restart(s); role {rep.role}'s retry budget "
+                         f"(max_retries={role.max_retries}, shared by its replicas) was used up, the last retry by {by}")
+            self._finish(FAILED, f"{rep.name} {rep.error}{tries}")
+
+    def _restart_ready(self) -> None:
+        """Relaunch the pending restart group once none of its replicas is still running.
+
+        A launch that fails may fail the app (no retries left) or queue another restart: either way
+        the rest of the group is not launched now, and nothing at all once the app is terminal.
+        """
+        while self.pending_restart and self.final_state is None:
+            if any(r.live() for r in self.pending_restart):
+                return
+            group, self.pending_restart = self.pending_restart, []
+            for r in group:
+                if self.final_state is not None:
+                    break
+                if r in self.pending_restart:
+                    continue  # a failed launch queued it again: the next pass launches it
+                r.restarts += 1
+                mark_attempt(r.rdir, r.restarts)  # log readers cut the previous attempt's lines here
+                self._launch(r)
+        if self.final_state is not None:
+            self.pending_restart = []
+
+    def _finish(self, state: int, msg: str) -> None:
+        if self.final_state is not None:
+            return
+        self.final_state, self.final_msg = state, msg
+        self.pending_restart = []
+        self.app_dirty = True
+        self._stop(self.replicas)
