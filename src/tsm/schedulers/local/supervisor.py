@@ -1,7 +1,8 @@
 """The detached process that owns one local app: starts its replicas, watches them, records everything.
 
-Started by :meth:`LocalScheduler.schedule` as ``python -m tsm.schedulers.local.supervisor APP_DIR FD``
-in a session of its own, so the caller may exit, be interrupted or be killed. It runs as two
+Started by :meth:`LocalScheduler.schedule` as ``python -S -c "...; from tsm.schedulers.local.supervisor
+import main; sys.exit(main())" SRC APP_DIR FD`` (``-S``: no site-packages scan, a faster start; ``SRC`` is
+where tsm is imported from) in a session of its own, so the caller may exit, be interrupted or be killed. It runs as two
 processes, both child subreapers:
 
 - the **supervisor** (the child) launches every replica in its own process group, reads the
