@@ -208,7 +208,7 @@ def assign_gpus(roles: list[Role], devices: list[str]) -> dict[tuple[str, int], 
     return out
 
 
-class LocalScheduler(Scheduler):
+class LocalScheduler(Scheduler[LocalRequest]):
     """Runs apps as local processes under a detached supervisor; the default scheduler."""
 
     #: Replicas run on this machine whatever their size, so a role without a resource is fine here.
@@ -239,7 +239,7 @@ class LocalScheduler(Scheduler):
                     "replicas in a directory (leave image empty for the current one)"
                 )
 
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo:
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[LocalRequest]:
         opts = LocalOptions.from_cfg(cfg)
         app_id = f"{app.name}-{secrets.token_hex(4)}"
         app_dir = str(tsm_home() / "local" / app_id)
@@ -306,13 +306,13 @@ class LocalScheduler(Scheduler):
             )
 
     # -- schedule ----------------------------------------------------------------------------------
-    def schedule(self, dryrun_info: AppDryRunInfo) -> str:
+    def schedule(self, dryrun_info: AppDryRunInfo[LocalRequest]) -> str:
         """Write the app's request and record, then start its supervisor.
 
         Files come first and the record second, so a failure (a full or read-only disk, a store error)
         leaves neither half behind: what was created is removed and the error says what to fix.
         """
-        req: LocalRequest = dryrun_info.request
+        req = dryrun_info.request
         req.base_env = dict(os.environ)
         if os.path.lexists(req.app_dir):
             raise SubmissionError(f"{req.app_dir} already exists: app ids are unique, so something else wrote it")
