@@ -14,8 +14,9 @@ from tsm.schedulers.common.optional import import_client
 from tsm.schedulers.common.quoting import is_shell_name, shell_quote
 
 
-def test_private_dirs_and_files_whatever_the_umask(tmp_path: Path) -> None:
-    old = os.umask(0)
+@pytest.mark.parametrize("umask", [0, 0o277])
+def test_private_dirs_and_files_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
     try:
         make_private_dirs(tmp_path / "a" / "b")
         write_private(tmp_path / "a" / "b" / "f", "x\udcff")

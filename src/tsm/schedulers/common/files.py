@@ -21,12 +21,17 @@ def make_private_dirs(path: Path) -> None:
             break
         p = p.parent
     for d in reversed(missing):
-        d.mkdir(mode=0o700, exist_ok=True)
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            continue  # made by someone else meanwhile: left as it is
+        d.chmod(0o700)  # mkdir's mode is masked by the umask (e.g. 0o277 would leave 0o500): the owner needs rwx
 
 
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` (created 0600, truncated); surrogate escapes are written as their bytes."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # the umask may have taken the owner's bits; an existing file may have been wider
     with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write(text)
 
