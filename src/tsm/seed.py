@@ -13,9 +13,9 @@ A program written for the original TSM runs after changing only its import line:
     print(session.wait(handle))
 
 ``Role`` is :class:`tsm.specs.Role` itself (its ``runs``/``on``/``replicas`` builders live there);
-``Application`` is :class:`tsm.specs.AppDef`; ``session`` is :func:`tsm.get_runner`. Only what the seed
-API had that the new one lacks is written here: :class:`Container`, :class:`ElasticRole` and
-:class:`RunConfig`.
+``Application`` is :class:`tsm.specs.AppDef`; ``session`` makes a :class:`Session`, a Runner whose ``stop``
+cancels. Only what the seed API had that the new one lacks is written here: :class:`Container`,
+:class:`ElasticRole`, :class:`RunConfig` and :class:`Session`.
 """
 
 from __future__ import annotations
@@ -24,16 +24,30 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from tsm.runner.api import Runner, get_runner
+from tsm.runner.api import Runner
 from tsm.specs.api import AppDef, Resource, Role, macros
 from tsm.specs.runopts import CfgVal
+from tsm.specs.validate import check_name
 
 Application = AppDef
 
 
-def session(name: str = "default", **scheduler_kwargs: Any) -> Runner:
+class Session(Runner):
+    """The seed API's session: a :class:`~tsm.runner.api.Runner` whose ``stop`` is the seed's word for cancel.
+
+    TorchX deprecates ``Runner.stop``; programs written for the seed TSM API call ``session.stop(handle)``
+    as their documented way to stop an app, so here it cancels without a deprecation warning.
+    """
+
+    def stop(self, app_handle: str) -> None:
+        """Cancel the app (the seed API's name for :meth:`~tsm.runner.api.Runner.cancel`)."""
+        self.cancel(app_handle)
+
+
+def session(name: str = "default", **scheduler_kwargs: Any) -> Session:
     """A session: the seed API's name for a :class:`~tsm.runner.api.Runner` (``stop`` cancels)."""
-    return get_runner(name, **scheduler_kwargs)
+    check_name(name, "session name")
+    return Session(name, None, None, scheduler_kwargs)
 
 
 @dataclass

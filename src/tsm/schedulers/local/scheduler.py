@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import select
-import shlex
 import shutil
 import signal
 import socket
@@ -21,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,23 @@ from typing import Any
 from tsm.errors import InvalidAppError, InvalidRunOptionError, SubmissionError, UnknownAppError
 from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
 from tsm.schedulers.common.logs import check_replica
-from tsm.schedulers.common.options import RunOptions, option
 from tsm.schedulers.local import (
     _os,
     logs as _logs,
 )
 from tsm.schedulers.local.logs import STDERR, STDOUT, replica_dir
+from tsm.schedulers.local.request import (  # the request types and builders, re-exported here
+    MAX_GRACE_PERIOD,
+    LocalOptions,
+    LocalReplicaRequest,
+    LocalRequest,
+    LocalRoleRequest,
+    assign_gpus,
+    detect_gpus,
+    format_request,
+    python_entrypoint,
+    replica_path,
+)
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus, macros
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import check_exec_size
@@ -44,168 +54,12 @@ from tsm.store import Store, tsm_home
 _TERMINAL = tuple(int(s) for s in AppState if s.is_terminal)
 _TERMINAL_SQL = "(" + ", ".join(map(str, _TERMINAL)) + ")"
 
-#: Longest grace period accepted (seconds): a day. Far above any real shutdown, far below the ~24.8 days
-#: where a timeout overflows the kernel's millisecond sleeps.
-MAX_GRACE_PERIOD = 86400.0
-
 #: Seconds ``cancel`` waits past the grace period for the supervisor to end the app before it ends the
 #: app's processes itself (a supervisor that is stopped with SIGSTOP, or hung).
 CANCEL_MARGIN = 5.0
 
 #: Seconds a connection to a supervisor may take before the caller treats it as not there for now.
 CONNECT_TIMEOUT = 5.0
-
-
-def replica_path(prefix: Sequence[str], role_path: str | None) -> str:
-    """The PATH a replica runs with: ``prefix`` (image, current directory) then the role's PATH.
-
-    When the role's env does not set PATH, the launching interpreter's bin directory comes before the
-    caller's PATH, so ``python`` in a replica (``dist.ddp``'s launcher, ``ElasticRole``'s torchrun) is
-    the interpreter that launched the app even from a virtualenv that is not activated. A role that sets
-    PATH gets exactly its own after the prefix.
-    """
-    if role_path is not None:
-        rest = [role_path]
-    else:
-        rest = [os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)]
-    return os.pathsep.join([*prefix, *rest])
-
-
-def python_entrypoint(entrypoint: str, img_root: str) -> list[str]:
-    """The command that starts ``entrypoint``: ``[sys.executable, FILE]`` for a script that can't run alone.
-
-    A ``*.py`` entrypoint that is a file of the image (relative to ``img_root``, or absolute) without the
-    execute bit runs with the launching interpreter, as the seed TSM API ran ``.runs("train_main.py")``;
-    anything else is run as given. Decided at dry run, so the dry run shows the command that runs.
-    """
-    if not entrypoint.endswith(".py"):
-        return [entrypoint]
-    target = entrypoint if os.path.isabs(entrypoint) else os.path.join(img_root, entrypoint)
-    if os.path.isfile(target) and not os.access(target, os.X_OK):
-        return [sys.executable, target]
-    return [entrypoint]
-
-
-@dataclass
-class LocalReplicaRequest:
-    """One process to start: its command (verbatim argv), working directory and env additions."""
-
-    idx: int
-    cmd: list[str]
-    cwd: str | None
-    env: dict[str, str]
-
-
-@dataclass
-class LocalRoleRequest:
-    """The replicas of one role and what to do when one fails."""
-
-    name: str
-    max_retries: int
-    retry_policy: str
-    port_names: list[str]
-    replicas: list[LocalReplicaRequest] = field(default_factory=list)
-
-
-@dataclass
-class LocalRequest:
-    """Everything the supervisor needs; ``base_env`` (the caller's environment) is filled at schedule."""
-
-    app_id: str
-    app_name: str
-    session: str
-    app_dir: str
-    log_dir: str
-    grace_period: float
-    roles: list[LocalRoleRequest]
-    spec: dict[str, Any]
-    timers: bool = True
-    base_env: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LocalOptions(RunOptions):
-    """The local run options: where logs go, how replicas start and how they are stopped."""
-
-    log_dir: str | None = option(
-        "directory for the app's logs (a folder per app is made in it); default $TSM_HOME/local/<app_id>/logs"
-    )
-    prepend_cwd: bool = option("put the current directory first on the replicas' PATH", False)
-    auto_set_cuda_visible_devices: bool = option(
-        "give each replica of a GPU role its own CUDA_VISIBLE_DEVICES slice of this machine's GPUs", True
-    )
-    grace_period: float = option("seconds between SIGTERM and SIGKILL when stopping replicas", 10.0)
-    timers: bool = option(
-        "host an expiration-timer server for the app (TSM_TIMER_SOCKET): tsm.timer.expires() reaps hung workers",
-        True,
-    )
-    cwd: str | None = option("working directory of replicas whose image is not a directory; default the current one")
-
-    def check(self) -> None:
-        """Refuse a grace period outside 0..MAX_GRACE_PERIOD and a ``cwd`` that is not a directory."""
-        if not 0 <= self.grace_period <= MAX_GRACE_PERIOD:
-            raise InvalidRunOptionError(
-                f"run option grace_period={self.grace_period!r} is out of range: grace_period must be >= 0 and <= "
-                f"{MAX_GRACE_PERIOD:g} seconds (one day) between SIGTERM and SIGKILL"
-            )
-        if self.cwd and not os.path.isdir(self.cwd):
-            raise InvalidRunOptionError(f"run option cwd={self.cwd!r} is not a directory; give an existing folder")
-
-
-def format_request(req: LocalRequest) -> str:
-    """The request as shell-like lines a person can read (and paste): one per replica."""
-    lines = [f"# local app {req.app_id}: logs in {req.log_dir}, grace period {req.grace_period:g}s"]
-    for role in req.roles:
-        policy = f"max_retries={role.max_retries} retry_policy={role.retry_policy}"
-        lines.append(f"# role {role.name}: {len(role.replicas)} replica(s), {policy}")
-        for rep in role.replicas:
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(rep.env.items()))
-            ports = "".join(f" TSM_PORT_{p.upper()}=<free port>" for p in role.port_names)
-            cd = f"cd {shlex.quote(rep.cwd)} && " if rep.cwd else ""
-            lines.append(f"{role.name}/{rep.idx}: {cd}env {env}{ports} {shlex.join(rep.cmd)}")
-    return "\n".join(lines)
-
-
-def detect_gpus() -> list[str]:
-    """GPU ids visible here: ``CUDA_VISIBLE_DEVICES`` if set, else ``nvidia-smi``, else none."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [d for d in (s.strip() for s in visible.split(",")) if d and d != "-1"]
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
-
-
-def assign_gpus(roles: list[Role], devices: list[str]) -> dict[tuple[str, int], list[str]]:
-    """Give each replica of a GPU role its own slice of ``devices``, in role order.
-
-    Returns ``{(role, replica): [device ids]}``; raises :class:`InvalidAppError` when the app asks for
-    more GPUs than ``devices`` holds. With no devices at all nothing is assigned (CPU machine).
-    """
-    if not devices:
-        return {}
-    need = sum(r.resource.gpu * r.num_replicas for r in roles if r.resource.gpu > 0)
-    if need > len(devices):
-        raise InvalidAppError(
-            f"the app asks for {need} GPU(s) but this machine has {len(devices)} ({','.join(devices)}); "
-            "lower gpu or num_replicas, or pass -c auto_set_cuda_visible_devices=false"
-        )
-    out: dict[tuple[str, int], list[str]] = {}
-    pos = 0
-    for role in roles:
-        if role.resource.gpu <= 0:
-            continue
-        for i in range(role.num_replicas):
-            out[(role.name, i)] = devices[pos : pos + int(role.resource.gpu)]
-            pos += int(role.resource.gpu)
-    return out
 
 
 class LocalScheduler(Scheduler[LocalRequest]):
