@@ -341,8 +341,11 @@ class Reaper:
 
     def flush_callbacks(self) -> None:
         """Call ``on_reap`` for every worker reaped since the last flush; exceptions are logged."""
-        while self._callbacks:
-            pid, scope_id = self._callbacks.pop(0)
+        while True:
+            try:  # one atomic pop: the server thread and an owner (deliver_reaps) may flush at once
+                pid, scope_id = self._callbacks.pop(0)
+            except IndexError:
+                return
             if self.on_reap is None:
                 continue
             try:

@@ -319,6 +319,16 @@ class SocketTimerServer(ServerExtras):
         self._thread.start()
         logger.info("SocketTimerServer listening on %s", self.path)
 
+    def deliver_reaps(self) -> None:
+        """Call ``on_reap`` now for every worker already signalled (after a reap in progress completes).
+
+        The server thread signals a worker, then calls ``on_reap`` once it has let go of its lock; an owner
+        that sees the worker die in between (SIGCHLD) calls this to learn at once whether a timer killed it.
+        """
+        with self._core.lock:
+            pass  # a reap under way has signalled and queued its callback when the lock is free
+        self._core.reaper.flush_callbacks()
+
     def stop(self) -> None:
         """Stop the loop, close every connection and remove the socket file (if it is still ours)."""
         self._stopping = True

@@ -135,6 +135,9 @@ class ReplicaLifecycle(Reaper):
         stopping = rep.stopping
         rep.stopping = False
         scope = self.reaped.pop(rep.pid, None) if rep.pid is not None else None
+        if scope is None and code < 0 and rep.pid is not None and self.timer_server is not None:
+            self.timer_server.deliver_reaps()  # killed by its timer a moment ago? the callback may be queued
+            scope = self.reaped.pop(rep.pid, None)
         if code == 0:
             rep.state, rep.error = SUCCEEDED, ""
         else:
