@@ -24,6 +24,7 @@ def main() -> None:
     ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes: checks that the benchmark still runs")
     runs = 2 if ap.parse_args().tiny else 20
     private_home()
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # measure what users run: cached bytecode (see perf_targets)
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}")
     run = lambda *cmd: subprocess.run(list(cmd), env=env, capture_output=True, check=True)  # noqa: E731
     run(sys.executable, "-c", "import tsm")  # warm the file cache and .pyc files

@@ -25,17 +25,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import random
 import sqlite3
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
 from tsm.errors import StoreError
 
-_T = TypeVar("_T")
+TYPE_CHECKING = False  # typing is left out at run time: the supervisor (python -S) would import it only for this
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    _T = TypeVar("_T")
 
 #: Seconds a writer waits for another process's write lock before giving up (``$TSM_STORE_TIMEOUT``).
 DEFAULT_TIMEOUT = 30.0
@@ -238,6 +239,8 @@ class Store:
         except OSError:
             return None
         wal = self.path.with_name(self.path.name + "-wal")
+        import urllib.parse  # only for this rescue path: kept out of every command's start-up
+
         uri = "file:" + urllib.parse.quote(str(self.path.resolve()))
         for params in ("mode=ro", "immutable=1"):
             if params == "immutable=1":
@@ -382,6 +385,8 @@ class Store:
                 left = deadline - time.monotonic()
                 if not _is_busy(e) or left <= 0:
                     raise
+                import random  # only while another process holds the database
+
                 time.sleep(min(delay * (1 + random.random()), left))
                 delay = min(delay * 2, 0.2)
 

@@ -115,6 +115,39 @@ def test_help_imports_no_backend(argv: list[str]) -> None:
     assert "usage:" in r.stdout
 
 
+@pytest.mark.parametrize("argv", [["status", "HANDLE"], ["list"], ["list", "-s", "local"]])
+def test_queries_import_only_what_they_use(argv: list[str]) -> None:
+    """``tsm status``/``tsm list`` of local apps read the store: no config files, plugin metadata, logging,
+    sockets, processes or other backends are imported for that (issue 19's start-up rows)."""
+    runner = get_runner("imports")
+    handle = runner.run_component("utils.echo", ["--msg", "hi"], scheduler="local")
+    runner.wait(handle)
+    runner.close()
+    argv = [handle if a == "HANDLE" else a for a in argv]
+    code = (
+        "import sys, io, contextlib\n"
+        "from tsm.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        f"    assert main({argv!r}) == 0\n"
+        "assert out.getvalue().strip()\n"
+        "heavy = [m for m in ('importlib.metadata', 'logging', 'tomllib', 'configparser', 'socket', 'subprocess',\n"
+        "                     'secrets', 'ctypes', 'tsm.runner.config', 'tsm.schedulers.docker',\n"
+        "                     'tsm.schedulers.kubernetes', 'tsm.schedulers.slurm', 'tsm.schedulers.ray',\n"
+        "                     'tsm.views', 'tsm.components.finder')\n"
+        "         if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG)
+    assert r.returncode == 0, r.stderr
+
+
+def test_run_knows_the_workspace_metadata_key() -> None:
+    from tsm.cli.cmd_run import WORKSPACE_METADATA_KEY
+    from tsm.workspace.api import METADATA_KEY
+
+    assert WORKSPACE_METADATA_KEY == METADATA_KEY
+
+
 def test_help_importtime_has_no_backend() -> None:
     r = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "tsm.cli.main", "--help"],

@@ -7,9 +7,10 @@ scheduler name: the command line names something that does not exist, and nothin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # keeps typing out of ``tsm --help``; type checkers treat it as True
 if TYPE_CHECKING:
+    from typing import Any
+
     from tsm.specs.api import AppStatus
 
 OK = 0

@@ -38,6 +38,11 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+#: ``tsm.workspace.api.METADATA_KEY``, the role metadata a workspace snapshot leaves: written out because
+#: importing it loads the whole snapshot code, which a run without a workspace never needs
+#: (``tests/cli/test_cli.py`` checks the two agree).
+WORKSPACE_METADATA_KEY = "tsm.workspace"
+
 #: tsm run's and tsm dryrun's own flags: a component that rejects one of these was most likely given it
 #: by mistake after COMPONENT.
 _OWN_FLAGS = ("--detach", "--dryrun", "-s", "--scheduler", "-c", "--cfg", "--workspace")
@@ -144,9 +149,12 @@ def run(args: argparse.Namespace) -> int:
             with _live.step(f"snapshotting workspace {workspace}") if building else contextlib.nullcontext():
                 info = runner.dryrun_component(args.component, args.component_args, args.scheduler, cfg,
                                                workspace=workspace or None)
-        from tsm.workspace.dir import workspace_summary
+        snapshot_line = None
+        if info.app is not None and any(WORKSPACE_METADATA_KEY in r.metadata for r in info.app.roles):
+            # the snapshot code, imported only when there is a snapshot to describe
+            from tsm.workspace.dir import workspace_summary
 
-        snapshot_line = workspace_summary(info.app)
+            snapshot_line = workspace_summary(info.app)
         if args.dryrun:
             if snapshot_line:
                 sys.stdout.write(f"=== workspace ===\n{snapshot_line}\n")

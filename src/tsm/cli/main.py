@@ -16,9 +16,12 @@ import importlib
 import os
 import re
 import sys
-from typing import NoReturn
 
 from tsm.cli import _exits
+
+TYPE_CHECKING = False  # keeps typing (3 ms) out of start-up; type checkers treat it as True
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 #: name -> one-line help; a subcommand's module is imported only when that subcommand runs.
 SUBCOMMANDS = {
@@ -57,6 +60,46 @@ class _Parser(argparse.ArgumentParser):
             message += did_you_mean(m.group("value"), re.findall(r"'([^']*)'", m.group("choices")))
         sys.stderr.write(f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
         raise SystemExit(_exits.USAGE)
+
+
+class _TopParser(_Parser):
+    """The ``tsm`` parser: its epilog (the exit-code table, wrapped by :mod:`textwrap`) is made only when
+    help is printed, the one place argparse shows an epilog."""
+
+    def format_help(self) -> str:
+        if self.epilog is None:
+            self.epilog = _exits.epilog()
+        return super().format_help()
+
+
+class _LazyParsers(dict):  # type: ignore[type-arg]  # argparse's name -> parser map, with lazy entries
+    """Subcommand name -> parser, where a subcommand the command line did not choose gets its (empty)
+    parser only if argparse ever asks for it.
+
+    ``tsm --help`` and every subcommand otherwise built fifteen parsers they never use, 5-10 ms of
+    start-up (mostly gettext looking for translations of argparse's own strings). The names, their order
+    and their help lines stay as they were, so usage, help and "invalid choice" messages are unchanged.
+    """
+
+    def __init__(self, make: Any) -> None:
+        super().__init__()
+        self._make = make
+
+    def __getitem__(self, name: str) -> Any:
+        value = super().__getitem__(name)
+        if value is None:
+            value = self._make(name)
+            super().__setitem__(name, value)
+        return value
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default  # noqa: SIM401 - self.get is this method
+
+    def values(self) -> Any:
+        return [self[name] for name in self]
+
+    def items(self) -> Any:
+        return [(name, self[name]) for name in self]
 
 
 def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> str:
@@ -115,20 +158,23 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """Global flags plus the subcommands; only the chosen one (all when ``argv`` is None) is built in full."""
     from tsm import __version__
 
-    parser = _Parser(
+    parser = _TopParser(
         prog="tsm", description="Training Session Manager: launch, watch, log and stop apps on any scheduler.",
-        epilog=_exits.epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"tsm {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     parser.add_argument("--session", default="default", help="session name used in new app handles (default: default)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    lazy = _LazyParsers(lambda name: _Parser(prog=f"{sub._prog_prefix} {name}"))
+    sub._name_parser_map = sub.choices = lazy  # what add_parser fills, and what argparse checks words against
     chosen = _chosen(argv) if argv is not None else None
     for name, text in SUBCOMMANDS.items():
         if argv is None or name == chosen:
             importlib.import_module(f"tsm.cli.cmd_{name}").add_parser(sub)
-        else:
-            sub.add_parser(name, help=text)
+        else:  # its line in --help now, its (empty) parser only if argparse asks for it
+            sub._choices_actions.append(sub._ChoicesPseudoAction(name, (), text))
+            dict.__setitem__(lazy, name, None)
     return parser
 
 

@@ -156,11 +156,14 @@ def _builtins() -> dict[str, ComponentDef]:
 
 # -- entry points ---------------------------------------------------------------------------------------
 def _entry_points() -> Iterator[EntryPoint]:
-    """tsm's group first, then TorchX's (so a tsm registration wins a name both give)."""
-    from importlib.metadata import entry_points
+    """tsm's group first, then TorchX's (so a tsm registration wins a name both give).
 
-    for group in (ENTRY_POINT_GROUP, TORCHX_ENTRY_POINT_GROUP):
-        yield from entry_points(group=group)
+    Through :func:`tsm.runner.plugins.entry_points`: :mod:`importlib.metadata` is imported and asked only
+    when some installed distribution names one of the groups (almost never), which keeps it out of start-up.
+    """
+    from tsm.runner.plugins import entry_points
+
+    yield from entry_points((ENTRY_POINT_GROUP, TORCHX_ENTRY_POINT_GROUP))
 
 
 def _is_torchx(ep: EntryPoint) -> bool:

@@ -27,13 +27,12 @@ import builtins
 import copy
 import inspect
 import json
-import logging
 import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tsm.errors import (
     AppStillRunningError,
@@ -46,7 +45,6 @@ from tsm.errors import (
     did_you_mean,
 )
 from tsm.history import History
-from tsm.runner.config import Config, load_config
 from tsm.runner.events import log_event
 from tsm.schedulers import DEFAULT_SCHEDULER, get_scheduler_factory, scheduler_names
 from tsm.schedulers.api import ListAppResponse, Scheduler, Stream
@@ -54,6 +52,10 @@ from tsm.specs.api import AppDef, AppDryRunInfo, AppState, AppStatus
 from tsm.specs.handles import app_handle_template, make_app_handle, parse_app_handle
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import check_name, check_resources, validate_app
+
+if TYPE_CHECKING:
+    # the config files are read on first use (tomllib, configparser): ``tsm status``/``list`` never need them
+    from tsm.runner.config import Config
 
 #: How many history rows ``list()`` shows by default.
 LIST_LIMIT = 200
@@ -74,7 +76,12 @@ RESERVED_ENV_PREFIXES = ("TSM_PORT_", "TSM_TRACKER_")
 #: The run option (accepted by every scheduler through the runner) that turns TorchX's names off.
 TORCHX_ENV_OPTION = "torchx_env"
 
-_log = logging.getLogger("tsm")
+
+def _warn(msg: str, *args: object) -> None:
+    """A warning on the ``tsm`` logger (logging is imported only when there is one to give)."""
+    import logging
+
+    logging.getLogger("tsm").warning(msg, *args)
 
 SchedulerFactory = Callable[..., Scheduler]
 
@@ -146,6 +153,8 @@ class Runner:
     def config(self) -> Config:
         """The merged config files (read on first use)."""
         if self._config is None:
+            from tsm.runner.config import load_config
+
             self._config = load_config()
         return self._config
 
@@ -219,7 +228,7 @@ class Runner:
             opt = opts.get(key)
             if opt is None:
                 if self.config.lenient.get((scheduler, key)):  # a .torchxconfig is shared: warn, as TorchX does
-                    _log.warning("%s: [%s] '%s' is not a run option of the %s scheduler; ignored",
+                    _warn("%s: [%s] '%s' is not a run option of the %s scheduler; ignored",
                                  origin, scheduler, key, scheduler)
                     continue
                 raise ConfigError(
@@ -310,7 +319,7 @@ class Runner:
                 self.history.add(handle, scheduler, self.session_name, app_id, dryrun_info.app, dryrun_info.cfg)
             except StoreError as e:
                 # The app runs: losing its handle would be worse than a missing history line.
-                _log.warning(
+                _warn(
                     "launched %s but could not add it to tsm's history (%s); `tsm list -s %s` still shows it",
                     handle, e, scheduler,
                 )

@@ -49,7 +49,6 @@ TorchX's ``torchx.runner.config`` functions are here under the same names and pa
 from __future__ import annotations
 
 import configparser
-import logging
 import os
 import sys
 from collections.abc import Iterable
@@ -179,7 +178,12 @@ ENV_TORCHXCONFIG = "TORCHXCONFIG"
 #: Between a section's prefix and its name: ``[component:dist.ddp]``.
 CONFIG_PREFIX_DELIM = ":"
 
-_log = logging.getLogger("tsm")
+
+def _warn(msg: str, *args: object) -> None:
+    """A warning on the ``tsm`` logger (logging is imported only when there is one to give)."""
+    import logging
+
+    logging.getLogger("tsm").warning(msg, *args)
 
 
 def _configparser() -> configparser.ConfigParser:
@@ -300,7 +304,7 @@ def load(scheduler: str, f: TextIO, cfg: dict[str, Any]) -> None:
             continue
         opt = opts.get(key)
         if opt is None:
-            _log.warning("%s: [%s] '%s' is not a run option of the %s scheduler; ignored",
+            _warn("%s: [%s] '%s' is not a run option of the %s scheduler; ignored",
                          where, scheduler, key, scheduler)
             continue
         cfg[key] = parse_cfg_value(key, value, opt.type_)

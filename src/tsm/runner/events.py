@@ -15,15 +15,43 @@ at all: the cost of an unobserved call is one cached lookup and a level check.
 from __future__ import annotations
 
 import json
-import logging
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: The logger every event is written to.
-logger = logging.getLogger("tsm.events")
+#: The name of the logger every event is written to (``events.logger`` is that logger).
+LOGGER_NAME = "tsm.events"
+
+_INFO = 20  # logging.INFO, without importing logging
+
+
+def __getattr__(name: str) -> object:
+    if name == "logger":  # the logger itself, made on first use: logging is imported only when needed
+        import logging
+
+        return logging.getLogger(LOGGER_NAME)
+    raise AttributeError(f"module 'tsm.runner.events' has no attribute {name!r}")
+
+
+def _info_enabled() -> bool:
+    """True when the ``tsm.events`` logger would write an INFO record.
+
+    Never true while :mod:`logging` has not been imported: then nothing has configured a handler or a
+    level, and the root logger's default level (WARNING) drops INFO. So an unobserved ``tsm status`` need
+    not import logging at all.
+    """
+    logging = sys.modules.get("logging")
+    return logging is not None and logging.getLogger(LOGGER_NAME).isEnabledFor(_INFO)
+
+
+def _warn(msg: str, *args: object) -> None:
+    """A warning on the ``tsm`` logger."""
+    import logging
+
+    logging.getLogger("tsm").warning(msg, *args)
 
 #: Entry-point groups whose entries are event sinks (callables taking a :class:`TsmEvent`), tsm's first.
 SINK_GROUPS = ("tsm.event_handlers", "torchx.event_handlers")
@@ -64,15 +92,14 @@ def sinks() -> list[Callable[[TsmEvent], Any]]:
     """The registered sinks (entry points are read once per process)."""
     global _sinks
     if _sinks is None:
-        from importlib.metadata import entry_points
+        from tsm.runner.plugins import entry_points
 
         found: list[Callable[[TsmEvent], Any]] = []
-        for group in SINK_GROUPS:
-            for ep in entry_points(group=group):
-                try:
-                    found.append(ep.load())
-                except Exception as e:  # noqa: BLE001 - a broken plugin must not break every runner call
-                    logging.getLogger("tsm").warning("event sink %s (%s) cannot be loaded: %s", ep.name, group, e)
+        for ep in entry_points(SINK_GROUPS):
+            try:
+                found.append(ep.load())
+            except Exception as e:  # noqa: BLE001 - a broken plugin must not break every runner call
+                _warn("event sink %s (%s) cannot be loaded: %s", ep.name, ep.group, e)
         _sinks = found
     return _sinks
 
@@ -86,20 +113,22 @@ def set_sinks(new: list[Callable[[TsmEvent], Any]] | None) -> None:
 
 def enabled() -> bool:
     """True when anything would see an event (a sink, or a handler for INFO on ``tsm.events``)."""
-    return bool(sinks()) or logger.isEnabledFor(logging.INFO)
+    return bool(sinks()) or _info_enabled()
 
 
 def record(event: TsmEvent) -> None:
     """Send ``event`` to the logger and every sink."""
-    if logger.isEnabledFor(logging.INFO):
-        logger.info("%s", event.serialize(), extra={"tsm_event": event})
+    if _info_enabled():
+        import logging
+
+        logging.getLogger(LOGGER_NAME).info("%s", event.serialize(), extra={"tsm_event": event})
     for sink in sinks():
         try:
             sink(event)
         except Exception as e:  # noqa: BLE001 - observing a call must never break it
             if id(sink) not in _failed_sinks:
                 _failed_sinks.add(id(sink))
-                logging.getLogger("tsm").warning("event sink %r failed: %s", sink, e)
+                _warn("event sink %r failed: %s", sink, e)
 
 
 class _Ctx:

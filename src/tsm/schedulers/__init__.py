@@ -54,13 +54,12 @@ _plugins: dict[str, Any] | None = None  # noqa: F821
 def _plugin_entry_points() -> dict[str, Any]:
     global _plugins
     if _plugins is None:
-        from importlib.metadata import entry_points
+        from tsm.runner.plugins import entry_points
 
         found: dict[str, Any] = {}
-        for group in GROUPS:
-            for ep in entry_points(group=group):
-                if ep.name not in _BUILTIN and ep.name not in found:
-                    found[ep.name] = ep
+        for ep in entry_points(GROUPS):
+            if ep.name not in _BUILTIN and ep.name not in found:
+                found[ep.name] = ep
         _plugins = found
     return _plugins
 

@@ -14,7 +14,6 @@ import abc
 import enum
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Generic, TypeVar
 
 # the log helpers every backend uses, importable from the interface module as well as from the kit
@@ -70,6 +69,7 @@ class ListAppResponse:
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # a default (PEP 696) lets a plain ``Scheduler`` mean "any request" to type checkers
+    from datetime import datetime  # annotations only: keeps datetime out of every command's start-up
     from typing import Any
 
     from typing_extensions import TypeVar as _TypeVarWithDefault

@@ -109,14 +109,13 @@ _cache: dict[str, Callable[[], Resource]] | None = None
 def _load() -> dict[str, Callable[[], Resource]]:
     global _cache
     if _cache is None:
-        from importlib.metadata import entry_points
+        from tsm.runner.plugins import entry_points
 
         found = _builtins()
-        for group in GROUPS:
-            for ep in entry_points(group=group):
-                obj: Any = ep.load()
-                # a Resource given as such: hand out copies, so a caller changing one changes no other
-                found[ep.name] = obj if callable(obj) else functools.partial(copy.deepcopy, obj)
+        for ep in entry_points(GROUPS):
+            obj: Any = ep.load()
+            # a Resource given as such: hand out copies, so a caller changing one changes no other
+            found[ep.name] = obj if callable(obj) else functools.partial(copy.deepcopy, obj)
         _cache = found
     return _cache
 

@@ -12,7 +12,6 @@ Option types may be written ``list[str]`` or ``typing.List[str]`` (and ``dict``/
 
 from __future__ import annotations
 
-import logging
 import math
 import typing
 from collections.abc import Iterator, Mapping
@@ -23,7 +22,14 @@ from tsm.errors import InvalidRunOptionError, brief, did_you_mean
 
 CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
 
-_log = logging.getLogger("tsm")
+
+
+def _warn(msg: str, *args: object) -> None:
+    """A warning on the ``tsm`` logger (logging is imported only when there is one to give)."""
+    import logging
+
+    logging.getLogger("tsm").warning(msg, *args)
+
 
 #: ``typing`` spellings of the container types, as TorchX schedulers declare them.
 _ALIASES: dict[Any, Any] = {typing.List[str]: list[str], typing.Dict[str, str]: dict[str, str]}  # noqa: UP006
@@ -208,7 +214,7 @@ class runopts:  # noqa: N801 (established name)
         cfg = dict(cfg or {})
         for key in cfg:
             if key not in self._opts:
-                _log.warning("%s; ignored", self._unknown_message(key))
+                _warn("%s; ignored", self._unknown_message(key))
         out: dict[str, CfgVal] = {}
         for name, opt in self._opts.items():
             if name in cfg and cfg[name] is not None:
@@ -263,7 +269,7 @@ class runopts:  # noqa: N801 (established name)
         for key, text in pairs.items():
             opt = self._opts.get(key)
             if opt is None:
-                _log.warning("%s; ignored", self._unknown_message(key))
+                _warn("%s; ignored", self._unknown_message(key))
                 continue
             out[key] = parse_cfg_value(key, text, opt.type_)
         return out

@@ -38,7 +38,6 @@ calls :meth:`AppRun.run_from_env` (both idempotent). TorchX never implemented ``
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import sys
 from abc import ABC, abstractmethod
@@ -48,7 +47,23 @@ from typing import Any
 
 from tsm.errors import TsmError
 
-logger = logging.getLogger("tsm.tracker")
+#: The logger tracker warnings go to (``tracker.api.logger`` is that logger, made on first use).
+LOGGER_NAME = "tsm.tracker"
+
+
+def __getattr__(name: str) -> object:
+    if name == "logger":  # logging is imported only when there is something to log (not on every run)
+        import logging
+
+        return logging.getLogger(LOGGER_NAME)
+    raise AttributeError(f"module 'tsm.tracker.api' has no attribute {name!r}")
+
+
+def _warn(msg: str, *args: object) -> None:
+    """A warning on the ``tsm.tracker`` logger."""
+    import logging
+
+    logging.getLogger(LOGGER_NAME).warning(msg, *args)
 
 ENV_JOB_ID = "TSM_JOB_ID"
 ENV_PARENT_RUN_ID = "TSM_PARENT_RUN_ID"
@@ -203,9 +218,9 @@ def _plugin_entry_points(path: tuple[str, ...]) -> tuple[Any, ...]:
     Reading every installed distribution's metadata took about a third of ``Runner.run()``; a process asks
     once per ``sys.path``, so a plugin that a test or a user adds to the path is still found.
     """
-    from importlib.metadata import entry_points
+    from tsm.runner.plugins import entry_points
 
-    return tuple(ep for group in ENTRY_POINT_GROUPS for ep in entry_points(group=group))
+    return tuple(entry_points(ENTRY_POINT_GROUPS))
 
 
 def _lazy(ep: Any) -> TrackerFactory:
@@ -261,7 +276,7 @@ def trackers_from_environ(environ: Mapping[str, str] | None = None) -> list[Trac
         try:
             out.extend(build_trackers({name: config}))
         except TrackerError as e:
-            logger.warning("tracking: %s; this run records nothing there", e)
+            _warn("tracking: %s; this run records nothing there", e)
     return out
 
 
@@ -358,7 +373,7 @@ def record_launch(
             for tracker in build_trackers({name: value}):
                 tracker.add_source(handle, parent, None)
         except Exception as e:  # noqa: BLE001 - a tracker must never cost the launched app its handle
-            logger.warning("launched %s but tracker '%s' could not record its parent %s: %s", handle, name, parent, e)
+            _warn("launched %s but tracker '%s' could not record its parent %s: %s", handle, name, parent, e)
     return parent
 
 
@@ -381,7 +396,7 @@ def record_scheduled(handle: str, app: Any) -> str | None:
             for tracker in build_trackers({name: config}):
                 tracker.add_source(handle, parent, None)
         except Exception as e:  # noqa: BLE001 - a tracker must never cost the launched app its handle
-            logger.warning("launched %s but tracker '%s' could not record its parent %s: %s", handle, name, parent, e)
+            _warn("launched %s but tracker '%s' could not record its parent %s: %s", handle, name, parent, e)
     return parent
 
 

@@ -7,8 +7,24 @@ schedulers; :mod:`tsm.workspace.ignore` the ``.tsmignore`` / ``.torchxignore`` r
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from tsm.workspace.api import METADATA_KEY, Entry, Manifest, WorkspaceBuilder, WorkspaceError, image_tag
-from tsm.workspace.dir import DirWorkspace, SnapshotReport, apply_workspace, scan
+
+if TYPE_CHECKING:
+    from tsm.workspace.dir import DirWorkspace, SnapshotReport, apply_workspace, scan
+
+#: names of :mod:`tsm.workspace.dir`, imported on first use: snapshots pull in hashing and copying code that
+#: the commands reading only :data:`METADATA_KEY` (``tsm run`` of an app without a workspace) never need
+_DIR_NAMES = frozenset({"DirWorkspace", "SnapshotReport", "apply_workspace", "scan"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DIR_NAMES:
+        from tsm.workspace import dir as _dir
+
+        return getattr(_dir, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "METADATA_KEY", "DirWorkspace", "Entry", "Manifest", "SnapshotReport", "WorkspaceBuilder", "WorkspaceError",

@@ -51,7 +51,10 @@ def loose_modes(root: Path) -> list[str]:
     """Everything under ``root`` (itself included) that group or others may read, write or enter."""
     found = []
     for p in [root, *root.rglob("*")]:
-        mode = p.lstat().st_mode
+        try:
+            mode = p.lstat().st_mode
+        except FileNotFoundError:  # removed meanwhile (the supervisor unlinks its socket as it exits)
+            continue
         if not stat.S_ISLNK(mode) and stat.S_IMODE(mode) & 0o077:
             found.append(f"{p} {stat.filemode(mode)}")
     return found

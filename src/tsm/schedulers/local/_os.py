@@ -13,12 +13,12 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import struct
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import ctypes
     from collections.abc import Iterator
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -34,8 +34,11 @@ _libc: ctypes.CDLL | None = None
 
 
 def _lib() -> ctypes.CDLL:
+    """libc through ctypes, loaded on first use (``tsm status`` and ``tsm list`` never need it)."""
     global _libc
     if _libc is None:
+        import ctypes
+
         try:
             _libc = ctypes.CDLL("libc.so.6", use_errno=True)
         except OSError:
@@ -43,6 +46,13 @@ def _lib() -> ctypes.CDLL:
 
             _libc = ctypes.CDLL(find_library("c"), use_errno=True)
     return _libc
+
+
+def _errno() -> int:
+    """The errno of the last libc call made through :func:`_lib`."""
+    import ctypes
+
+    return ctypes.get_errno()
 
 
 def set_child_subreaper() -> bool:
@@ -232,7 +242,7 @@ class Inotify:
     def __init__(self) -> None:
         fd = int(_lib().inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
         if fd < 0:
-            err = ctypes.get_errno()
+            err = _errno()
             raise OSError(err, f"inotify_init1: {os.strerror(err)}")
         self.fd = fd
 
@@ -243,7 +253,7 @@ class Inotify:
         """Watch ``path``; returns the watch descriptor that events carry."""
         wd = int(_lib().inotify_add_watch(self.fd, os.fsencode(path), mask))
         if wd < 0:
-            err = ctypes.get_errno()
+            err = _errno()
             raise OSError(err, f"inotify_add_watch {path}: {os.strerror(err)}")
         return wd
 

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import struct
 import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Generator, Iterable, Iterator
     from typing import Any, BinaryIO
 
 #: stream code (1 stdout, 2 stderr; control records below), 7 pad bytes, end offset, unix time
@@ -48,8 +49,9 @@ STREAM_FILES = {STDOUT: "stdout", STDERR: "stderr"}
 
 #: bytes: a longer line is returned in pieces of at most this size (see the module docstring)
 MAX_LINE = 1 << 20
-#: bytes read from a log file at a time; at most MAX_LINE, so only a line that began in an earlier
-#: block can be longer than MAX_LINE within one block
+#: the most bytes read from a log file at a time (:data:`SPLIT_CHUNK` while no long line is held, see
+#: :meth:`LineSplitter.read_size`); at most MAX_LINE, so only a line that began in an earlier block can
+#: be longer than MAX_LINE within one block
 BLOCK = 1 << 20
 #: index bytes read at a time (whole records)
 _INDEX_BLOCK = RECORD.size * 4096
@@ -122,6 +124,25 @@ def _decode(line: bytes) -> str:
     return line.decode("utf-8", "surrogateescape")
 
 
+#: What ``str.splitlines`` breaks at besides ``\n``: in ASCII text, and beyond it.
+_ASCII_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
+_OTHER_BREAKS = ("\x85", "\u2028", "\u2029")
+
+
+def _split_newlines(text: str) -> list[str]:
+    r"""``text`` (which ends with ``\n``) cut after each ``\n`` only, each line keeping its ``\n``.
+
+    ``str.splitlines`` does that in one pass and makes each line once, but it also breaks at ``\r``,
+    ``\v``, ``\f``, ``\x1c``-``\x1e``, ``\x85``, U+2028 and U+2029: it is used only when the block
+    holds none of those (a few fast ``in`` scans; logs almost never do), else split and re-append.
+    """
+    if not any(c in text for c in _ASCII_BREAKS) and (text.isascii() or not any(c in text for c in _OTHER_BREAKS)):
+        return text.splitlines(True)
+    lines = text.split("\n")
+    lines.pop()
+    return [ln + "\n" for ln in lines]
+
+
 def _utf8_cut(data: bytes, limit: int) -> int:
     """A cut point at most ``limit`` (>0) that does not split a UTF-8 character (``limit`` if none is near)."""
     i = limit
@@ -149,6 +170,29 @@ def _pieces(data: bytes, whole: bool) -> tuple[list[str], bytes]:
     return out, data[start:]
 
 
+#: bytes of complete lines decoded and split at a time: the lines of a 1 MiB block, made all at once,
+#: no longer fit in the CPU's caches by the time the caller walks them; 64 KiB batches do (measured:
+#: about 1.5x the lines per second).
+SPLIT_CHUNK = 1 << 16
+
+
+def _line_batches(head: bytes) -> list[list[str]]:
+    r"""Complete lines ``head`` (ending with ``\n``, none longer than MAX_LINE) in batches of about
+    :data:`SPLIT_CHUNK` bytes, cut after a ``\n`` (which never falls inside a UTF-8 character, and
+    decoding stops at it whatever came before, so the text is the same as decoding the whole)."""
+    if len(head) <= SPLIT_CHUNK:
+        return [_split_newlines(_decode(head))]
+    out = []
+    start, n = 0, len(head)
+    while start < n:
+        stop = head.rfind(b"\n", start, start + SPLIT_CHUNK) + 1
+        if stop <= start:  # one line longer than a chunk: up to its end (head ends with a newline)
+            stop = head.find(b"\n", start + SPLIT_CHUNK) + 1
+        out.append(_split_newlines(_decode(head[start:stop])))
+        start = stop
+    return out
+
+
 class LineSplitter:
     """Cuts one stream's bytes into lines as text, in linear time with at most MAX_LINE bytes held.
 
@@ -164,9 +208,16 @@ class LineSplitter:
         self.cr = cr
 
     def feed(self, block: bytes) -> list[str]:
+        out: list[str] = []
+        for batch in self.feed_batches(block):
+            out += batch
+        return out
+
+    def feed_batches(self, block: bytes) -> list[list[str]]:
+        """:meth:`feed`'s lines in batches (non-empty lists, in order), for a reader to pass on one by one."""
         data = self.carry + block if self.carry else block
         end = (max(data.rfind(b"\n"), data.rfind(b"\r")) if self.cr else data.rfind(b"\n")) + 1
-        out: list[str] = []
+        out: list[list[str]] = []
         start = 0
         if end:
             # The carry and a block are at most MAX_LINE bytes each, so only the first line can be
@@ -176,22 +227,26 @@ class LineSplitter:
                 r = data.find(b"\r") + 1
                 first = r if r and (not first or r < first) else first
             if first > MAX_LINE:
-                out.extend(_pieces(data[:first], whole=True)[0])
+                out.append(_pieces(data[:first], whole=True)[0])
                 start = first
             if end > start:
                 head = data[start:end] if start or end < len(data) else data
                 if self.cr and b"\r" in head:
-                    out.extend(_decode(ln) for ln in head.splitlines(True))
+                    out.append([_decode(ln) for ln in head.splitlines(True)])
                 else:
-                    text = _decode(head).split("\n")
-                    text.pop()
-                    out.extend([ln + "\n" for ln in text])
+                    out += _line_batches(head)
         rest = data[end:] if end else data
         if len(rest) > MAX_LINE:
             pieces, rest = _pieces(rest, whole=False)
-            out.extend(pieces)
+            if pieces:
+                out.append(pieces)
         self.carry = rest
         return out
+
+    def read_size(self) -> int:
+        """How many bytes to read next: :data:`SPLIT_CHUNK` (what stays in the CPU's caches) while no long
+        line is being held, :data:`BLOCK` once one is (so a long line is not copied over and over)."""
+        return BLOCK if len(self.carry) >= SPLIT_CHUNK else SPLIT_CHUNK
 
     def flush(self) -> str | None:
         """The unfinished last line (no terminator), or None; the splitter is empty afterwards."""
@@ -260,12 +315,11 @@ class ReplicaLogReader:
         left = end - start
         split = self._split[stream]
         while left > 0:
-            block = f.read(min(BLOCK, left))
+            block = f.read(min(split.read_size(), left))
             if not block:  # shorter than recorded (the disk filled up): nothing more to read here
                 return
             left -= len(block)
-            lines = split.feed(block)
-            if lines:
+            for lines in split.feed_batches(block):
                 yield t, lines
 
     def _end_attempt(self, t: float) -> Iterator[Item]:
@@ -353,14 +407,13 @@ def read_stream(rdir: str, stream: int, ended: bool, attempt: int | None = None)
             f.seek(start)
             left = None if stop is None else stop - start
             while left is None or left > 0:
-                block = f.read(BLOCK if left is None else min(BLOCK, left))
+                size = split.read_size()
+                block = f.read(size if left is None else min(size, left))
                 if not block:
                     break
                 if left is not None:
                     left -= len(block)
-                lines = split.feed(block)
-                if lines:
-                    yield lines
+                yield from split.feed_batches(block)
             last = split.flush()
             if last is not None and (ended or stop is not None):
                 yield [last]
@@ -401,6 +454,32 @@ class _Target:
 PASS_PAUSE_PER_REPLICA = 20e-6
 
 
+class Lines:
+    """The lines :func:`follow` yields with ``text_only``, made from its batches at C speed.
+
+    Iterating it (``for``, ``list``, ``sum``) walks each batch (a list of lines) with
+    :func:`itertools.chain.from_iterable`, so no Python frame runs per line: about 2.5x the lines per
+    second of yielding them one by one through generators. ``next()`` works too (through the same
+    iterator, so both can be mixed), and :meth:`close` stops the reading as a generator's would.
+    """
+
+    __slots__ = ("_batches", "_it")
+
+    def __init__(self, batches: Generator[list[str], None, None]) -> None:
+        self._batches = batches
+        self._it: Iterator[str] = itertools.chain.from_iterable(batches)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._it
+
+    def __next__(self) -> str:
+        return next(self._it)
+
+    def close(self) -> None:
+        """Stop reading (what closing the generator did): files and connections are let go at once."""
+        self._batches.close()
+
+
 def follow(
     targets: Iterable[tuple[str, int, str]],
     streams: frozenset[int],
@@ -422,8 +501,26 @@ def follow(
     ``"L"``: logs grew); a replica is followed across its attempts until it has ended for good (its
     app ended, or it ended with no restart recorded or possible) and its log is drained. ``idle()``
     is called before each wait (a printer flushes its output there rather than after every line).
-    Yields :class:`LogEvent` objects, or with ``text_only`` just the lines (for one replica: fast).
+    Yields :class:`LogEvent` objects, or with ``text_only`` just the lines (for one replica: fast), as
+    :class:`Lines`.
     """
+    batches = _follow(targets, streams, states, wait_event, regex, since, until, attempt, idle, text_only)
+    return Lines(batches) if text_only else batches
+
+
+def _follow(
+    targets: Iterable[tuple[str, int, str]],
+    streams: frozenset[int],
+    states: Callable[[], tuple[bool, dict[tuple[str, int], int]]],
+    wait_event: Callable[[], str] | None,
+    regex: str | None,
+    since: float | None,
+    until: float | None,
+    attempt: int | None,
+    idle: Callable[[], None] | None,
+    text_only: bool,
+) -> Generator[Any, None, None]:
+    """:func:`follow`'s generator: with ``text_only`` it yields batches (lists) of lines, else events."""
     import re
 
     pattern = re.compile(regex) if regex else None
@@ -446,7 +543,8 @@ def follow(
             if pattern is not None:
                 item = [ln for ln in item if pattern.search(ln)]
             if text_only:
-                yield from item
+                if item:
+                    yield item  # the whole batch: Lines walks it in C
             else:
                 n = reader.attempt
                 for ln in item:

@@ -9,9 +9,7 @@ process or writes a file, so the dry run is exactly what is submitted.
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -129,6 +127,8 @@ def format_request(req: LocalRequest) -> str:
         policy = f"max_retries={role.max_retries} retry_policy={role.retry_policy}"
         lines.append(f"# role {role.name}: {len(role.replicas)} replica(s), {policy}")
         for rep in role.replicas:
+            import shlex  # only a dry run prints the request
+
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(rep.env.items()))
             ports = "".join(f" TSM_PORT_{p.upper()}=<free port>" for p in role.port_names)
             cd = f"cd {shlex.quote(rep.cwd)} && " if rep.cwd else ""
@@ -141,6 +141,8 @@ def detect_gpus() -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [d for d in (s.strip() for s in visible.split(",")) if d and d != "-1"]
+    import subprocess  # only to ask nvidia-smi: kept out of ``tsm status``/``list``
+
     smi = shutil.which("nvidia-smi")
     if not smi:
         return []

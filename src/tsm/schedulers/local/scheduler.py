@@ -11,19 +11,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import select
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError, SubmissionError, UnknownAppError
 from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
@@ -49,6 +46,11 @@ from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, 
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import check_exec_size
 from tsm.store import Store, tsm_home
+
+if TYPE_CHECKING:
+    # imported where used: ``tsm status``/``tsm list`` read the store and never open a socket or a process
+    import socket
+    import subprocess
 
 #: terminal AppState values as stored, and as an SQL list
 _TERMINAL = tuple(int(s) for s in AppState if s.is_terminal)
@@ -95,7 +97,8 @@ class LocalScheduler(Scheduler[LocalRequest]):
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[LocalRequest]:
         opts = LocalOptions.from_cfg(cfg)
-        app_id = f"{app.name}-{secrets.token_hex(4)}"
+        # what secrets.token_hex(4) returns, without importing secrets (hmac, hashlib, random: 7 ms of `tsm run`)
+        app_id = f"{app.name}-{os.urandom(4).hex()}"
         app_dir = str(tsm_home() / "local" / app_id)
         log_dir = os.path.join(os.path.abspath(opts.log_dir), app_id) if opts.log_dir else os.path.join(app_dir, "logs")
         default_cwd = os.path.abspath(opts.cwd) if opts.cwd else os.getcwd()
@@ -212,6 +215,8 @@ class LocalScheduler(Scheduler[LocalRequest]):
             shutil.rmtree(d, ignore_errors=True)
 
     def _spawn_supervisor(self, req: LocalRequest) -> None:
+        import subprocess
+
         # The supervisor needs only the standard library and tsm, so it starts without site-packages.
         pkg_parent = str(Path(__file__).resolve().parents[3])
         code = (
@@ -340,7 +345,7 @@ class LocalScheduler(Scheduler[LocalRequest]):
         spec = json.loads(row["spec"])
         reps = self.store.query("SELECT * FROM local_replicas WHERE app_id=? ORDER BY rowid", (app_id,))
         roles: dict[str, RoleStatus] = {r["name"]: RoleStatus(r["name"]) for r in spec["roles"]}
-        host = socket.gethostname()
+        host = os.uname().nodename  # what socket.gethostname() returns on Linux, without importing socket
         for rep in reps:
             roles.setdefault(rep["role"], RoleStatus(rep["role"])).replicas.append(
                 ReplicaStatus(
@@ -400,6 +405,8 @@ class LocalScheduler(Scheduler[LocalRequest]):
         """A connection to the app's supervisor, or None when it is not running or does not take the
         connection within ``timeout`` seconds (its backlog is full: a replica is flooding it). The
         socket returned is blocking."""
+        import socket
+
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         addr, dfd = _os.unix_address(os.path.join(app_dir, "sock"))
@@ -763,4 +770,7 @@ def _closing(events: Iterator[Any], waiter: _SupervisorEvents) -> Iterator[Any]:
     try:
         yield from events
     finally:
+        close = getattr(events, "close", None)  # a Lines (text_only) is walked in C: close it as yield from would
+        if close is not None:
+            close()
         waiter.close()
