@@ -8,6 +8,7 @@ Measured:
 * ``tsm serve --interval 1`` as its own process, with one page's event stream open: its CPU over 20 s,
   as a percentage of one core;
 * ``tsm top`` (the Textual app, headless, refreshing at 1 Hz): its process's CPU over 20 s;
+* the collector and ``tsm top`` again with 100 running apps of 10 replicas each (1,000 replica processes);
 * the same collector over 1,000 replicas (100 ended apps of 10 replicas, rows as the local scheduler
   writes them): calls per refresh equal to the 10-replica case.
 
@@ -26,6 +27,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _util import emit, private_home  # noqa: E402
@@ -99,26 +101,35 @@ def top_cpu() -> tuple[float, int]:
     return round(float(out[0]) * 100, 2), int(out[1])
 
 
+def launch(runner: Any, apps: int, replicas: int) -> tuple[list[str], float]:
+    """Start ``apps`` local apps of ``replicas`` sleeping replicas each; their handles and the time it took."""
+    from tsm.specs.api import AppDef, Resource, Role
+
+    handles: list[str] = []
+    t0 = time.perf_counter()
+    for i in range(apps):
+        handles.append(runner.run(AppDef(f"idle{i}", [Role("w", image=".", entrypoint="sleep", args=["600"],
+                                                            num_replicas=replicas,
+                                                            resource=Resource(cpu=1, gpu=0, memMB=64))]), "local"))
+    return handles, time.perf_counter() - t0
+
+
 def main() -> None:
     global APPS, WINDOW
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes: checks that the benchmark still runs")
-    if ap.parse_args().tiny:
+    tiny = ap.parse_args().tiny
+    if tiny:
         APPS, WINDOW = 3, 2.0
     from tsm.runner.api import get_runner
     from tsm.specs.api import AppDef, Resource, Role
     from tsm.store import Store
 
     private_home()
-    handles: list[str] = []
     with get_runner() as runner:
-        t0 = time.perf_counter()
+        handles: list[str] = []
         try:
-            for i in range(APPS):
-                handles.append(runner.run(AppDef(f"idle{i}", [Role("w", image=".", entrypoint="sleep", args=["600"],
-                                                                    resource=Resource(cpu=1, gpu=0, memMB=64))]),
-                                          "local"))
-            launch_s = time.perf_counter() - t0
+            handles, launch_s = launch(runner, APPS, 1)
             running = collector_figures()
             serve = serve_cpu()
             top, top_rows = top_cpu()
@@ -128,6 +139,21 @@ def main() -> None:
     emit("views: refresh with 100 running local apps", "store queries constant; view < 5 % of one core at 1 Hz",
          launch_s=round(launch_s, 1), collector=running, serve_cpu_pct_of_one_core=serve,
          top_cpu_pct_of_one_core=top, top_rows=top_rows)
+
+    private_home()  # the same with 10 replicas per app: 1,000 running replicas (sleep processes)
+    per_app = 2 if tiny else 10
+    with get_runner() as runner:
+        handles = []
+        try:
+            handles, launch_s = launch(runner, APPS, per_app)
+            running = collector_figures()
+            top, top_rows = top_cpu()
+        finally:
+            for h in handles:
+                runner.cancel(h)
+    emit("views: refresh with 1,000 running local replicas (100 apps of 10)",
+         "calls per refresh as with 100 replicas; view < 5 % of one core at 1 Hz",
+         launch_s=round(launch_s, 1), collector=running, top_cpu_pct_of_one_core=top, top_rows=top_rows)
 
     sizes = {}
     for apps, replicas in ((1, 10), (APPS, 10)):

@@ -173,3 +173,44 @@ def test_scheduler_without_hook_costs_one_list_and_one_describe_per_running_app(
         assert second.app(short.replace("local://", "plain://")).replicas[0].exit_code == 0
     finally:
         runner.cancel(long)
+
+
+def test_detail_limits_usage_and_last_lines_to_the_apps_shown(runner: Runner) -> None:
+    code = "import time\nprint('up', flush=True)\ntime.sleep(60)"
+    shown = runner.run(AppDef("shown", [py(code, "w", replicas=2)]), "local")
+    other = runner.run(AppDef("other", [py(code, "w", replicas=2)]), "local")
+    col = SnapshotCollector(runner=runner)
+    try:
+        def lines_up() -> Any:
+            snap = col.refresh()
+            apps = [snap.app(h) for h in (shown, other)]
+            return all(a and len(a.replicas) == 2 and all(r.last_line == "up" for r in a.replicas) for a in apps)
+
+        wait_for(lines_up)
+        full = col.refresh().calls
+        snap = col.refresh(detail={shown})
+        assert snap.calls == full  # the same store queries and one process-table walk
+        a, b = snap.app(shown), snap.app(other)
+        assert a is not None and b is not None
+        assert all(r.last_line == "up" and r.mem_used_mb is not None for r in a.replicas), a.replicas
+        assert all(r.last_line == "" and r.mem_used_mb is None for r in b.replicas), b.replicas
+        assert a.state == b.state == "RUNNING"  # states of every app all the same
+    finally:
+        runner.cancel(shown)
+        runner.cancel(other)
+
+
+def test_last_lines_are_read_once_after_the_end_and_forgotten_when_not_asked(tmp_path: Any) -> None:
+    from tsm.views.snapshot import LastLines
+
+    (tmp_path / "stdout").write_text("one\ntwo\n")
+    (tmp_path / "stderr").write_text("")
+    tails = LastLines()
+    assert tails.last(str(tmp_path)) == "two"
+    (tmp_path / "stdout").write_text("one\ntwo\nthree\n")
+    assert tails.last(str(tmp_path), final=True) == "three"  # the first look after the end reads the file
+    (tmp_path / "stdout").write_text("rewritten\n")
+    assert tails.last(str(tmp_path), final=True) == "three"  # ended and read: not looked at again
+    tails.prune()
+    tails.prune()  # a tick that did not ask about it: forgotten
+    assert tails.last(str(tmp_path)) == "rewritten"

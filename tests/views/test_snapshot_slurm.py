@@ -1,4 +1,4 @@
-"""The Snapshot over a real Slurm cluster: one ``squeue`` per refresh, however many apps and replicas."""
+"""The Snapshot over a real Slurm cluster: one ``squeue`` (and one ``sstat``) per refresh, however many apps and replicas."""
 
 from __future__ import annotations
 
@@ -49,8 +49,9 @@ def test_slurm_apps_refresh_with_one_squeue_per_tick(runner: Runner) -> None:
         after = slurm.command_counts()
         used = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
         assert used.get("squeue", 0) == 1, used  # 4 apps, 8 replicas: one queue listing
-        assert used.get("sacct", 0) <= 1, used
-        assert snap.calls["slurm.list"] == 1 and snap.calls["slurm.describe"] == 4
+        assert used.get("sacct", 0) == 0 and used.get("sstat", 0) <= 1, used  # sstat: usage of all 4 jobs
+        assert set(used) <= {"squeue", "sstat"}, used
+        assert snap.calls == {"store": 1, "slurm.view_snapshot": 1}, snap.calls  # the batch hook, once
     finally:
         for h in handles:
             runner.cancel(h)

@@ -10,9 +10,14 @@ replicas: state, host, attempt, exit code, last log line, requested and used CPU
   process table (:class:`~tsm.views.usage.UsageProbe`) and the tail of each replica's log files,
   re-read only when a file grew;
 * any other scheduler that offers the batch hook :class:`BatchSnapshot` (a ``view_snapshot`` method):
-  one call to it. A scheduler without the hook is asked with one ``list()`` plus one ``describe()``
-  per *app* still running (never per replica); an ended app is described once and remembered, since
-  terminal states are sticky.
+  one call to it, which makes one batched query of its backend (Slurm: one ``squeue`` plus one ``sstat``,
+  :mod:`tsm.schedulers.slurm.view`; Docker: one container list, :mod:`tsm.schedulers.docker.view`; Ray:
+  one job list, :mod:`tsm.schedulers.ray.view`). A scheduler without the hook is asked with one
+  ``list()`` plus one ``describe()`` per *app* still running (never per replica); an ended app is
+  described once and remembered, since terminal states are sticky.
+
+Usage and last log lines of local replicas can be limited to the apps a view shows them for
+(``refresh(detail=...)``): ``tsm top`` shows them for the selected app only.
 
 :attr:`Snapshot.calls` counts these calls per source, so the cost is a figure a test can check.
 """
@@ -24,7 +29,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -33,6 +38,8 @@ from tsm.views.usage import Usage, UsageProbe
 
 #: How many of the newest apps a snapshot shows by default.
 DEFAULT_LIMIT = 200
+#: AppState by its stored value (a dict lookup: 1,000 replicas a tick make ``AppState(v)`` show in profiles).
+_STATE = {s.value: s for s in AppState}
 #: Bytes read from the end of a log file to find its last line.
 _TAIL_BYTES = 4096
 
@@ -130,7 +137,7 @@ class BatchSnapshot(Protocol):
     def view_snapshot(self, app_ids: Sequence[str]) -> list[AppView]: ...
 
 
-def _requests(spec: dict[str, Any]) -> dict[str, tuple[float | None, float | None, int | None]]:
+def requests_of(spec: dict[str, Any]) -> dict[str, tuple[float | None, float | None, int | None]]:
     """role name -> (cpu, memMB, gpu) requested, None where the role asked for nothing (-1)."""
     out: dict[str, tuple[float | None, float | None, int | None]] = {}
     for r in spec.get("roles", []):
@@ -143,43 +150,66 @@ def _requests(spec: dict[str, Any]) -> dict[str, tuple[float | None, float | Non
     return out
 
 
-class _LastLines:
-    """The last line of each log file, re-read only when the file's size or mtime changed."""
+class LastLines:
+    """The last line of each log file, re-read only when the file's size or mtime changed.
+
+    Used by the local refresh and by the batch hooks of backends whose replica logs are files this host
+    can read (Slurm's job directory). A file whose replica has ended is not even looked at again once read
+    (``final``). :meth:`prune` after each tick forgets the files that tick did not ask about.
+    """
 
     def __init__(self) -> None:
-        self._cache: dict[str, tuple[int, int, str, int]] = {}  # path -> (size, mtime_ns, line, mtime)
+        self._cache: dict[str, tuple[int, int, str]] = {}  # path -> (size, mtime_ns, line)
+        self._sealed: set[str] = set()  # files read once their replica had ended: not looked at again
+        self._asked: set[str] = set()
 
-    def _line(self, path: str) -> tuple[str, int]:
+    def _line(self, path: str, final: bool = False) -> tuple[str, int]:
+        self._asked.add(path)
+        hit = self._cache.get(path)
+        if final and hit is not None and path in self._sealed:
+            return hit[2], hit[1]
+        if final:
+            self._sealed.add(path)  # this look, after the end, is the last one
         try:
             st = os.stat(path)
         except OSError:
             return "", 0
-        hit = self._cache.get(path)
         if hit is not None and hit[:2] == (st.st_size, st.st_mtime_ns):
-            return hit[2], hit[3]
+            return hit[2], hit[1]
         line = ""
         try:
-            with open(path, "rb") as f:
-                f.seek(max(0, st.st_size - _TAIL_BYTES))
-                data = f.read(_TAIL_BYTES)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                data = os.pread(fd, _TAIL_BYTES, max(0, st.st_size - _TAIL_BYTES))
+            finally:
+                os.close(fd)
             for raw in reversed(data.replace(b"\r", b"\n").split(b"\n")):
                 if raw.strip():
                     line = raw.decode("utf-8", "replace")
                     break
         except OSError:
             pass
-        self._cache[path] = (st.st_size, st.st_mtime_ns, line, st.st_mtime_ns)
+        self._cache[path] = (st.st_size, st.st_mtime_ns, line)
         return line, st.st_mtime_ns
 
-    def prune(self, limit: int) -> None:
-        """Drop the cache when it holds more than ``limit`` files (apps that left the view)."""
-        if len(self._cache) > limit:
-            self._cache.clear()
+    def prune(self) -> None:
+        """Forget the files not asked about since the last prune (replicas of apps that left the view)."""
+        if len(self._cache) > len(self._asked):
+            self._cache = {k: v for k, v in self._cache.items() if k in self._asked}
+        self._sealed &= self._asked
+        self._asked = set()
 
-    def last(self, rdir: str) -> str:
+    def last(self, rdir: str, final: bool = False) -> str:
         """The last non-empty line the replica wrote to stdout or stderr, whichever was written last."""
-        out, t_out = self._line(os.path.join(rdir, "stdout"))
-        err, t_err = self._line(os.path.join(rdir, "stderr"))
+        return self.last_of(f"{rdir}{os.sep}stdout", f"{rdir}{os.sep}stderr", final)
+
+    def last_of(self, stdout: str, stderr: str, final: bool = False) -> str:
+        """The last non-empty line of the two files ``stdout`` and ``stderr``, whichever was written last.
+
+        ``final``: the replica has ended, so files already read are not looked at again.
+        """
+        out, t_out = self._line(stdout, final)
+        err, t_err = self._line(stderr, final)
         if out and err:
             return err if t_err > t_out else out
         return out or err
@@ -203,7 +233,7 @@ class SnapshotCollector:
         self._runner = runner
         self.limit = limit
         self.probe = probe if probe is not None else UsageProbe()
-        self._tails = _LastLines()
+        self._tails = LastLines()
         self._ended: dict[str, AppView] = {}  # handle -> view of an ended app on a non-local scheduler
         self._reqs: dict[str, dict[str, tuple[float | None, float | None, int | None]]] = {}  # app id -> requests
         self._host = socket.gethostname()
@@ -217,8 +247,14 @@ class SnapshotCollector:
             self._runner = get_runner()
         return self._runner
 
-    def refresh(self) -> Snapshot:
-        """One snapshot of the ``limit`` newest apps: one batched call per scheduler (see the module doc)."""
+    def refresh(self, detail: Collection[str] | None = None) -> Snapshot:
+        """One snapshot of the ``limit`` newest apps: one batched call per scheduler (see the module doc).
+
+        ``detail``: handles of the apps whose local replicas need usage and last log lines (None: all). A
+        view that shows them for one app at a time (``tsm top``) passes that app, so a tick with 1,000
+        running local replicas reads the process table and log files of that app's replicas only; the
+        others keep their usage ``None`` and an empty last line.
+        """
         from tsm.history import History
 
         calls: dict[str, int] = {"store": 0}
@@ -229,10 +265,11 @@ class SnapshotCollector:
         for r in rows:
             by_sched.setdefault(r.scheduler, []).append(r)
         views: dict[str, AppView] = {}
+        wanted = None if detail is None else {r.app_id for r in rows if r.handle in detail}
         for name, recs in by_sched.items():
             try:
                 if name in ("local", "local_cwd"):
-                    got = self._local([r.app_id for r in recs], calls)
+                    got = self._local([r.app_id for r in recs], calls, wanted)
                 else:
                     got = self._other(name, recs, calls)
             except Exception as e:  # noqa: BLE001 - one unreachable backend must not hide the others
@@ -244,16 +281,19 @@ class SnapshotCollector:
                     v = AppView(r.handle, r.scheduler, r.app_id, r.name, r.state.name, created=r.created)
                 v.handle, v.scheduler, v.name = r.handle, r.scheduler, v.name or r.name
                 views[r.handle] = v
-        self._usage([a for a in views.values() if a.scheduler in ("local", "local_cwd")], calls)
+        self._usage([a for a in views.values() if a.scheduler in ("local", "local_cwd")
+                     and (detail is None or a.handle in detail)], calls)
         shown = {r.app_id for r in rows}  # forget what belongs to apps no longer shown (a long-lived view)
         self._reqs = {k: v for k, v in self._reqs.items() if k in shown}
         self._ended = {k: v for k, v in self._ended.items() if k in views}
-        self._tails.prune(len(views) * 8 + 1000)
+        self._tails.prune()
         return Snapshot(time.time(), [views[r.handle] for r in rows], calls, errors)
 
     # -- local -------------------------------------------------------------------------------------
-    def _local(self, app_ids: Sequence[str], calls: dict[str, int]) -> dict[str, AppView]:
-        """Views of local apps from two store queries, whatever their number of replicas."""
+    def _local(self, app_ids: Sequence[str], calls: dict[str, int],
+               detail: Collection[str] | None = None) -> dict[str, AppView]:
+        """Views of local apps from two store queries, whatever their number of replicas; the last log lines
+        of the replicas of ``detail`` (app ids; None: all)."""
         from tsm.schedulers.local.logs import replica_dir
 
         if not app_ids:
@@ -270,7 +310,7 @@ class SnapshotCollector:
             for app_id in stale:
                 calls["local.describe"] = calls.get("local.describe", 0) + 1
                 sched.describe(app_id)
-            return self._local(app_ids, calls)
+            return self._local(app_ids, calls, detail)
         by_app: dict[str, list[Any]] = {}
         for rep in reps:
             by_app.setdefault(rep["app_id"], []).append(rep)
@@ -278,20 +318,22 @@ class SnapshotCollector:
         for a in apps:
             req = self._reqs.get(a["app_id"])
             if req is None:  # an app's spec never changes: parsed once
-                req = self._reqs[a["app_id"]] = _requests(json.loads(a["spec"]))
+                req = self._reqs[a["app_id"]] = requests_of(json.loads(a["spec"]))
             view = AppView(
-                handle="", scheduler="local", app_id=a["app_id"], name=a["name"], state=AppState(a["state"]).name,
+                handle="", scheduler="local", app_id=a["app_id"], name=a["name"], state=_STATE[a["state"]].name,
                 created=a["created"], started=a["started"], ended=a["ended"], restarts=a["num_restarts"],
-                last_error=a["msg"] if AppState(a["state"]) == AppState.FAILED else "",
+                last_error=a["msg"] if _STATE[a["state"]] == AppState.FAILED else "",
             )
+            tails = detail is None or a["app_id"] in detail
             for rep in by_app.get(a["app_id"], []):
                 cpu, mem, gpu = req.get(rep["role"], (None, None, None))
-                state = AppState(rep["state"])
+                state = _STATE[rep["state"]]
                 view.replicas.append(ReplicaView(
                     role=rep["role"], idx=rep["idx"], state=state.name, host=self._host, attempt=rep["restarts"],
                     exit_code=rep["exit_code"], error=rep["error"], pid=rep["pid"] if not state.is_terminal else None,
                     cpu_req=cpu, mem_req_mb=mem, gpu_req=gpu,
-                    last_line=self._tails.last(replica_dir(a["log_dir"], rep["role"], rep["idx"])),
+                    last_line=self._tails.last(replica_dir(a["log_dir"], rep["role"], rep["idx"]), state.is_terminal)
+                    if tails else "",
                 ))
             if view.state == "FAILED" and not view.last_error:
                 view.last_error = next((r.error for r in view.replicas if r.error), "")
@@ -303,7 +345,7 @@ class SnapshotCollector:
         """True when a running app's supervisor and watchdog are both known to be gone (state is stale)."""
         from tsm.schedulers.local import _os
 
-        if AppState(row["state"]).is_terminal or not row["sup_pid"]:
+        if _STATE[row["state"]].is_terminal or not row["sup_pid"]:
             return False
         try:
             return not (_os.is_alive(row["sup_pid"], row["sup_start"])
@@ -354,14 +396,40 @@ class SnapshotCollector:
 
 
 def _from_describe(rec: Any, desc: Any) -> AppView:
-    """An :class:`AppView` from a scheduler's ``DescribeAppResponse``."""
-    req = _requests(desc.app.to_dict()) if desc.app is not None else {}
+    """An :class:`AppView` from a scheduler's ``DescribeAppResponse`` and the history's row ``rec``."""
+    view = view_of_describe(desc, rec.scheduler, handle=rec.handle, name=rec.name)
+    view.created = view.created or rec.created
+    return view
+
+
+def settled(view: AppView) -> bool:
+    """True once the app and every replica of it have ended: its view will not change (a hook may keep it).
+
+    An app is terminal as soon as one replica fails, while the others are still being stopped.
+    """
+    return view.terminal and all(
+        r.state in AppState.__members__ and AppState[r.state].is_terminal for r in view.replicas
+    )
+
+
+def view_of_describe(
+    desc: Any, scheduler: str, handle: str = "", name: str = "",
+    reqs: dict[str, tuple[float | None, float | None, int | None]] | None = None,
+) -> AppView:
+    """An :class:`AppView` from a scheduler's ``DescribeAppResponse`` (usage left n/a).
+
+    What the batch hooks of the backends build their views from; ``reqs`` (role -> requests, see
+    :func:`requests_of`) saves parsing the app again when the caller keeps it.
+    """
+    req = reqs if reqs is not None else (requests_of(desc.app.to_dict()) if desc.app is not None else {})
     error = desc.msg if desc.state == AppState.FAILED else ""
     if desc.structured_error_msg:
         with contextlib.suppress(ValueError, TypeError, AttributeError):
             error = json.loads(desc.structured_error_msg).get("message") or error
-    view = AppView(rec.handle, rec.scheduler, rec.app_id, rec.name, desc.state.name,
-                   created=desc.created or rec.created, restarts=desc.num_restarts, last_error=error)
+    if not name and desc.app is not None:
+        name = desc.app.name
+    view = AppView(handle, scheduler, desc.app_id, name, desc.state.name,
+                   created=desc.created, restarts=desc.num_restarts, last_error=error)
     for role in desc.roles_statuses:
         cpu, mem, gpu = req.get(role.role, (None, None, None))
         for rep in role.replicas:
@@ -370,4 +438,6 @@ def _from_describe(rec: Any, desc: Any) -> AppView:
                 attempt=getattr(rep, "restarts", 0) or 0, exit_code=getattr(rep, "exit_code", None),
                 error=getattr(rep, "error_msg", "") or "", cpu_req=cpu, mem_req_mb=mem, gpu_req=gpu,
             ))
+    if view.state == "FAILED" and not view.last_error:
+        view.last_error = next((r.error for r in view.replicas if r.state == "FAILED" and r.error), "")
     return view

@@ -5,6 +5,8 @@ Also the shared formatting (durations, used/requested figures, filters) of the t
 
 from __future__ import annotations
 
+import functools
+
 from tsm.views.snapshot import AppView, ReplicaView, Snapshot
 
 _BARS = "▁▂▃▄▅▆▇█"
@@ -38,8 +40,12 @@ def sparkline(values: list[float], width: int = 12) -> str:
     return "".join(_BARS[min(len(_BARS) - 1, int(v / top * (len(_BARS) - 1) + 0.5))] for v in vals)
 
 
+@functools.lru_cache(maxsize=8192)
 def printable(text: str) -> str:
-    """``text`` on one line with what a terminal would act on (escapes, CR, ...) written as escapes."""
+    """``text`` on one line with what a terminal would act on (escapes, CR, ...) written as escapes.
+
+    Cached: a view shows the same names, handles and errors tick after tick.
+    """
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(text.split()))
 
 

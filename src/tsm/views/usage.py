@@ -6,6 +6,10 @@ One :meth:`UsageProbe.sample` call walks the process table once, whatever the nu
 for, and keeps each process's CPU time so the next call turns the difference into cores used. On Linux
 the walk reads one ``/proc/<pid>/stat`` per process (process group, CPU times, resident pages: all in
 that one file; about 5x cheaper than asking psutil for the same); elsewhere it uses psutil when installed.
+A process seen in a group nobody asked for is not read again on later walks (a process does not move to
+another group; a new one has a new pid), except on every :data:`FULL_WALK_EVERY`-th walk, which reads
+them all again in case a pid was reused: with 100 replicas on a host of 500 processes a walk reads about
+100 files instead of 500.
 
 GPU memory comes from one ``nvidia-smi --query-compute-apps`` call per tick when that program exists;
 without it (or psutil) the figures are None, which the views show as ``n/a``. Nothing here raises
@@ -40,6 +44,8 @@ def _boot_time() -> float:
 
 
 _BOOT = _boot_time() if _PROC else 0.0
+#: Every this many walks, every process is read again, not only those in wanted or unseen groups.
+FULL_WALK_EVERY = 30
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,7 @@ class UsageProbe:
         self._prev_t: float | None = None
         #: How many process-table walks and nvidia-smi runs this probe made (for the refresh-cost figures).
         self.scans = 0
+        self._foreign: dict[str, int] = {}  # pid (as named in /proc) -> its process group, for groups not asked for
 
     @property
     def available(self) -> bool:
@@ -77,23 +84,34 @@ class UsageProbe:
     def _processes(self, wanted: set[int]) -> Iterator[tuple[int, int, float, float, float]]:
         """(pid, pgid, start time, CPU seconds, RSS MiB) of every process whose group is in ``wanted``."""
         if _PROC:
+            full = self.scans % FULL_WALK_EVERY == 1  # now and then, read every process again (pid reuse)
+            known, foreign = self._foreign, {}
             for name in os.listdir("/proc"):
                 if not name.isdigit():
                     continue
-                try:
-                    with open(f"/proc/{name}/stat", "rb") as f:
-                        data = f.read()
+                group = known.get(name)
+                if group is not None and group not in wanted and not full:
+                    foreign[name] = group  # seen before, in a group nobody asks for: not read again
+                    continue
+                try:  # os.open/os.read: a third of what a Python file object costs, for a thousand files a tick
+                    fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+                    try:
+                        data = os.read(fd, 4096)
+                    finally:
+                        os.close(fd)
                 except OSError:
                     continue  # ended since the listing
                 fields = data[data.rfind(b")") + 2:].split()
                 try:
                     pgid = int(fields[2])
                     if pgid not in wanted:
+                        foreign[name] = pgid
                         continue
                     yield (int(name), pgid, _BOOT + int(fields[19]) / _TICKS, (int(fields[11]) + int(fields[12])) / _TICKS,
                            int(fields[21]) * _PAGE / 2**20)
                 except (IndexError, ValueError):
                     continue
+            self._foreign = foreign  # only pids still listed: the map never outgrows the process table
             return
         assert self._psutil is not None
         for proc in self._psutil.process_iter(["pid", "create_time", "cpu_times", "memory_info"]):

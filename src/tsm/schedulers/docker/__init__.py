@@ -21,6 +21,8 @@ What it does:
   (``tsm run`` attached, ``tsm wait``); a launcher that is gone retries when the next status call comes.
 * **Status** is one ``containers.list`` by label per refresh for every app of the process (the kit's
   ``StatusWatcher``); an ended container is inspected once for its exit code and ``OOMKilled``.
+* **Views**: ``tsm top``/``tsm serve`` see every Docker app of a tick through one container list
+  (:mod:`.view`); CPU and memory come from container stats sampled every 5 s by a background thread.
 * **Logs** come from Docker (``local`` log driver: bytes kept as written), stdout and stderr apart or
   combined in order, ``since``/``until``/regex, follow. Before tsm removes a container its output is
   copied into ``$TSM_HOME/docker/<app_id>/logs``, so logs of removed containers stay readable.

@@ -21,6 +21,8 @@ What it does:
 * **Retries** ``REPLICA``, ``ROLE``, ``APPLICATION`` are run by the driver; ``num_restarts`` counts them.
 * **Status**: one ``list_jobs`` per refresh for every app of the process (the kit's ``StatusWatcher``),
   plus, per running app, the driver's status record (per role and replica: state, node, pid, exit code).
+* **Views**: ``tsm top``/``tsm serve`` see every Ray app of a tick through one ``list_jobs`` (:mod:`.view`);
+  a driver's status record is read when its job changed state, else at most every 5 s; usage is n/a.
 * **Logs**: each replica's stdout and stderr, apart or combined, with times (``since``/``until``), regex,
   follow; kept in the Ray log directory of the replica's node and read through Ray's log API.
 * **Cancel**: ``ray job stop``; the driver stops each replica's process group (SIGTERM, SIGKILL after

@@ -8,6 +8,7 @@ failure leaves as a :mod:`tsm.errors` class: a cluster that does not answer is
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from tsm.errors import SchedulerError, SchedulerUnavailableError
@@ -31,6 +32,13 @@ class RayClient:
     def __init__(self, address: str) -> None:
         self.address = address
         self._jobs: Any = None
+        self._lock = threading.Lock()
+        #: calls made to the cluster, by name ("list_jobs", "job", "read", ...), for tests and benchmarks
+        self.calls: dict[str, int] = {}
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.calls[name] = self.calls.get(name, 0) + 1
 
     @property
     def jobs(self) -> Any:
@@ -51,13 +59,17 @@ class RayClient:
             raise SchedulerError(f"Ray at {self.address}: {what}: {_short(e)}") from e
 
     def submit(self, **kw: Any) -> str:
+        self._count("submit")
         return str(self._call("submit job", self.jobs.submit_job, **kw))
 
     def list_jobs(self) -> list[Any]:
+        """Every job of the cluster (one call to the job API)."""
+        self._count("list_jobs")
         return list(self._call("list jobs", self.jobs.list_jobs))
 
     def job(self, app_id: str) -> Any | None:
         """The job's details, or None when the cluster has no such job."""
+        self._count("job")
         try:
             return self.jobs.get_job_info(app_id)
         except RuntimeError as e:
@@ -68,17 +80,20 @@ class RayClient:
             raise SchedulerUnavailableError(f"Ray at {self.address}: {_short(e)}; {_START}") from e
 
     def stop(self, app_id: str) -> None:
+        self._count("stop")
         self._call("stop job", self.jobs.stop_job, app_id)
 
     def nodes(self) -> list[dict[str, float]]:
         """The total resources of each alive node."""
         state = import_client("ray.util.state", extra="ray", backend="ray")
+        self._count("nodes")
         nodes = self._call("list nodes", state.list_nodes, address=self.address, detail=True)
         return [dict(n.resources_total) for n in nodes if n.state == "ALIVE"]
 
     def actors(self, app_id: str) -> list[Any]:
         """The alive actors of an app (named ``<app_id>/...`` in namespace ``tsm``)."""
         state = import_client("ray.util.state", extra="ray", backend="ray")
+        self._count("actors")
         found = self._call("list actors", state.list_actors, address=self.address,
                            filters=[("state", "=", "ALIVE")], detail=True, limit=10000)
         return [a for a in found if (a.name or "").startswith(app_id + "/")]
@@ -87,6 +102,7 @@ class RayClient:
         """A file under the node's Ray log directory (the dashboard's log API), or None when it is not there."""
         if not node_id:
             return None
+        self._count("read")
         import urllib.error
         import urllib.parse
         import urllib.request

@@ -12,7 +12,7 @@ import builtins
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,11 @@ from tsm.specs.api import AppDef, AppDryRunInfo, Role
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.store import tsm_home
 from tsm.workspace.api import METADATA_KEY, WorkspaceBuilder
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tsm.schedulers.ray.view import RayView
+    from tsm.views.snapshot import AppView
 
 _TERMINAL_JOB = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -81,6 +86,7 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
         self._watcher: StatusWatcher[DescribeAppResponse] = StatusWatcher(
             self._snapshot, self._lookup, is_terminal=lambda d: d.state.is_terminal
         )
+        self._view: RayView | None = None
 
     def client(self, address: str = "") -> RayClient:
         addr = resolve_address(address or self._address)
@@ -189,6 +195,16 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
         return DescribeAppResponse(app_id=app_id, state=d.state, num_restarts=d.num_restarts, msg=d.msg,
                                    created=d.created, roles_statuses=d.roles_statuses,
                                    app=record.app if record else None)
+
+    def view_snapshot(self, app_ids: Sequence[str]) -> builtins.list[AppView]:
+        """The views' batch hook (:class:`tsm.views.snapshot.BatchSnapshot`): every app of ``app_ids`` from one
+        ``list_jobs`` call (plus, per app, its driver's status record when it changed or got old); see
+        :mod:`tsm.schedulers.ray.view`."""
+        if self._view is None:
+            from tsm.schedulers.ray.view import RayView
+
+            self._view = RayView(self)
+        return self._view.snapshot(app_ids)
 
     def list(self) -> builtins.list[ListAppResponse]:
         rows = [st.list_row(str(j.submission_id), _job_status(j), dict(j.metadata or {}))

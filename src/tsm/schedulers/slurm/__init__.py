@@ -75,6 +75,10 @@ every ``describe``: one ``squeue`` call (at most one a second) serves every app,
 once for all the apps that need it, only about jobs ``squeue`` no longer lists. :meth:`SlurmScheduler.wait` backs off from 0.5 s to 5 s between polls, so
 waiting on a hundred apps in threads costs about one ``squeue`` a second in all.
 
+``tsm top`` and ``tsm serve`` see every Slurm app of a tick through one ``view_snapshot`` call
+(:mod:`.view`): one ``squeue``, one ``sstat`` for the usage of the running jobs' steps, and ``sacct`` only
+for jobs the controller forgot.
+
 Not carried over: ``min_replicas`` (Slurm allocates all ``num_replicas`` nodes; torchrun's own
 ``--nnodes min:max`` still works inside them), ``port_map`` (nodes of one job reach each other freely) and
 ``mounts`` (refused: replicas see the nodes' filesystems). Resource ``capabilities`` may set a role's own

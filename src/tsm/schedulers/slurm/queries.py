@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import subprocess
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 
 from tsm.schedulers.common.watcher import StatusWatcher
 from tsm.schedulers.slurm import cli
@@ -88,6 +89,37 @@ class SlurmQueries(StatusWatcher[list[SlurmJob]]):
     def job(self, app_id: str, max_age: float = 1.0) -> list[SlurmJob] | None:
         """The component records of app ``app_id`` (sorted by offset), or None when Slurm does not know it."""
         return self.get(app_id, max_age)
+
+    def jobs(self, app_ids: Sequence[str], max_age: float = 1.0) -> dict[str, list[SlurmJob]]:
+        """The records of each of ``app_ids`` Slurm knows, from at most one ``squeue`` and one ``sacct``.
+
+        What a view's tick asks (:mod:`tsm.schedulers.slurm.view`): the snapshot (no older than ``max_age``)
+        answers the jobs the controller holds; the others, those not known to have ended, are looked up
+        in *one* ``sacct`` for all of them, each at most every ``lookup_interval`` seconds (``get`` would
+        ask one at a time). Ended jobs are remembered for good, as by :meth:`job`.
+        """
+        out: dict[str, list[SlurmJob]] = {}
+        with self._lock:
+            now = time.monotonic()
+            if now - self._snapshot_at > max_age or any(
+                self._submitted.get(i, float("-inf")) >= self._snapshot_began for i in app_ids
+            ):
+                self._refresh()
+            missing = []
+            for app_id in app_ids:
+                found = self._final.get(app_id) or self._snapshot.get(app_id)
+                if found:
+                    out[app_id] = found
+                else:
+                    missing.append(app_id)
+            due = [i for i in missing if now - self._lookup_at.get(i, float("-inf")) > self.lookup_interval]
+            if due:
+                self._refresh_lookup(due)  # one sacct for every job the controller no longer holds
+            for app_id in missing:
+                found = self._final.get(app_id) or self._looked.get(app_id)
+                if found:
+                    out[app_id] = found
+        return out
 
     def queue(self, max_age: float = 1.0) -> dict[str, list[SlurmJob]]:
         """Every job ``squeue`` shows for this user, by app id."""

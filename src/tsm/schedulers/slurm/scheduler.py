@@ -7,11 +7,12 @@ and :mod:`.parse` reads them; the job directory fills in what Slurm does not kee
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -52,6 +53,11 @@ from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, 
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import check_exec_size
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tsm.schedulers.slurm.view import SlurmView
+    from tsm.views.snapshot import AppView
+
 
 def _default_job_dir(app_name: str) -> str:
     from tsm.store import tsm_home
@@ -74,6 +80,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
     ) -> None:
         super().__init__(backend, session_name)
         self._queries = queries_
+        self._view: SlurmView | None = None
 
     @property
     def queries(self) -> SlurmQueries:
@@ -229,10 +236,18 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         if not re.fullmatch(r"\d+", app_id):
             return None
         recs = self.queries.job(app_id, max_age=max_age)
-        job_dir = self._job_dir(app_id, recs)
+        return self.describe_records(app_id, recs, self._job_dir(app_id, recs))
+
+    def describe_records(
+        self, app_id: str, recs: list[SlurmJob] | None, job_dir: Path | None, app: AppDef | None = None
+    ) -> DescribeAppResponse | None:
+        """:meth:`describe` from records already fetched (``recs``, see :class:`SlurmQueries`), the app's job
+        directory and, when the caller keeps it, its ``app``: no Slurm command is run here (the views'
+        batch hook, :mod:`tsm.schedulers.slurm.view`, describes every app of a tick from one ``squeue``)."""
         if not recs:
             return self._describe_from_files(app_id, job_dir)
-        app = self._load_app(job_dir)
+        if app is None:
+            app = self._load_app(job_dir)
         if app is None or len(app.roles) != len(recs):
             app = self._rebuild_app(recs)
         leader = recs[0]
@@ -356,6 +371,16 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         return DescribeAppResponse(
             app_id=app_id, state=state, msg=msg, roles_statuses=roles_statuses, app=app
         )
+
+    def view_snapshot(self, app_ids: Sequence[str]) -> builtins.list[AppView]:
+        """The views' batch hook (:class:`tsm.views.snapshot.BatchSnapshot`): every app of ``app_ids`` from one
+        ``squeue``, one ``sacct`` only for jobs the controller forgot, and one ``sstat`` for the usage of the
+        running ones; see :mod:`tsm.schedulers.slurm.view`."""
+        if self._view is None:
+            from tsm.schedulers.slurm.view import SlurmView
+
+            self._view = SlurmView(self)
+        return self._view.snapshot(app_ids)
 
     def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
         """Block until the app is terminal or ``timeout`` passes; return its last description.

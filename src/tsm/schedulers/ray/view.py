@@ -1,0 +1,96 @@
+"""The views' batch hook for Ray: every app of a ``tsm top`` / ``tsm serve`` tick from one job-list call.
+
+:meth:`RayScheduler.view_snapshot <tsm.schedulers.ray.scheduler.RayScheduler.view_snapshot>` hands the app
+ids of a tick to :class:`RayView`, which makes, whatever the number of apps and replicas:
+
+* **one** ``list_jobs`` call to the cluster's job API: every app's state, message and shape (roles and
+  replica counts are in the job's metadata);
+* reads of the driver's status record (``tsm/<app>/status.json``, through the dashboard's log API: one
+  HTTP call per *app*, never per replica), which refines the replicas (state, node, exit code, error,
+  restarts): an app's record is read when its job's status changed since the last read (so a failure
+  shows with its reason on the tick that sees it) and otherwise at most every :data:`RECORD_INTERVAL`
+  seconds, at most :data:`MAX_READS` apps per tick (those read longest ago first); an ended app is read
+  once more and then remembered.
+
+Usage (CPU, memory, GPU) and the last log line are n/a for Ray: the State API has no per-actor usage, and a
+replica's log is one read per replica.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tsm.schedulers.common.record import AppRecord
+from tsm.schedulers.ray import status as st
+from tsm.schedulers.ray.request import META_APP
+from tsm.views.snapshot import AppView, requests_of, settled, view_of_describe
+
+if TYPE_CHECKING:
+    from tsm.schedulers.ray.scheduler import RayScheduler
+
+#: Seconds between two reads of a running app's status record when its job's status has not changed.
+RECORD_INTERVAL = 5.0
+#: Status records read per tick at most (beyond it, the ones read longest ago go first next tick).
+MAX_READS = 8
+
+
+class RayView:
+    """Builds the views of Ray apps for a tick; one per scheduler, kept across ticks (see the module doc)."""
+
+    def __init__(self, sched: RayScheduler) -> None:
+        self.sched = sched
+        self._ended: dict[str, AppView] = {}
+        self._records: dict[str, tuple[str, float, dict[str, Any] | None]] = {}  # app -> (job status, when, record)
+        self._reqs: dict[str, dict[str, tuple[float | None, float | None, int | None]]] = {}
+
+    def snapshot(self, app_ids: Sequence[str]) -> list[AppView]:
+        """Views of the apps of ``app_ids`` the cluster knows; see the module doc."""
+        from tsm.schedulers.ray.scheduler import _job_status, store_root
+
+        ids = list(dict.fromkeys(app_ids))
+        out = [self._ended[i] for i in ids if i in self._ended]
+        live = set(ids) - set(self._ended)
+        if not live:
+            return out
+        jobs = {str(j.submission_id): j for j in self.sched.client().list_jobs()
+                if j.submission_id and str(j.submission_id) in live and st.is_tsm_job(j.metadata)}
+        now = time.monotonic()
+        due = []
+        for app_id, job in jobs.items():
+            status = _job_status(job)
+            seen = self._records.get(app_id)
+            if seen is None or seen[0] != status:
+                due.append((0.0, app_id))  # new, or its job changed: read first
+            elif now - seen[1] > RECORD_INTERVAL:
+                due.append((seen[1], app_id))
+        for _, app_id in sorted(due)[:MAX_READS]:
+            job = jobs[app_id]
+            self._records[app_id] = (_job_status(job), now, self.sched._record(job))
+        for app_id in [i for i in ids if i in jobs]:
+            job = jobs[app_id]
+            status = _job_status(job)
+            seen = self._records.get(app_id)
+            record = seen[2] if seen is not None else None
+            meta = dict(job.metadata or {})
+            desc = st.describe(app_id, status, str(job.message or ""), meta, record)
+            reqs = self._reqs.get(app_id)
+            if reqs is None:
+                rec = AppRecord.load(store_root() / app_id / "app.json")
+                reqs = self._reqs[app_id] = requests_of(rec.app.to_dict()) if rec is not None else {}
+            view = view_of_describe(desc, "ray", name=meta.get(META_APP, ""), reqs=reqs)
+            view.started, view.ended = _seconds(job.start_time), _seconds(job.end_time)
+            if settled(view) and seen is not None and seen[0] == status:
+                self._ended[app_id] = view  # its record was read after it ended: it will not change
+            out.append(view)
+        keep = set(ids)
+        for cache in (self._ended, self._records, self._reqs):
+            for k in [k for k in cache if k not in keep]:
+                del cache[k]
+        return out
+
+
+def _seconds(ms: Any) -> float | None:
+    """Unix seconds from the job API's milliseconds (None or 0: not yet)."""
+    return ms / 1000.0 if isinstance(ms, (int, float)) and ms > 0 else None
