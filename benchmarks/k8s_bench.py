@@ -8,7 +8,8 @@ Lines:
   last replica's exit (``finishedAt`` Kubernetes recorded) to ``wait`` returning SUCCEEDED, for a role
   running ``sleep 3`` with a tenth of a CPU requested per replica.
 * ``k8s_api_calls``: API calls one status refresh makes for an app of 1 and of 32 replicas (it is one label-
-  selected pod list whatever the size).
+  selected pod list whatever the size), and those of one views refresh (``view_snapshot``: the same pod list,
+  plus one metrics list where the cluster serves ``metrics.k8s.io``; asked once, then not while it does not).
 
 The cluster is not started here (the first build takes about 10 minutes): without a ready cluster this
 prints a single ``skipped`` line and exits 0.
@@ -71,6 +72,7 @@ def main() -> None:
         app_id = s.submit(AppDef(f"bench{n}", [role]), cfg)
         running = None
         calls_per_refresh = None
+        view_calls: dict[str, int] = {}
         pods: list[dict[str, object]] = []
         while True:
             d = s.describe(app_id)
@@ -82,6 +84,10 @@ def main() -> None:
                 s._watcher.invalidate()
                 s.describe(app_id)
                 calls_per_refresh = sum(s.client.calls.values()) - before
+                before_view = dict(s.client.calls)
+                s.view_snapshot([app_id])  # the views' batched refresh (tsm top / tsm serve)
+                view_calls = {k: v - before_view.get(k, 0) for k, v in s.client.calls.items()
+                              if v != before_view.get(k, 0)}
             if d.state.is_terminal:
                 break
             if running is not None:  # the pods' end times (tsm deletes the pods once the app has ended)
@@ -93,7 +99,7 @@ def main() -> None:
                 if "terminated" in c.get("state", {})]
         emit(bench="k8s_latency", replicas=n, state=d.state.name, submit_to_running_s=round(running or -1, 2),
              exit_to_wait_s=round(done - max(ends), 2) if ends else None)
-        emit(bench="k8s_api_calls", replicas=n, calls_per_refresh=calls_per_refresh)
+        emit(bench="k8s_api_calls", replicas=n, calls_per_refresh=calls_per_refresh, view_snapshot_calls=view_calls)
     s.close()
 
 

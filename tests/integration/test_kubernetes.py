@@ -31,6 +31,7 @@ from schedulers import conformance
 from schedulers.conformance import CHECKS, Backend
 from tsm.errors import InvalidAppError, NotSupportedError, SubmissionError
 from tsm.schedulers.api import Stream
+from tsm.schedulers.kubernetes.request import host_name
 from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Resource, RetryPolicy, Role
 from tsm.specs.mounts import BindMount
@@ -321,3 +322,176 @@ def test_one_pod_list_per_refresh(sched: KubernetesScheduler, k8s_cluster: K8sCl
         assert desc is not None and len(desc.roles_statuses[0].replicas) == 4
     assert sum(client.calls.values()) - before == 1
     sched.cancel(app_id)
+
+
+#: each rank contributes (r + 1, 10 (r + 1)): with 2 ranks the all-reduced sum is (3, 30) in every pod
+GLOO_SUM = (
+    "import os, socket, torch, torch.distributed as dist\n"
+    "dist.init_process_group('gloo')\n"
+    "r, w = dist.get_rank(), dist.get_world_size()\n"
+    "t = torch.tensor([r + 1.0, 10.0 * (r + 1)])\n"
+    "dist.all_reduce(t, op=dist.ReduceOp.SUM)\n"
+    "print(f'rank {r}/{w} on {socket.gethostname()} via {os.environ[\"MASTER_ADDR\"]}: sum {t.tolist()}', flush=True)\n"
+    "dist.barrier()\n"
+    "dist.destroy_process_group()\n"
+)
+
+
+@pytest.mark.torch
+def test_dist_ddp_gloo_all_reduce_across_two_pods(sched: KubernetesScheduler, k8s_cluster: K8sCluster,
+                                                  tmp_path: Path) -> None:
+    """``dist.ddp -j 2x1``: torchrun's c10d rendezvous on rank 0's pod, then a real gloo all-reduce between the
+    two pods. On this DNS-less cluster the second pod reaches rank 0 by its pod IP, and rank 0's own FQDN
+    (which c10d advertises as MASTER_ADDR) through the host aliases tsm adds."""
+    from tsm.components.dist import ddp
+
+    if subprocess.run(["docker", "image", "inspect", k8s_cluster.torch_image], capture_output=True).returncode:
+        pytest.skip(f"no {k8s_cluster.torch_image} image (scripts/docker-up builds it with WITH_TORCH=1)")
+    script = tmp_path / "gloo_sum.py"
+    script.write_text(GLOO_SUM)
+    app = ddp(script=str(script), image=k8s_cluster.torch_image, j="2x1", cpu=1, memMB=1500,
+              env={"OMP_NUM_THREADS": "1"}, mounts=[f"type=bind,src={tmp_path},dst={tmp_path},readonly"])
+    app_id = sched.submit(app, {**CFG, "gang_timeout": 200.0})
+    desc = ended(sched, app_id)
+    role = app.roles[0].name
+    logs = {k: "".join(sched.log_iter(app_id, role, k)) for k in range(2)}
+    assert desc.state == AppState.SUCCEEDED, (desc, logs)
+    sums = {k: [ln.split("]:", 1)[-1] for ln in text.splitlines() if ": sum " in ln] for k, text in logs.items()}
+    fqdn = f"{host_name(role, 0)}.{app_id}.default.svc.cluster.local"  # rank 0's agent advertises its FQDN
+    ranks = []  # the c10d rendezvous numbers the pods in the order they joined: either may be rank 0
+    for k in range(2):
+        assert len(sums[k]) == 1, logs
+        head, _, tail = sums[k][0].partition("/2 on ")
+        ranks.append(head.removeprefix("rank "))
+        assert tail == f"{host_name(role, k)} via {fqdn}: sum [3.0, 30.0]", logs
+    assert sorted(ranks) == ["0", "1"], logs
+    gone(app_id)
+
+
+def _tsm(*args: str) -> subprocess.CompletedProcess[str]:
+    run = subprocess.run([sys.executable, "-m", "tsm.cli.main", *args], capture_output=True, text=True, timeout=HANG)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run
+
+
+def test_workspace_image_is_built_once_and_runs(k8s_cluster: K8sCluster, tmp_path: Path) -> None:
+    """``--workspace``: an image of the workspace on the role's image, built by the local engine (the kubelet's
+    runtime), runs the workspace's files; an unchanged workspace reuses the tag and builds nothing."""
+    import secrets
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    token = secrets.token_hex(8)  # a new workspace content: a tag no earlier run built
+    (ws / "data.txt").write_text(f"workspace {token}\n  two spaces, a tab\there\nno newline")
+    (ws / "skipped.txt").write_text("left out\n")
+    (ws / ".dockerignore").write_text("skipped.txt\n")
+    cmd = ["run", "-s", "kubernetes", "-c", "request_fraction=0.1", "--workspace", str(ws), "utils.sh",
+           "--image", k8s_cluster.python_image, "--", "cat data.txt; ls"]
+    plan = _tsm(*cmd[:1], "--dryrun", *cmd[1:]).stdout
+    line = next(ln for ln in plan.splitlines() if ln.startswith("# workspace image of role"))
+    tag = line.split(": build ", 1)[1].split()[0]
+    assert tag.startswith("tsm-workspace:") and f"image: \"{tag}\"" in plan, plan
+    try:
+        outputs, created = [], []
+        for _ in range(2):
+            run = _tsm(*cmd)
+            handle = next(w for w in (run.stdout + run.stderr).split() if w.startswith("kubernetes://"))
+            _tsm("wait", handle)
+            outputs.append(_tsm("log", handle).stdout)
+            created.append(subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}} {{.Created}}", tag],
+                                          capture_output=True, text=True).stdout)
+        # the replica's lines, prefixed by the CLI with the replica's name
+        bodies = [[ln.split(" ", 1)[1] if " " in ln else "" for ln in out.splitlines()] for out in outputs]
+        assert bodies[0] == [f"workspace {token}", "  two spaces, a tab\there", "no newlinedata.txt"], outputs[0]
+        assert bodies[1] == bodies[0]
+        assert created[0] and created[0] == created[1]  # the same image: not rebuilt
+        again = _tsm(*cmd[:1], "--dryrun", *cmd[1:]).stdout
+        assert f": reuse (already built) {tag} " in again, again
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+
+
+def _pods_ended(app_id: str, n: int) -> bool:
+    phases = kubectl("get", "pods", "-l", f"tsm/app-id={app_id}", "-o", "jsonpath={.items[*].status.phase}").stdout
+    return phases.split() == ["Succeeded"] * n
+
+
+def test_tsm_rm_deletes_what_an_unwatched_app_left(k8s_cluster: K8sCluster) -> None:
+    """``tsm run --detach`` and nobody looks again: the ended app's objects stay on the cluster until
+    ``tsm rm`` (which sees it ended, copies its logs, deletes every object, then forgets it)."""
+    run = _tsm("run", "--detach", "-s", "kubernetes", "-c", "request_fraction=0.1", "utils.sh",
+               "--image", k8s_cluster.python_image, "--num_replicas", "2", "--", "echo left behind")
+    handle = next(w for w in (run.stdout + run.stderr).split() if w.startswith("kubernetes://"))
+    app_id = handle.rsplit("/", 1)[1]
+    conformance._wait_until(lambda: _pods_ended(app_id, 2), "both pods to end", HANG)
+    assert objects(app_id).count("pod/") == 2  # nothing watched it: its objects are still there
+    assert _tsm("rm", handle).stdout == f"removed {handle}\n"
+    gone(app_id)
+    gone_log = subprocess.run([sys.executable, "-m", "tsm.cli.main", "log", handle], capture_output=True, text=True)
+    assert gone_log.returncode != 0
+
+
+def test_cleanup_command_deletes_ended_apps_after_a_time(sched: KubernetesScheduler, k8s_cluster: K8sCluster) -> None:
+    """``python -m tsm.schedulers.kubernetes cleanup``: for apps whose launcher is gone (no local state)."""
+    import shutil
+
+    from tsm.schedulers.kubernetes.scheduler import store_root
+
+    app_id = sched.submit(AppDef("orphan", [sh(k8s_cluster.python_image, "r", "echo bye")]), CFG)
+    conformance._wait_until(lambda: _pods_ended(app_id, 1), "the pod to end", HANG)
+    shutil.rmtree(store_root() / app_id)  # the launcher's machine is gone: nothing local knows the app
+
+    def cleanup(*args: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-m", "tsm.schedulers.kubernetes", "cleanup", *args],
+                             capture_output=True, text=True, timeout=HANG)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines()
+
+    assert f"deleted {app_id}" not in cleanup("--older-than", "3600")  # ended seconds ago: kept
+    assert f"would delete {app_id}" in cleanup("--dry-run")
+    assert objects(app_id)
+    assert f"deleted {app_id}" in cleanup("--older-than", "0")
+    gone(app_id)
+    bad = subprocess.run([sys.executable, "-m", "tsm.schedulers.kubernetes", "cleanup", "--older-than", "soon"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "not a number of seconds" in bad.stderr
+
+
+def test_view_snapshot_is_one_pod_list_for_every_app(sched: KubernetesScheduler, k8s_cluster: K8sCluster) -> None:
+    """The views' batched refresh (``tsm top``/``tsm serve``): one pod list for all the apps and their
+    replicas, plus one metrics list only when the cluster serves ``metrics.k8s.io`` (this one does not:
+    usage stays None, shown as n/a, and it is not asked again on the next refresh)."""
+    from tsm.views.snapshot import BatchSnapshot
+
+    assert isinstance(sched, BatchSnapshot)
+    img = k8s_cluster.python_image
+    many = sched.submit(AppDef("viewmany", [sh(img, "w", "sleep 600", num_replicas=3)]), CFG)
+    one = sched.submit(AppDef("viewone", [sh(img, "x", "exit 3")]), CFG)
+    conformance._wait_until(lambda: all(r.state == AppState.RUNNING for r in sched.describe(many).roles_statuses[0].replicas),
+                            "the 3 replicas to run")
+    conformance._wait_until(lambda: sched.describe(one).state == AppState.FAILED, "the other app to fail")
+    client = sched.client
+    ips = set(kubectl("get", "pods", "-l", f"tsm/app-id={many}", "-o", "jsonpath={.items[*].status.podIP}").stdout.split())
+    for refresh in range(2):
+        before = dict(client.calls)
+        views = {v.app_id: v for v in sched.view_snapshot([many, one, "nosuchapp-00000000"])}
+        made = {k: n - before.get(k, 0) for k, n in client.calls.items() if n != before.get(k, 0)}
+        assert made.pop("list pods") == 1, made
+        # the first refresh finds out the cluster serves no metrics; the second does not ask again
+        assert made in ({"list pod metrics": 1}, {}) if refresh == 0 else not made, made
+    assert set(views) == {many, one}
+    v = views[many]
+    assert (v.state, v.name, v.restarts, v.last_error) == ("RUNNING", "viewmany", 0, "")
+    assert v.created is not None and v.started is not None and v.ended is None
+    assert [(r.role, r.idx, r.state) for r in v.replicas] == [("w", k, "RUNNING") for k in range(3)]
+    assert {r.host for r in v.replicas} == ips and len(ips) == 3
+    for r in v.replicas:
+        assert (r.cpu_req, r.mem_req_mb, r.gpu_req, r.exit_code, r.attempt) == (0.1, 20.0, None, None, 0)
+        assert r.cpu_used is None and r.mem_used_mb is None  # no metrics-server: n/a, not an error
+    failed = views[one]  # ended: answered from the final status kept in the store
+    assert failed.state == "FAILED" and "exited with code 3" in failed.last_error
+    assert [(r.state, r.exit_code) for r in failed.replicas] == [("FAILED", 3)]
+    sched.cancel(many)
+    before = sum(client.calls.values())
+    (gone_view,) = sched.view_snapshot([many])
+    assert gone_view.state == "CANCELLED" and sum(client.calls.values()) == before  # no API call for an ended app

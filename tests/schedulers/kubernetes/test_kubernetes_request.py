@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -20,13 +21,15 @@ from tsm.schedulers.kubernetes.request import (
     format_request,
     host_name,
     job_name,
+    rank0_names,
     retried,
     short_name,
     validate,
+    with_own_ip_as_rank0,
     with_owner,
     with_rank0,
 )
-from tsm.schedulers.kubernetes.status import AppView, app_status, from_json
+from tsm.schedulers.kubernetes.status import AppView, app_status, from_json, latest_pod, quantity
 from tsm.specs.api import AppDef, AppState, Resource, RetryPolicy, Role
 from tsm.specs.mounts import BindMount, DeviceMount, VolumeMount
 
@@ -185,6 +188,46 @@ def test_owner_and_rank0_ip_are_applied_to_a_copy() -> None:
     ip = with_rank0(req.jobs[1], "172.17.0.5")
     env = {e["name"]: e["value"] for e in _pod_spec(ip)["containers"][0]["env"]}
     assert env["TSM_RANK0_HOST"] == "172.17.0.5"
+    assert "hostAliases" not in _pod_spec(req.jobs[1])
+
+
+def test_dns_mode_manifests_name_rank0_by_the_services_dns() -> None:
+    """dns=yes: every replica (rank 0 too) is told ``<role0>-0.<app_id>``, resolved by the cluster's DNS
+    through the headless Service (``publishNotReadyAddresses``: before the pods are Ready); no host aliases."""
+    app = AppDef("a", [Role("trainer", "img", "sh", num_replicas=2), Role("ps", "img", "sh")])
+    req = _req(app, dns="yes", namespace="ml")
+    assert req.dns == "yes"
+    for job in req.jobs:
+        pod = _pod_spec(job)
+        env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+        assert env["TSM_RANK0_HOST"] == f"trainer-0.{req.app_id}"
+        assert pod["subdomain"] == req.app_id == req.service["metadata"]["name"]
+        assert "hostAliases" not in pod
+    assert req.service["spec"]["publishNotReadyAddresses"] is True and req.service["spec"]["clusterIP"] == "None"
+    assert "dns=yes" in format_request(req)
+
+
+def test_no_dns_mode_gives_the_others_rank0_ip_and_host_aliases() -> None:
+    """dns=no: the others get rank 0's pod IP, and host aliases mapping every name rank 0's pod knows itself
+    by (torch's c10d advertises its FQDN) to that IP; a retry with a new IP replaces the old alias."""
+    app = AppDef("a", [Role("trainer", "img", "sh", num_replicas=2), Role("ps", "img", "sh")])
+    req = _req(app, dns="no", namespace="ml")
+    host = f"trainer-0.{req.app_id}"
+    names = ["trainer-0", host, f"{host}.ml.svc", f"{host}.ml.svc.cluster.local"]
+    assert rank0_names(req.jobs[2]) == names
+    job = with_rank0(req.jobs[2], "10.1.0.7")
+    pod = _pod_spec(job)
+    assert pod["hostAliases"] == [{"ip": "10.1.0.7", "hostnames": names}]
+    assert {e["name"]: e["value"] for e in pod["containers"][0]["env"]}["TSM_RANK0_HOST"] == "10.1.0.7"
+    again = _pod_spec(with_rank0(job, "10.1.0.9"))
+    assert again["hostAliases"] == [{"ip": "10.1.0.9", "hostnames": names}]
+    own = _pod_spec(with_own_ip_as_rank0(req.jobs[0]))["containers"][0]["env"]
+    assert next(e for e in own if e["name"] == "TSM_RANK0_HOST") == {
+        "name": "TSM_RANK0_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    overlaid = _req(AppDef("a", [Role("r", "img", "sh", num_replicas=2, metadata={
+        "kubernetes": {"hostAliases": [{"ip": "10.9.9.9", "hostnames": ["data"]}]}})]), dns="no")
+    kept = _pod_spec(with_rank0(overlaid.jobs[1], "10.1.0.7"))["hostAliases"]
+    assert kept[0] == {"ip": "10.9.9.9", "hostnames": ["data"]} and kept[1]["ip"] == "10.1.0.7"
 
 
 def test_dry_run_prints_every_manifest_as_yaml() -> None:
@@ -271,3 +314,23 @@ def test_dry_run_yaml_parses_back_to_the_manifests_for_the_hostile_corpus() -> N
     req = _req(AppDef("y", [Role("r", "img", "python", args, env=env, num_replicas=2)]))
     docs = [d for d in yaml.safe_load_all(format_request(req)) if d]
     assert docs == [req.service, *req.jobs]
+
+
+def test_quantities_requests_start_and_the_replicas_pod_for_the_views() -> None:
+    assert [quantity(q) for q in ("2", "1500m", "250000000n", "16Gi", "64M", "3k")] == [
+        2.0, 1.5, 0.25, 16 * 2**30, 64e6, 3000.0]
+    req = _req(AppDef("a", [Role("r", "img", "sh", resource=Resource(cpu=2, memMB=1000, gpu=1))]),
+               request_fraction=0.5)
+    raw = _pod("r", 0, "Running", containerStatuses=[
+        {"restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:05Z"}}}])
+    raw["spec"] = copy.deepcopy(_pod_spec(req.jobs[0]))
+    p = from_json(raw)
+    assert (p.cpu_req, p.mem_req_mb, p.gpu_req) == (1.0, 500.0, 1)
+    assert p.started == from_json(_pod("r", 0, "Running", created="2026-01-01T00:00:05Z")).created
+    assert from_json(_pod("r", 0, "Pending")).cpu_req is None  # a pod without a spec: no requests known
+    tries = [from_json(_pod("r", 0, "Failed", attempt=1, created="2026-01-01T00:00:01Z")),
+             from_json(_pod("r", 0, "Running", attempt=1, created="2026-01-01T00:00:09Z")),
+             from_json(_pod("r", 0, "Failed", attempt=0, created="2026-01-01T00:00:20Z"))]
+    latest = latest_pod(tries)
+    assert latest is not None and (latest.attempt, latest.phase) == (1, "Running")
+    assert latest_pod([]) is None

@@ -26,6 +26,7 @@ from tsm.errors import InvalidAppError, InvalidRunOptionError
 from tsm.schedulers.common.options import RunOptions, option
 from tsm.specs.api import AppDef, RetryPolicy, Role, is_null_resource, macros
 from tsm.specs.mounts import BindMount, DeviceMount, VolumeMount
+from tsm.workspace.image import ImagePlan as WorkspaceBuild  # a workspace image: built, or reused
 
 LABEL_SCHEDULER = "tsm.scheduler"
 LABEL_APP = "tsm.app-id"
@@ -86,19 +87,6 @@ class ContainerSpec:
     #: REPLICA retries: Docker restarts the container itself up to this many times
     restart_max: int = 0
     stop_grace: float = 10.0
-
-
-@dataclass
-class WorkspaceBuild:
-    """An image built from a workspace snapshot (or reused: ``build`` False when the tag exists)."""
-
-    role: str
-    snapshot: str
-    base_image: str
-    base_image_id: str
-    tag: str
-    dockerfile: str
-    build: bool
 
 
 @dataclass

@@ -15,7 +15,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -33,7 +33,6 @@ from tsm.schedulers.common.logs import (
 from tsm.schedulers.common.record import AppRecord
 from tsm.schedulers.common.watcher import StatusWatcher
 from tsm.schedulers.docker.client import DockerClient
-from tsm.schedulers.docker.dockerignore import filter_tar
 from tsm.schedulers.docker.request import (
     LABEL_APP,
     LABEL_ATTEMPT,
@@ -41,7 +40,6 @@ from tsm.schedulers.docker.request import (
     LABEL_SESSION,
     DockerOptions,
     DockerRequest,
-    WorkspaceBuild,
     build_request,
     format_request,
     validate,
@@ -50,15 +48,19 @@ from tsm.schedulers.docker.status import AppView, Observed, app_status, group
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.store import tsm_home
-from tsm.workspace.api import METADATA_KEY, WorkspaceBuilder, image_tag
+from tsm.workspace.api import WorkspaceBuilder
+from tsm.workspace.image import ImagePlan, build_image, plan_image, pull_policy
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tsm.schedulers.docker.view import DockerView
+    from tsm.views.snapshot import AppView as ViewOfApp
 
 STREAMS = ("stdout", "stderr")
 #: seconds after which a tsm network without containers counts as left behind (cleanup removes it)
 ORPHAN_AGE = 60.0
 #: seconds a status snapshot (one containers.list for every app) is reused by describe
 MAX_AGE = 0.2
-#: the name the Dockerfile of a workspace build has in its context (left out of the image)
-BUILD_DOCKERFILE = ".tsm-build.Dockerfile"
 
 
 def has_gpus() -> bool:
@@ -102,6 +104,7 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         self._lock = threading.Lock()
         #: networks the last :meth:`cleanup` could not remove, with Docker's reason
         self.cleanup_errors: builtins.list[str] = []
+        self._view: DockerView | None = None
 
     def _new_watcher(self) -> StatusWatcher[DescribeAppResponse]:
         return StatusWatcher(self._snapshot, self._lookup, is_terminal=lambda d: d.state.is_terminal)
@@ -122,14 +125,7 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerRequest]:
         opts = DockerOptions.from_cfg(cfg)
         req = build_request(app, opts, self.session_name, str(store_root()), time.time())
-        for role in app.roles:
-            ws = role.metadata.get(METADATA_KEY)
-            if isinstance(ws, dict) and ws.get("docker_tag") == role.image:
-                req.builds.append(WorkspaceBuild(
-                    role=role.name, snapshot=ws["snapshot"], base_image=ws["base_image"],
-                    base_image_id=ws["base_image_id"], tag=ws["docker_tag"], dockerfile=ws["dockerfile"],
-                    build=bool(ws["build"]),
-                ))
+        req.builds = [plan for plan in map(ImagePlan.from_metadata, app.roles) if plan is not None]
         built = {b.tag for b in req.builds}
         req.images = [i for i in req.images if i not in built]
         return AppDryRunInfo(request=req, fmt=format_request)
@@ -162,58 +158,16 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
             raise SubmissionError(f"app {req.app_id} could not start: {e}") from e
         return req.app_id
 
-    def _build(self, b: WorkspaceBuild) -> None:
+    def _build(self, b: ImagePlan) -> None:
         """Build a workspace image unless its tag is already here (then nothing is built)."""
-        if self.client.image_id(b.tag) is not None:
-            return
-        import io
-
-        from tsm.workspace.dir import write_context_tar
-
-        try:
-            user_ignore = (Path(b.snapshot) / ".dockerignore").read_text()
-        except OSError:
-            user_ignore = ""
-        # The engine does not apply .dockerignore to a context (the docker CLI does): the context is
-        # filtered here by the user's rules. The engine itself then drops the generated Dockerfile and the
-        # ignore file, because the ignore file it receives names them.
-        ignore = f"{user_ignore}\n{BUILD_DOCKERFILE}\n.dockerignore\n"
-        buf = io.BytesIO()
-        write_context_tar(b.snapshot, buf, extra={BUILD_DOCKERFILE: b.dockerfile.encode(), ".dockerignore": ignore.encode()})
-        context = filter_tar(buf.getvalue(), f"{user_ignore}\n!{BUILD_DOCKERFILE}\n!.dockerignore\n")
-        self.client.build(context, b.tag, {"tsm.workspace": "1", "tsm.base-image-id": b.base_image_id},
-                          dockerfile=BUILD_DOCKERFILE)
+        build_image(b, self.client)
 
     # -- workspaces --------------------------------------------------------------------------------------
     def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]) -> None:
-        """Snapshot ``workspace`` and point ``role`` at the image of it; the build itself runs at ``schedule``.
-
-        The tag is :func:`image_tag` of the snapshot's digest and the role image's id: when Docker already
-        has it, nothing is built. ``Dockerfile.tsm`` in the workspace is used as the Dockerfile when present;
-        otherwise ``FROM <role image>`` + ``COPY . <WORKDIR>`` with ``WORKDIR /workspace``.
-        """
-        from tsm.workspace.dir import DirWorkspace
-
-        report = DirWorkspace().build(workspace)
-        base = role.image
-        base_id = self.client.image_id(base)
-        if base_id is None:
-            pulled = self.client.ensure_image(base, str(cfg.get("pull") or "missing"))
-            base_id = self.client.image_id(base)
-            if base_id is None:
-                raise SubmissionError(f"workspace image: base image of role '{role.name}': {pulled}")
-        custom = Path(report.snapshot) / "Dockerfile.tsm"
-        if custom.is_file():
-            dockerfile = custom.read_text()
-        else:
-            dockerfile = f"FROM {base}\nWORKDIR /workspace\nCOPY . /workspace\n"
-        tag = image_tag(report.digest, base_id + "\0" + dockerfile)
-        role.image = tag
-        role.metadata[METADATA_KEY] = {
-            "workspace": os.path.abspath(workspace), "digest": report.digest, "snapshot": report.snapshot,
-            "files": report.files, "bytes": report.bytes, "base_image": base, "base_image_id": base_id,
-            "docker_tag": tag, "dockerfile": dockerfile, "build": self.client.image_id(tag) is None,
-        }
+        """Snapshot ``workspace`` and point ``role`` at the image of it; the build itself runs at ``schedule``
+        (:func:`tsm.workspace.image.plan_image`: content-hash tag on the role image's id, ``Dockerfile.tsm``
+        when the workspace has one; nothing is built when Docker already has the tag)."""
+        plan_image(role, workspace, self.client, pull_policy(cfg))
 
     def dryrun_push_images(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
         """Nothing to push: the image is built on this Docker engine, which runs it."""
@@ -315,6 +269,16 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         if record is not None and not out.roles_statuses:
             out.roles_statuses = [RoleStatus(r.name) for r in record.app.roles]
         return out
+
+    def view_snapshot(self, app_ids: Sequence[str]) -> builtins.list[ViewOfApp]:
+        """The views' batch hook (:class:`tsm.views.snapshot.BatchSnapshot`): every app of ``app_ids`` from one
+        label-filtered container list, usage from a background stats sampler; see
+        :mod:`tsm.schedulers.docker.view`."""
+        if self._view is None:
+            from tsm.schedulers.docker.view import DockerView
+
+            self._view = DockerView(self)
+        return self._view.snapshot(app_ids)
 
     def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
         """Poll :meth:`describe` (never Docker's blocking wait: ROLE/APPLICATION retries happen on a look),
@@ -534,6 +498,9 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
             time.sleep(0.2)
 
     def close(self) -> None:
+        if self._view is not None:
+            self._view.close()
+            self._view = None
         if self._client is not None:
             self._client.close()
 

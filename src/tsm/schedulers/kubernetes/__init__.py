@@ -14,7 +14,8 @@ What it does (works on any cluster >= 1.20, built-in objects only):
   prints the manifests as YAML exactly as they are created (names cut to 63 characters with a stable hash).
 * **Rank 0**: ``TSM_RANK0_HOST`` (``${rank0_env}``) is ``<role0>-0.<app_id>``, the Service's DNS name. On a
   cluster without DNS (run option ``dns=auto`` detects it; ``yes``/``no`` force it) rank 0 is created first
-  and its pod IP is handed to the others (and again to a retried role/app).
+  and reads its own pod IP (downward API); the others get that IP (again for a retried role/app) and
+  ``hostAliases`` mapping rank 0's names to it, since torch's c10d rendezvous advertises rank 0's FQDN.
 * **Gang start**: ``schedule`` refuses an app whose requests exceed a node's or the cluster's allocatable
   (it could never run); after creation, if not every replica is Running within ``gang_timeout`` seconds,
   the app is deleted and FAILED with Kubernetes' reason (``ErrImagePull``, ``Unschedulable``, ...).
@@ -35,8 +36,14 @@ What it does (works on any cluster >= 1.20, built-in objects only):
   replica. Before tsm deletes a pod its log is copied into ``$TSM_HOME/kubernetes/<app_id>/logs``.
 * **Lifetime**: an app that ends is deleted from the cluster at once (its logs and final status kept
   locally: ``describe``, ``logs`` and ``list`` keep working; 1.20 has no Job TTL controller); ``cancel``
-  deletes every object (cascading, with ``grace_period``); :meth:`KubernetesScheduler.cleanup` deletes what
-  a crashed launcher left behind.
+  deletes every object (cascading, with ``grace_period``). What nothing saw end (a killed launcher, a
+  detached run, another machine's apps) goes with ``tsm rm`` or ``python -m tsm.schedulers.kubernetes
+  cleanup --older-than SECONDS`` (:meth:`KubernetesScheduler.cleanup`; from cron: finished apps kept for a time).
+* **Workspaces**: ``--workspace`` builds an image of it on the first role's image with the local Docker
+  engine (:mod:`tsm.workspace.image`: content-hash tag, reused while unchanged); the kubelet runs it with
+  ``IfNotPresent`` and no registry when its runtime is that engine (dockershim, as ``scripts/k8s-up``).
+* **Views**: ``view_snapshot`` gives ``tsm top``/``tsm serve`` every app from one pod list (plus one
+  ``metrics.k8s.io`` list for usage where metrics-server runs; n/a elsewhere).
 
 Kubernetes expands ``$(VAR)`` in commands and env values: tsm writes every ``$`` as ``$$`` so arguments
 arrive byte for byte. Values that are not UTF-8 and env names Kubernetes refuses are refused at dry run.

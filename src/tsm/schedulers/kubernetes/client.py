@@ -19,17 +19,13 @@ from typing import Any
 from tsm.errors import SchedulerError, SchedulerUnavailableError
 from tsm.schedulers.common.optional import import_client
 from tsm.schedulers.kubernetes.request import LABEL_APP, LABEL_REPLICA, LABEL_ROLE, LABEL_SCHEDULER
+from tsm.schedulers.kubernetes.status import quantity as _quantity
 
+#: app ids up to which a pod list selects them by label (``tsm/app-id in (...)``); more: the namespace's tsm pods
+MAX_SELECTOR_IDS = 100
+#: seconds before asking again for pod metrics after the cluster said it serves none
+METRICS_RETRY = 300.0
 HINT = "start one with `sudo scripts/k8s-up` (then KUBECONFIG=/var/lib/tsm-k8s/kubeconfig), or set kubeconfig/context"
-
-
-def _quantity(text: str) -> float:
-    """A Kubernetes quantity (``2``, ``1500m``, ``16Gi``, ``64M``) as a number (cores, bytes, count)."""
-    units = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-    for suffix in sorted(units, key=len, reverse=True):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * units[suffix]
-    return float(text)
 
 
 class KubeClient:
@@ -64,6 +60,8 @@ class KubeClient:
         self.api: Any = api
         self.core: Any = client.CoreV1Api(api)
         self.batch: Any = client.BatchV1Api(api)
+        self.custom: Any = client.CustomObjectsApi(api)
+        self._no_metrics_until = 0.0
         self.ApiException: type[Exception] = client.ApiException
 
     @contextlib.contextmanager
@@ -106,6 +104,47 @@ class KubeClient:
         with self._call("list pods"):
             return self._items(self.core.list_namespaced_pod(self.namespace, label_selector=sel,
                                                             _preload_content=False))
+
+    def list_pods_of(self, app_ids: list[str]) -> list[dict[str, Any]]:
+        """The pods of every app in ``app_ids``: one call (a set-based label selector; past
+        :data:`MAX_SELECTOR_IDS` ids, every tsm pod of the namespace, filtered here)."""
+        sel = f"{LABEL_SCHEDULER}=kubernetes"
+        if len(app_ids) <= MAX_SELECTOR_IDS:
+            sel += f",{LABEL_APP} in ({','.join(sorted(set(app_ids)))})"
+        with self._call("list pods"):
+            items = self._items(self.core.list_namespaced_pod(self.namespace, label_selector=sel,
+                                                             _preload_content=False))
+        wanted = set(app_ids)
+        return [p for p in items if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_APP) in wanted]
+
+    def pod_metrics(self, app_ids: list[str]) -> dict[str, tuple[float, float]] | None:
+        """``{pod: (cores, bytes)}`` in use, summed over containers, from metrics-server's ``metrics.k8s.io``
+        (one call), or None when the cluster does not serve that API (asked again after :data:`METRICS_RETRY` s)."""
+        import time
+
+        if time.monotonic() < self._no_metrics_until:
+            return None
+        sel = f"{LABEL_SCHEDULER}=kubernetes"
+        if len(app_ids) <= MAX_SELECTOR_IDS:
+            sel += f",{LABEL_APP} in ({','.join(sorted(set(app_ids)))})"
+        try:
+            with self._call("list pod metrics"):
+                resp = self.custom.list_namespaced_custom_object("metrics.k8s.io", "v1beta1", self.namespace, "pods",
+                                                                 label_selector=sel, _preload_content=False)
+        except SchedulerError as e:
+            if "(404)" in str(e) or "(503)" in str(e) or "(403)" in str(e):  # not served (no metrics-server)
+                self._no_metrics_until = time.monotonic() + METRICS_RETRY
+                return None
+            raise
+        out: dict[str, tuple[float, float]] = {}
+        for item in self._items(resp):
+            cpu = mem = 0.0
+            for c in item.get("containers") or []:
+                usage = c.get("usage") or {}
+                cpu += _quantity(str(usage.get("cpu", "0")))
+                mem += _quantity(str(usage.get("memory", "0")))
+            out[item["metadata"]["name"]] = (cpu, mem)
+        return out
 
     def list_jobs(self, app_id: str | None = None) -> list[dict[str, Any]]:
         sel = f"{LABEL_SCHEDULER}=kubernetes" + (f",{LABEL_APP}={app_id}" if app_id else "")

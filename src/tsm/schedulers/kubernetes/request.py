@@ -44,11 +44,15 @@ LABEL_ATTEMPT = "tsm/attempt"
 ANN_ROLE = "tsm/role-name"
 ANN_ROLES = "tsm/roles"
 ANN_CREATED = "tsm/created"
+#: annotation: rank 0's name in the Service's DNS, ``<role0>-0.<app_id>``
+ANN_RANK0 = "tsm/rank0"
 #: the role metadata key holding a dict deep-merged into each replica's pod spec
 OVERLAY_KEY = "kubernetes"
 CONTAINER = "main"
 RANK0_VAR = "TSM_RANK0_HOST"
 TORCHX_RANK0_VAR = "TORCHX_RANK0_HOST"
+#: the cluster's DNS domain as kubelets default it (``--cluster-domain``); used for rank 0's full name only
+CLUSTER_DOMAIN = "cluster.local"
 
 PULL_POLICIES = ("IfNotPresent", "Always", "Never")
 DNS_MODES = ("auto", "yes", "no")
@@ -128,6 +132,8 @@ class KubernetesRequest:
     spec: dict[str, Any] = field(default_factory=dict)
     kubeconfig: str | None = None
     context: str | None = None
+    #: workspace images (:class:`tsm.workspace.image.ImagePlan` as dicts) built on the local engine at schedule
+    builds: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> str:
         """The request as JSON (saved beside the app; read back to recreate Jobs on ROLE/APPLICATION retries)."""
@@ -338,7 +344,8 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
             if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
                 env[TORCHX_RANK0_VAR] = rank0
             labels = {**base_labels, LABEL_ROLE: label_value(role.name), LABEL_REPLICA: str(i), LABEL_ATTEMPT: "0"}
-            annotations = {ANN_ROLE: role.name, ANN_ROLES: json.dumps(shape), ANN_CREATED: f"{created:.3f}"}
+            annotations = {ANN_ROLE: role.name, ANN_ROLES: json.dumps(shape), ANN_CREATED: f"{created:.3f}",
+                           ANN_RANK0: rank0}
             container: dict[str, Any] = {
                 "name": CONTAINER,
                 "image": role.image,
@@ -399,12 +406,45 @@ def with_owner(manifest: dict[str, Any], service_uid: str, app_id: str) -> dict[
     return out
 
 
+def rank0_names(job: dict[str, Any]) -> list[str]:
+    """Every name rank 0's pod knows itself by (its ``/etc/hosts`` line, written by the kubelet):
+    ``<host>``, ``<host>.<app_id>``, ``<host>.<app_id>.<ns>.svc`` and ``...svc.<CLUSTER_DOMAIN>`` (what
+    ``socket.getfqdn()`` returns inside it, hence what torch's c10d rendezvous advertises)."""
+    dns = job["metadata"]["annotations"].get(ANN_RANK0)  # "<host>.<app_id>"
+    if not dns:  # a request saved before the annotation existed: the env still holds the DNS name
+        env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+        dns = env[RANK0_VAR].replace("$$", "$")
+    short = dns.split(".", 1)[0]
+    svc = f"{dns}.{job['metadata']['namespace']}.svc"
+    return [short, dns, svc, f"{svc}.{CLUSTER_DOMAIN}"]
+
+
 def with_rank0(job: dict[str, Any], host: str) -> dict[str, Any]:
-    """``job`` with ``TSM_RANK0_HOST`` set to ``host`` (rank 0's pod IP on a cluster without DNS)."""
+    """``job`` with ``TSM_RANK0_HOST`` set to ``host`` (rank 0's pod IP on a cluster without DNS).
+
+    The pod also gets ``hostAliases`` mapping rank 0's host names (:func:`rank0_names`) to that IP: a
+    process in rank 0's pod that advertises its own name (torch's c10d rendezvous does, with its FQDN)
+    is then reachable from this pod without cluster DNS.
+    """
+    out = copy.deepcopy(job)
+    pod = out["spec"]["template"]["spec"]
+    names = rank0_names(job)
+    for e in pod["containers"][0]["env"]:
+        if e["name"] in (RANK0_VAR, TORCHX_RANK0_VAR):
+            e["value"] = escape(host)
+    aliases = [a for a in pod.get("hostAliases", []) if a.get("hostnames") != names]
+    pod["hostAliases"] = [*aliases, {"ip": host, "hostnames": names}]
+    return out
+
+
+def with_own_ip_as_rank0(job: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0's ``job`` on a cluster without DNS: ``TSM_RANK0_HOST`` is its own pod IP (the downward API's
+    ``status.podIP``), the address the others are given, so a rendezvous on it sees itself as the host."""
     out = copy.deepcopy(job)
     for e in out["spec"]["template"]["spec"]["containers"][0]["env"]:
         if e["name"] in (RANK0_VAR, TORCHX_RANK0_VAR):
-            e["value"] = escape(host)
+            e.pop("value", None)
+            e["valueFrom"] = {"fieldRef": {"fieldPath": "status.podIP"}}
     return out
 
 
@@ -489,5 +529,9 @@ def format_request(req: KubernetesRequest) -> str:
         f"# rank 0: {RANK0_VAR} = Service DNS name; dns={req.dns}: without cluster DNS it becomes rank 0's pod IP",
         f"# gang_timeout {req.gang_timeout:g}s: not every replica Running by then -> deleted, FAILED with the reason",
     ]
+    for b in req.builds:
+        what = "build" if b.get("build") else "reuse (already built)"
+        head.append(f"# workspace image of role '{b['role']}': {what} {b['tag']} on {b['base_image']} "
+                    f"from {b['snapshot']} (local Docker engine, the kubelet's runtime: no registry)")
     docs = [to_yaml(req.service)] + [to_yaml(j) for j in req.jobs]
     return "\n".join(head) + "\n---\n" + "---\n".join(docs)

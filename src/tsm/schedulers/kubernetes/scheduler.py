@@ -16,12 +16,18 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tsm.errors import NotSupportedError, SchedulerError, SubmissionError, UnknownAppError
+from tsm.errors import (
+    InvalidRunOptionError,
+    NotSupportedError,
+    SchedulerError,
+    SubmissionError,
+    UnknownAppError,
+)
 from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
 from tsm.schedulers.common.logs import (
     check_replica,
@@ -47,13 +53,34 @@ from tsm.schedulers.kubernetes.request import (
     host_name,
     retried,
     validate,
+    with_own_ip_as_rank0,
     with_owner,
     with_rank0,
 )
-from tsm.schedulers.kubernetes.status import AppView, Pod, app_status, from_json, group
-from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, RoleStatus
+from tsm.schedulers.kubernetes.status import (
+    AppView,
+    Pod,
+    app_status,
+    from_json,
+    group,
+    latest_pod,
+    parse_time,
+)
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.store import tsm_home
+from tsm.workspace.api import WorkspaceBuilder
+from tsm.workspace.image import ImagePlan, build_image, docker_client, plan_image
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tsm.schedulers.docker.client import DockerClient
+    from tsm.views.snapshot import AppView as ViewApp
+
+
+#: seconds a Service without any pod is left alone by :meth:`KubernetesScheduler.cleanup` (its Jobs' pods
+#: may still be on their way)
+ORPHAN_AGE = 300.0
 
 
 def store_root() -> Path:
@@ -80,8 +107,13 @@ def _status_from_json(text: str) -> DescribeAppResponse | None:
         return None
 
 
-class KubernetesScheduler(Scheduler[KubernetesRequest]):
-    """Runs each replica as a ``batch/v1`` Job behind one headless Service (see :mod:`tsm.schedulers.kubernetes`)."""
+class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
+    """Runs each replica as a ``batch/v1`` Job behind one headless Service (see :mod:`tsm.schedulers.kubernetes`).
+
+    ``--workspace``: the first role's image becomes an image of the workspace built on it by the local Docker
+    engine (:mod:`tsm.workspace.image`: content-hash tag, reused when unchanged), which the kubelet runs
+    without a registry when its runtime is that engine (dockershim on this machine, as ``scripts/k8s-up``).
+    """
 
     requires_resource = False
 
@@ -95,6 +127,7 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
             self._where = (client.namespace, kubeconfig, context)
         self._watcher = self._new_watcher()
         self._lock = threading.Lock()
+        self._docker: DockerClient | None = None
 
     def _new_watcher(self) -> StatusWatcher[DescribeAppResponse]:
         return StatusWatcher(self._snapshot, self._lookup, is_terminal=lambda d: d.state.is_terminal)
@@ -126,7 +159,32 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[KubernetesRequest]:
         opts = KubernetesOptions.from_cfg(cfg)
         req = build_request(app, opts, self.session_name, str(store_root()), time.time())
+        plans = [p for p in (ImagePlan.from_metadata(r) for r in app.roles) if p is not None]
+        if plans and opts.image_pull_policy == "Always":
+            raise InvalidRunOptionError(
+                f"image_pull_policy=Always cannot run the workspace image {plans[0].tag}: it is built on the local "
+                "Docker engine, not in a registry; use IfNotPresent (the default) or Never"
+            )
+        req.builds = [p.to_dict() for p in plans]
         return AppDryRunInfo(request=req, fmt=format_request)
+
+    # -- workspaces --------------------------------------------------------------------------------------
+    def _docker_client(self) -> DockerClient:
+        if self._docker is None:
+            self._docker = docker_client()
+        return self._docker
+
+    def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]) -> None:
+        """Snapshot ``workspace`` and point ``role`` at its image's tag; the build runs at ``schedule``
+        (skipped when the tag is already on the engine: :func:`tsm.workspace.image.plan_image`)."""
+        plan_image(role, workspace, self._docker_client())
+
+    def dryrun_push_images(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+        """Nothing to push: the kubelet runs the image from the engine that built it."""
+        return None
+
+    def push_images(self, images_to_push: None) -> None:
+        """Nothing to push (see :meth:`dryrun_push_images`)."""
 
     def check_fits(self, req: KubernetesRequest, client: KubeClient) -> None:
         """Refuse an app that can never run: a replica bigger than every node, or more than the cluster has."""
@@ -156,6 +214,11 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
         req = dryrun_info.request
         client = self._client_of(req)
         self.check_fits(req, client)
+        for b in req.builds:  # workspace images, before anything exists on the cluster
+            try:
+                build_image(ImagePlan(**b), self._docker_client())
+            except SchedulerError as e:
+                raise SubmissionError(f"app {req.app_id}: workspace image of role '{b['role']}': {e}") from e
         app_dir = Path(req.app_dir)
         app_dir.mkdir(parents=True, exist_ok=True)
         (app_dir / "request.json").write_text(req.to_json())
@@ -182,7 +245,12 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
         return flag.read_text() == "yes"
 
     def _create_jobs(self, req: KubernetesRequest, client: KubeClient, jobs: builtins.list[dict[str, Any]]) -> None:
-        """Create ``jobs`` owned by the Service; without DNS, rank 0's pod IP goes to the others."""
+        """Create ``jobs`` owned by the Service; without DNS, rank 0 first, then its pod IP to the others.
+
+        Without DNS rank 0 reads its own pod IP (downward API) as ``TSM_RANK0_HOST`` and the others get that
+        IP plus ``hostAliases`` for rank 0's host names, since a rendezvous (torch's c10d) advertises the
+        host's FQDN, which only the cluster DNS would otherwise resolve.
+        """
         uid = (Path(req.app_dir) / "service-uid").read_text()
         rest = list(jobs)
         ip = ""
@@ -192,7 +260,7 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
             if first is not None:
                 rest.remove(first)
                 try:
-                    client.create_job(with_owner(first, uid, req.app_id))
+                    client.create_job(with_owner(with_own_ip_as_rank0(first), uid, req.app_id))
                 except SchedulerError as e:
                     if "(409)" not in str(e):
                         raise
@@ -372,6 +440,91 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
                                                            created=d.created)
         return sorted(rows.values(), key=lambda r: -(r.created or 0))
 
+    # -- views (tsm top / tsm serve) ----------------------------------------------------------------------
+    def view_snapshot(self, app_ids: Sequence[str]) -> builtins.list[ViewApp]:
+        """The views' batched refresh (:class:`tsm.views.snapshot.BatchSnapshot`): every app of ``app_ids``
+        this scheduler knows, from ONE label-selected pod list per namespace (one in practice, whatever the
+        number of apps and replicas) plus, when the cluster serves ``metrics.k8s.io``, one pod-metrics list.
+
+        An ended app answers from its final status in the store (no API call). Per replica: state, pod IP,
+        restarts (``attempt``), exit code, Kubernetes' reason, the container's requests; usage (cores and
+        MiB in use) from metrics-server, None (shown as n/a) where the cluster has none. Like ``describe``,
+        a refresh acts on what it sees (retries, gang timeout, deletion of an ended app).
+        """
+
+        out: builtins.list[ViewApp] = []
+        live: dict[tuple[str, str | None, str | None], builtins.list[str]] = {}
+        reqs: dict[str, KubernetesRequest | None] = {}
+        for app_id in dict.fromkeys(app_ids):
+            final = self._final(app_id)
+            if final is not None:
+                out.append(self._view_of(final, {}, None, None))
+                continue
+            req = reqs[app_id] = self._request(app_id)
+            where = (req.namespace, req.kubeconfig, req.context) if req is not None else self._where
+            live.setdefault(where, []).append(app_id)
+        for where, ids in live.items():
+            client = self._client(where)
+            views = group([from_json(p) for p in client.list_pods_of(ids)])
+            usage = client.pod_metrics(ids)
+            for app_id in ids:
+                req = reqs[app_id]
+                view = views.get(app_id)
+                if view is None:
+                    if req is None:
+                        continue  # not an app of this cluster (or its objects are gone and nothing is kept)
+                    view = AppView(app_id, req.roles, float(req.service["metadata"]["annotations"][ANN_CREATED]), [])
+                elif req is not None:
+                    view.roles = req.roles
+                if (self._app_dir(app_id) / "cancelling").exists():
+                    desc = DescribeAppResponse(app_id=app_id, state=AppState.RUNNING, msg="being cancelled",
+                                               created=view.created, roles_statuses=app_status(view).roles)
+                else:
+                    desc = self._settle(view)
+                out.append(self._view_of(desc, _pods_by_replica(view), usage, req.app_name if req else None))
+        return out
+
+    def _view_of(self, desc: DescribeAppResponse, pods: dict[tuple[str, int], Pod],
+                 usage: dict[str, tuple[float, float]] | None, name: str | None) -> ViewApp:
+        """One app as the views show it: ``desc`` plus, per replica, its pod (requests, start) and usage."""
+        from tsm.views.snapshot import AppView as ViewApp, ReplicaView
+
+        spec_req: dict[str, tuple[float | None, float | None, int | None]] = {}
+        record = AppRecord.load(self._app_dir(desc.app_id) / "app.json")
+        if record is not None:
+            for role in record.app.roles:
+                res = role.resource
+                spec_req[role.name] = (res.cpu if res.cpu >= 0 else None, float(res.memMB) if res.memMB >= 0 else None,
+                                    res.gpu if res.gpu >= 0 else None)
+        replicas = []
+        started: builtins.list[float] = []
+        ended: builtins.list[float] = []
+        for rs in desc.roles_statuses:
+            for r in rs.replicas:
+                pod = pods.get((rs.role, r.id))
+                cpu, mem, gpu = spec_req.get(rs.role, (None, None, None))
+                rv = ReplicaView(role=rs.role, idx=r.id, state=r.state.name, host=r.hostname or "",
+                                 attempt=r.restarts, exit_code=r.exit_code, error=r.error_msg,
+                                 cpu_req=cpu, mem_req_mb=mem, gpu_req=gpu)
+                if pod is not None:
+                    rv.host = pod.ip or rv.host
+                    rv.cpu_req, rv.mem_req_mb, rv.gpu_req = pod.cpu_req, pod.mem_req_mb, pod.gpu_req
+                    if pod.started:
+                        started.append(pod.started)
+                    if pod.finished:
+                        ended.append(pod.finished)
+                    used = (usage or {}).get(pod.name)
+                    if used is not None and not r.state.is_terminal:
+                        rv.cpu_used, rv.mem_used_mb = used[0], used[1] / 2**20
+                replicas.append(rv)
+        last_error = desc.msg if desc.state == AppState.FAILED else next(
+            (r.error for r in replicas if r.error), "")
+        return ViewApp(handle="", scheduler="kubernetes", app_id=desc.app_id,
+                       name=name or desc.app_id.rsplit("-", 1)[0], state=desc.state.name, created=desc.created,
+                       started=min(started) if started else None,
+                       ended=(max(ended) if ended else None) if desc.state.is_terminal else None,
+                       restarts=desc.num_restarts, last_error=last_error, replicas=replicas)
+
     # -- cancel / finish -----------------------------------------------------------------------------------
     def cancel(self, app_id: str) -> None:
         current = self.describe(app_id)
@@ -434,23 +587,57 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
         self._watcher = self._new_watcher()
         return found
 
-    def cleanup(self, include_running: bool = False) -> builtins.list[str]:
-        """Delete the objects of every ended tsm app of the namespace (logs snapshotted first), and of apps
-        whose launcher is gone (no local request) once they ended; ``include_running`` cancels the rest too."""
+    def cleanup(self, include_running: bool = False, older_than: float = 0.0,
+                dry_run: bool = False) -> builtins.list[str]:
+        """Delete what is left on the cluster of ended tsm apps of the namespace; returns their app ids.
+
+        Normally an app is deleted as soon as tsm sees it end; objects stay behind when nothing watched
+        it to the end (the launcher was killed, ``tsm run --detach`` never looked again) or when it was
+        launched from another machine. This finds them with one pod list and one Service list:
+
+        * an ended app (every replica Succeeded, or one Failed for good) whose last pod ended more than
+          ``older_than`` seconds ago: its logs are copied into the local store first when this machine
+          launched it (``tsm logs`` keeps working), then every object is deleted;
+        * a Service without pods (a launcher that died between creating the Service and its Jobs), once
+          it is older than ``older_than`` and at least :data:`ORPHAN_AGE` seconds;
+        * with ``include_running``, running apps too (cancelled).
+
+        ``dry_run`` only lists what would be deleted. ``python -m tsm.schedulers.kubernetes cleanup`` runs
+        this from a shell or a cron job (``--older-than`` keeps ended apps for a while).
+        """
+        now = time.time()
         done = []
-        for app_id, view in group([from_json(p) for p in self.client.list_pods()]).items():
+        views = group([from_json(p) for p in self.client.list_pods()])
+        for app_id, view in views.items():
             req = self._request(app_id)
             desc = self._describe_view(view)
             if desc.state.is_terminal:
-                if req is not None:
-                    self._finish(req, desc, view.pods)
-                else:
-                    self.client.delete_app(app_id, 0)
+                ended = max((p.finished or p.created for p in view.pods), default=0.0)
+                if now - ended < older_than:
+                    continue
+                if not dry_run:
+                    if req is not None:
+                        self._finish(req, desc, view.pods)
+                    else:
+                        self.client.delete_app(app_id, 0)
                 done.append(app_id)
             elif include_running:
-                if req is not None:
-                    self.cancel(app_id)
-                else:
+                if not dry_run:
+                    if req is not None:
+                        self.cancel(app_id)
+                    else:
+                        self.client.delete_app(app_id, 0)
+                done.append(app_id)
+        for svc in self.client.list_services():
+            app_id = svc["metadata"]["name"]
+            if app_id in views:
+                continue
+            created = parse_time(svc["metadata"].get("creationTimestamp"))
+            if now - created >= max(older_than, ORPHAN_AGE) or include_running:
+                if not dry_run:
+                    req = self._request(app_id)
+                    if req is not None and self._final(app_id) is None:
+                        self._write_final(req, AppState.FAILED, "its objects were left incomplete; removed by cleanup")
                     self.client.delete_app(app_id, 0)
                 done.append(app_id)
         self._watcher.invalidate()
@@ -557,6 +744,14 @@ class KubernetesScheduler(Scheduler[KubernetesRequest]):
         for c in self._clients.values():
             c.close()
         self._clients.clear()
+
+
+def _pods_by_replica(view: AppView) -> dict[tuple[str, int], Pod]:
+    """The pod that is each replica now (see :func:`~tsm.schedulers.kubernetes.status.latest_pod`)."""
+    by: dict[tuple[str, int], builtins.list[Pod]] = {}
+    for p in view.pods:
+        by.setdefault((p.role, p.replica_id), []).append(p)
+    return {k: pod for k, pods in by.items() if (pod := latest_pod(pods)) is not None}
 
 
 def _follow(sched: KubernetesScheduler, client: KubeClient, app_id: str, p: Pod, since: int | None) -> Iterator[str]:

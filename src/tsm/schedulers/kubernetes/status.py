@@ -39,6 +39,24 @@ FATAL_WAITING = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "Create
                  "CreateContainerError", "ErrImageNeverPull", "RunContainerError"}
 
 
+def quantity(text: str) -> float:
+    """A Kubernetes quantity (``2``, ``1500m``, ``16Gi``, ``64M``, ``12345n``) as a number (cores, bytes, count)."""
+    units = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    for suffix in sorted(units, key=len, reverse=True):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * units[suffix]
+    return float(text)
+
+
+def latest_pod(pods: list[Pod]) -> Pod | None:
+    """The pod that is the replica now: the newest of its latest try (the others are its restarts)."""
+    if not pods:
+        return None
+    latest = max(p.attempt for p in pods)
+    return max((p for p in pods if p.attempt == latest), key=lambda p: (p.created, p.name))
+
+
 def parse_time(text: str | None) -> float:
     """RFC 3339 (``2026-11-23T14:20:01Z``) -> epoch seconds; 0 when absent."""
     if not text:
@@ -68,6 +86,12 @@ class Pod:
     deleting: bool = False
     roles: list[list[Any]] = field(default_factory=list)
     app_created: float | None = None
+    #: when the container started (0: not yet)
+    started: float = 0.0
+    #: the container's requests: cores, MiB, GPUs (None: not requested)
+    cpu_req: float | None = None
+    mem_req_mb: float | None = None
+    gpu_req: int | None = None
 
 
 def from_json(p: dict[str, Any]) -> Pod:
@@ -89,9 +113,20 @@ def from_json(p: dict[str, Any]) -> Pod:
     pod.app_created = float(created) if created else None
     if status.get("reason"):
         pod.reason, pod.message = status["reason"], status.get("message", "")
+    for c in (p.get("spec", {}) or {}).get("containers", [])[:1]:
+        req = (c.get("resources") or {}).get("requests") or {}
+        if "cpu" in req:
+            pod.cpu_req = quantity(str(req["cpu"]))
+        if "memory" in req:
+            pod.mem_req_mb = quantity(str(req["memory"])) / 2**20
+        if "nvidia.com/gpu" in req:
+            pod.gpu_req = int(quantity(str(req["nvidia.com/gpu"])))
     for c in status.get("containerStatuses", []) or []:
         pod.restarts = int(c.get("restartCount", 0))
         state = c.get("state", {}) or {}
+        for s in state.values():
+            if isinstance(s, dict) and s.get("startedAt"):
+                pod.started = parse_time(s["startedAt"])
         if "terminated" in state:
             t = state["terminated"]
             pod.exit_code = int(t.get("exitCode", 0))
