@@ -100,8 +100,12 @@ k8s-up:
 k8s-build-bg:
 	@if [ "$$(id -u)" = 0 ] && { [ ! -x "$(K8S_CACHE)/bin/kubelet" ] || [ ! -x "$(K8S_CACHE)/bin/kube-apiserver" ]; }; then \
 	  mkdir -p "$(K8S_CACHE)/logs"; \
-	  START=0 TSM_K8S_CACHE="$(K8S_CACHE)" setsid nice -n 19 scripts/k8s-up >"$(K8S_CACHE)/logs/bg-build.log" 2>&1 </dev/null & \
-	  echo "k8s-build-bg: building Kubernetes in the background (log: $(K8S_CACHE)/logs/bg-build.log)"; \
+	  if ! flock -n "$(K8S_CACHE)/build.lock" true; then \
+	    echo "k8s-build-bg: a Kubernetes build is already running (log: $(K8S_CACHE)/logs/bg-build.log)"; \
+	  else \
+	    START=0 TSM_K8S_CACHE="$(K8S_CACHE)" setsid nice -n 19 scripts/k8s-up >>"$(K8S_CACHE)/logs/bg-build.log" 2>&1 </dev/null & \
+	    echo "k8s-build-bg: building Kubernetes in the background (log: $(K8S_CACHE)/logs/bg-build.log)"; \
+	  fi; \
 	fi
 
 k8s-down:

@@ -156,7 +156,7 @@ def test_scheduler_params_reach_every_factory_and_explicit_beats_env(monkeypatch
 
 def test_params_from_env_skip_tsms_own_variables() -> None:
     env = {"TSM_HOME": "/h", "TSM_APP_ID": "x", "TSM_PORT_HTTP": "1", "TSM_TRACKER_X_CONFIG": "c", "TSM_FOO": "bar",
-           "OTHER": "1", "TSM_": "z"}
+           "OTHER": "1", "TSM_": "z", "TSM_K8S_CACHE": "/c", "TSM_DOCKER_CACHE": "/d", "TSM_TEST_IMAGE_TAG": "t"}
     assert scheduler_params_from_env(env) == {"foo": "bar"}
 
 

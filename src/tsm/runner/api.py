@@ -70,8 +70,10 @@ RESERVED_ENV = frozenset({
     "TSM_JOB_DIR", "TSM_JOB_ID", "TSM_TRACKERS", "TSM_KILL_GRACE", "TSM_DEBUG", "TSM_WORKSPACE",
 })
 
-#: Prefixes of ``TSM_*`` variables tsm sets per port or tracker, likewise never scheduler params.
-RESERVED_ENV_PREFIXES = ("TSM_PORT_", "TSM_TRACKER_")
+#: Prefixes of ``TSM_*`` variables tsm sets per port or tracker, or that configure the project's engine
+#: scripts and their tests (``TSM_K8S_CACHE``, ``TSM_DOCKER_CACHE``, ``TSM_TEST_*``): never scheduler params.
+RESERVED_ENV_PREFIXES = ("TSM_PORT_", "TSM_TRACKER_", "TSM_K8S_", "TSM_DOCKER_", "TSM_SLURM_", "TSM_RAY_",
+                         "TSM_TEST_")
 
 #: The run option (accepted by every scheduler through the runner) that turns TorchX's names off.
 TORCHX_ENV_OPTION = "torchx_env"
