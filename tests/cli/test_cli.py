@@ -226,10 +226,11 @@ def test_dryrun_subcommand() -> None:
     assert tsm("list").stdout == "no apps\n"
 
 
-def test_component_help() -> None:
-    r = tsm("run", "utils.echo", "--help")
+@pytest.mark.parametrize("command", ["run", "dryrun"])
+def test_component_help(command: str) -> None:
+    r = tsm(command, "utils.echo", "--help")
     assert r.returncode == 0
-    assert r.stdout.startswith("usage: tsm run utils.echo")
+    assert r.stdout.startswith(f"usage: tsm {command} utils.echo")  # the command the user typed
     assert "--msg" in r.stdout
 
 

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from tsm.runner.api import get_runner
 
     if wants_help(args.component_args):
-        return component_help(args.component)
+        return component_help(args.component, command="dryrun")
     cfg = parse_cfg(args.cfg)
     with get_runner(args.session) as runner, explain_misplaced_flags("dryrun", args.component, args.component_args):
         runner.check_cfg(args.scheduler, cfg)  # -c names options of one scheduler: a typo is an error here
