@@ -10,18 +10,22 @@ from pathlib import Path
 import pytest
 
 from tsm.errors import UnknownAppError
-from tsm.schedulers.api import Stream, split_lines_iterator as from_api
+from tsm.schedulers.api import DescribeAppResponse, Stream, split_lines_iterator as from_api
 from tsm.schedulers.common.logs import (
+    check_log_target,
     check_replica,
     file_reader,
     filter_regex,
     follow,
     in_window,
     read_files,
+    replica_counts,
     split_lines,
     split_lines_iterator,
     stream_names,
+    utf8_chunks,
 )
+from tsm.specs.api import AppState, ReplicaStatus, RoleStatus
 
 
 def test_check_replica_names_the_valid_ones() -> None:
@@ -32,6 +36,40 @@ def test_check_replica_names_the_valid_ones() -> None:
         check_replica("a1", {"trainer": 2}, "trainer", 2)
     with pytest.raises(UnknownAppError, match="not -1"):
         check_replica("a1", {"trainer": 2}, "trainer", -1)
+
+
+def test_check_log_target_names_an_unknown_app_then_checks_the_replica() -> None:
+    with pytest.raises(UnknownAppError, match="^no docker app 'a1'$"):
+        check_log_target("docker", "a1", None, "trainer", 0)
+    check_log_target("ray", "a1", {"trainer": 2}, "trainer", 1)
+    with pytest.raises(UnknownAppError, match=r"no role 'x' \(roles: trainer\)"):
+        check_log_target("ray", "a1", {"trainer": 2}, "x", 0)
+
+
+def test_replica_counts_prefer_the_submitted_shape_then_describe() -> None:
+    asked: list[str] = []
+
+    def describe() -> DescribeAppResponse | None:
+        asked.append("describe")
+        reps = [ReplicaStatus(id=k, state=AppState.RUNNING, role="w") for k in range(3)]
+        return DescribeAppResponse(app_id="a1", roles_statuses=[RoleStatus("w", reps), RoleStatus("ps")])
+
+    assert replica_counts([["trainer", "2", 0, "APPLICATION"], ["ps", 1, 0, "ROLE"]], describe) == {"trainer": 2, "ps": 1}
+    assert asked == []  # the shape is enough: no status query
+    assert replica_counts(None, describe) == {"w": 3, "ps": 0}
+    assert replica_counts(None, lambda: None) is None
+
+
+def test_utf8_chunks_never_cut_a_character() -> None:
+    text = "añ€😀z" * 3
+    raw = text.encode()
+    for size in range(1, 6):
+        chunks = [raw[i : i + size] for i in range(0, len(raw), size)]
+        out = list(utf8_chunks(chunks))
+        assert b"".join(out) == raw
+        assert "".join(c.decode() for c in out) == text  # each chunk decodes on its own
+    assert b"".join(utf8_chunks([b"ok\xff", b"!"])) == b"ok\xff!"  # not UTF-8: every byte is passed on
+    assert list(utf8_chunks([b"\xe2\x82"])) == [b"\xe2\x82"]  # a cut sequence at the end is still given
 
 
 def test_stream_names() -> None:

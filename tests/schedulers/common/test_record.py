@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tsm.schedulers.common.record import AppRecord, role_replicas
-from tsm.specs.api import AppDef, Role
+from tsm.schedulers.api import DescribeAppResponse
+from tsm.schedulers.common.record import (
+    AppRecord,
+    ended_status,
+    load_final,
+    role_replicas,
+    save_final,
+    status_from_json,
+    with_record,
+)
+from tsm.specs.api import AppDef, AppState, ReplicaStatus, Role, RoleStatus
 
 
 def test_round_trip_keeps_the_app_and_details(tmp_path: Path) -> None:
@@ -24,3 +33,41 @@ def test_unreadable_records_are_none(tmp_path: Path) -> None:
     assert AppRecord.load(tmp_path / "missing") is None
     for text in ("", "{", "[]", '{"app": 1}', '{"scheduler": "s"}'):
         assert AppRecord.from_json(text) is None, text
+
+
+def test_final_status_round_trips_and_a_missing_one_is_none(tmp_path: Path) -> None:
+    app_dir = tmp_path / "app-1"
+    assert load_final(app_dir) is None
+    rep = ReplicaStatus(id=1, state=AppState.FAILED, role="w", exit_code=3, error_msg="exited", restarts=2, hostname="h")
+    d = DescribeAppResponse(app_id="app-1", state=AppState.FAILED, msg="m", num_restarts=2, created=5.0,
+                            roles_statuses=[RoleStatus("w", [rep])])
+    save_final(app_dir, d)
+    assert load_final(app_dir) == d
+    assert not (app_dir / "final.json.tmp").exists()
+    for text in ("", "{", '{"app_id": "x"}', '{"app_id": "x", "state": "NOPE", "roles": []}'):
+        assert status_from_json(text) is None, text
+
+
+def test_ended_status_gives_every_replica_the_state() -> None:
+    d = ended_status("app-1", [["w", 2, 0, "APPLICATION"], ["ps", 1, 0, "ROLE"]], AppState.FAILED, "could not start")
+    assert (d.app_id, d.state, d.msg) == ("app-1", AppState.FAILED, "could not start")
+    assert [(rs.role, [(r.id, r.state, r.error_msg) for r in rs.replicas]) for rs in d.roles_statuses] == [
+        ("w", [(0, AppState.FAILED, "could not start"), (1, AppState.FAILED, "could not start")]),
+        ("ps", [(0, AppState.FAILED, "could not start")]),
+    ]
+    assert d.created is not None
+
+
+def test_with_record_attaches_the_app_without_changing_the_shared_status(tmp_path: Path) -> None:
+    assert with_record(None, tmp_path / "app.json") is None
+    shared = DescribeAppResponse(app_id="a", state=AppState.PENDING, msg="m", created=1.0)
+    assert with_record(shared, tmp_path / "app.json") == shared  # no record: the status as it is
+    app = AppDef("a", [Role("w", entrypoint="echo", num_replicas=2), Role("ps", entrypoint="echo")])
+    (tmp_path / "app.json").write_text(AppRecord("s", "sess", app).to_json())
+    out = with_record(shared, tmp_path / "app.json")
+    assert out is not None and out.app == app and (out.state, out.msg, out.created) == (AppState.PENDING, "m", 1.0)
+    assert [rs.role for rs in out.roles_statuses] == ["w", "ps"]  # nothing made yet: roles from the record
+    assert shared.roles_statuses == [] and shared.app is None
+    running = DescribeAppResponse(app_id="a", state=AppState.RUNNING, roles_statuses=[RoleStatus("w")])
+    out = with_record(running, tmp_path / "app.json")
+    assert out is not None and [rs.role for rs in out.roles_statuses] == ["w"]  # the engine's view wins

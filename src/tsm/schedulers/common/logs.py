@@ -1,9 +1,12 @@
 """Log reading every backend shares: which replica and stream, following, filtering, splitting lines.
 
-* :func:`check_replica` refuses a role or replica the app does not have, naming the valid ones.
+* :func:`check_replica` refuses a role or replica the app does not have, naming the valid ones;
+  :func:`check_log_target` does it for a ``log_iter`` (an unknown app first), :func:`replica_counts` gives
+  the roles it checks against for backends that keep the submitted shape.
 * :func:`stream_names` turns a :class:`~tsm.schedulers.api.Stream` into the outputs to read.
 * :func:`follow` turns "read what is new" and "has it ended" into a line iterator that stops at the end.
-* :func:`filter_regex`, :func:`in_window` filter; :func:`split_lines`, :func:`split_lines_iterator` split.
+* :func:`filter_regex`, :func:`in_window` filter; :func:`split_lines`, :func:`split_lines_iterator` split;
+  :func:`utf8_chunks` re-cuts a byte stream so each chunk decodes on its own.
 
 Lines are ``str`` that end with ``\\n`` (except possibly the last of a log); bytes that are not UTF-8 are
 kept as surrogate escapes, so nothing a replica printed is lost.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from tsm.errors import UnknownAppError
 
@@ -22,7 +26,7 @@ if TYPE_CHECKING:  # kept out of the import: tsm.schedulers.api imports this mod
     from datetime import datetime
     from os import PathLike
 
-    from tsm.schedulers.api import Stream
+    from tsm.schedulers.api import DescribeAppResponse, Stream
 
 
 def check_replica(app_id: str, roles: Mapping[str, int], role_name: str, replica_id: int) -> None:
@@ -33,6 +37,30 @@ def check_replica(app_id: str, roles: Mapping[str, int], role_name: str, replica
     n = roles[role_name]
     if not 0 <= replica_id < n:
         raise UnknownAppError(f"role '{role_name}' of '{app_id}' has replicas 0..{n - 1}, not {replica_id}")
+
+
+def check_log_target(
+    backend: str, app_id: str, roles: Mapping[str, int] | None, role_name: str, replica_id: int
+) -> None:
+    """The check a ``log_iter`` starts with: :class:`UnknownAppError` ``no <backend> app '<id>'`` when
+    ``roles`` is None (the backend does not know the app), then :func:`check_replica`."""
+    if roles is None:
+        raise UnknownAppError(f"no {backend} app '{app_id}'")
+    check_replica(app_id, roles, role_name, replica_id)
+
+
+def replica_counts(
+    shape: Iterable[Sequence[Any]] | None, describe: Callable[[], DescribeAppResponse | None]
+) -> dict[str, int] | None:
+    """``{role: replica count}`` of an app, for :func:`check_log_target`: from ``shape`` (the submitted
+    ``[role, n, ...]`` rows, when this machine kept the request), else from ``describe()`` (an app submitted
+    elsewhere); None when neither knows the app."""
+    if shape is not None:
+        return {str(row[0]): int(row[1]) for row in shape}
+    d = describe()
+    if d is None:
+        return None
+    return {rs.role: len(rs.replicas) for rs in d.roles_statuses}
 
 
 def stream_names(streams: Stream | str | None) -> list[str]:
@@ -82,6 +110,26 @@ def split_lines_iterator(chunks: Iterable[str]) -> Iterator[str]:
             yield line + "\n"
     if buf:
         yield buf
+
+
+def utf8_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Re-cut byte chunks so none ends inside a UTF-8 sequence (each can then be decoded on its own)."""
+    held = b""
+    for chunk in chunks:
+        data = held + chunk
+        cut = len(data)
+        for back in range(1, min(4, len(data)) + 1):
+            b = data[-back]
+            if b & 0xC0 == 0x80:
+                continue
+            if b >= 0xC0 and back < (2 if b < 0xE0 else 3 if b < 0xF0 else 4):
+                cut = len(data) - back
+            break
+        held = data[cut:]
+        if cut:
+            yield data[:cut]
+    if held:
+        yield held
 
 
 def decode(raw: bytes) -> str:

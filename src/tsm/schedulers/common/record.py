@@ -5,17 +5,24 @@ only labels. So each submission writes an :class:`AppRecord` (the AppDef as give
 submitted from and backend details such as the job directory) next to the app's files, and ``describe``
 rebuilds the roles and replica counts from it. The record is JSON with sorted keys, so the same app gives
 the same bytes and a dry run can show it.
+
+Container backends also keep the app's last status, ``final.json`` beside the record, for when the engine
+has removed its objects (:func:`save_final`, :func:`load_final`, :func:`ended_status`), and answer
+``describe`` from their watcher's status with the record's AppDef attached (:func:`with_record`).
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tsm.schedulers.api import DescribeAppResponse
 from tsm.schedulers.common.files import read_text
-from tsm.specs.api import AppDef
+from tsm.specs.api import AppDef, AppState, ReplicaStatus, RoleStatus
 
 
 @dataclass
@@ -62,3 +69,64 @@ class AppRecord:
 def role_replicas(app: AppDef | None) -> dict[str, int]:
     """``{role name: number of replicas}`` of ``app`` (empty when the app is not known)."""
     return {r.name: r.num_replicas for r in app.roles} if app else {}
+
+
+def with_record(status: DescribeAppResponse | None, path: Path) -> DescribeAppResponse | None:
+    """``describe``'s answer: ``status`` (a watcher's, shared between callers: it is copied, not changed) with
+    the AppDef of the record at ``path``; roles the status does not show yet (nothing made on the engine)
+    are given, without replicas, from the record. None stays None (the app is unknown)."""
+    if status is None:
+        return None
+    record = AppRecord.load(path)
+    out = DescribeAppResponse(
+        app_id=status.app_id, state=status.state, num_restarts=status.num_restarts, msg=status.msg,
+        created=status.created, roles_statuses=status.roles_statuses, app=record.app if record else None,
+    )
+    if record is not None and not out.roles_statuses:
+        out.roles_statuses = [RoleStatus(r.name) for r in record.app.roles]
+    return out
+
+
+def status_to_json(d: DescribeAppResponse) -> str:
+    """An app's final status as JSON (state names, one ``[id, state, exit code, message, restarts, host]``
+    row per replica); read back by :func:`status_from_json`."""
+    return json.dumps({
+        "app_id": d.app_id, "state": d.state.name, "msg": d.msg, "num_restarts": d.num_restarts, "created": d.created,
+        "roles": [[rs.role, [[r.id, r.state.name, r.exit_code, r.error_msg, r.restarts, r.hostname]
+                             for r in rs.replicas]] for rs in d.roles_statuses],
+    })
+
+
+def status_from_json(text: str) -> DescribeAppResponse | None:
+    """The status :func:`status_to_json` wrote, or None when ``text`` is not one (cut short, edited)."""
+    try:
+        data = json.loads(text)
+        roles = [RoleStatus(name, [ReplicaStatus(id=i, state=AppState[s], role=name, exit_code=c, error_msg=m,
+                                                  restarts=n, hostname=h) for i, s, c, m, n, h in reps])
+                 for name, reps in data["roles"]]
+        return DescribeAppResponse(app_id=data["app_id"], state=AppState[data["state"]], msg=data["msg"],
+                                   num_restarts=data["num_restarts"], created=data["created"], roles_statuses=roles)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def save_final(app_dir: Path, d: DescribeAppResponse) -> None:
+    """Write ``app_dir/final.json``, the app's last status, whole (a reader never sees half of it)."""
+    app_dir.mkdir(parents=True, exist_ok=True)
+    tmp = app_dir / "final.json.tmp"
+    tmp.write_text(status_to_json(d))
+    tmp.replace(app_dir / "final.json")
+
+
+def load_final(app_dir: Path) -> DescribeAppResponse | None:
+    """The status :func:`save_final` wrote in ``app_dir``; None when there is none (the app has not ended)."""
+    text = read_text(app_dir / "final.json")
+    return status_from_json(text) if text is not None else None
+
+
+def ended_status(app_id: str, shape: Iterable[Sequence[Any]], state: AppState, msg: str) -> DescribeAppResponse:
+    """The status of an app that ended before the engine ran it (it could not be created): every replica
+    of the ``[role, replicas, ...]`` rows of ``shape`` in ``state`` with ``msg``."""
+    roles = [RoleStatus(name, [ReplicaStatus(id=k, state=state, role=name, error_msg=msg) for k in range(n)])
+             for name, n, *_ in shape]
+    return DescribeAppResponse(app_id=app_id, state=state, msg=msg, roles_statuses=roles, created=time.time())

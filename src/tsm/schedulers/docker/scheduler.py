@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import json
 import os
 import shutil
 import threading
@@ -22,15 +21,17 @@ from pathlib import Path
 from tsm.errors import SchedulerError, SubmissionError
 from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
 from tsm.schedulers.common.logs import (
-    check_replica,
+    check_log_target,
     decode,
     filter_regex,
     in_window,
+    replica_counts,
     split_lines,
     split_lines_iterator,
     stream_names,
+    utf8_chunks,
 )
-from tsm.schedulers.common.record import AppRecord
+from tsm.schedulers.common.record import AppRecord, ended_status, load_final, save_final, with_record
 from tsm.schedulers.common.watcher import StatusWatcher
 from tsm.schedulers.docker.client import DockerClient
 from tsm.schedulers.docker.request import (
@@ -45,7 +46,7 @@ from tsm.schedulers.docker.request import (
     validate,
 )
 from tsm.schedulers.docker.status import AppView, Observed, app_status, group
-from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.store import tsm_home
 from tsm.workspace.api import WorkspaceBuilder
@@ -70,26 +71,6 @@ def has_gpus() -> bool:
 
 def store_root() -> Path:
     return tsm_home() / "docker"
-
-
-def _status_to_json(d: DescribeAppResponse) -> str:
-    return json.dumps({
-        "app_id": d.app_id, "state": d.state.name, "msg": d.msg, "num_restarts": d.num_restarts, "created": d.created,
-        "roles": [[rs.role, [[r.id, r.state.name, r.exit_code, r.error_msg, r.restarts, r.hostname]
-                             for r in rs.replicas]] for rs in d.roles_statuses],
-    })
-
-
-def _status_from_json(text: str) -> DescribeAppResponse | None:
-    try:
-        data = json.loads(text)
-        roles = [RoleStatus(name, [ReplicaStatus(id=i, state=AppState[s], role=name, exit_code=c, error_msg=m,
-                                                  restarts=n, hostname=h) for i, s, c, m, n, h in reps])
-                 for name, reps in data["roles"]]
-        return DescribeAppResponse(app_id=data["app_id"], state=AppState[data["state"]], msg=data["msg"],
-                                   num_restarts=data["num_restarts"], created=data["created"], roles_statuses=roles)
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
@@ -205,10 +186,7 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         return out
 
     def _final(self, app_id: str) -> DescribeAppResponse | None:
-        try:
-            return _status_from_json((self._app_dir(app_id) / "final.json").read_text())
-        except OSError:
-            return None
+        return load_final(self._app_dir(app_id))
 
     def _describe_view(self, view: AppView) -> DescribeAppResponse:
         st = app_status(view)
@@ -258,17 +236,7 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
                     self.client.run(spec, req.network)
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        d = self._watcher.get(app_id, max_age=MAX_AGE)
-        if d is None:
-            return None
-        record = AppRecord.load(self._app_dir(app_id) / "app.json")
-        out = DescribeAppResponse(
-            app_id=app_id, state=d.state, num_restarts=d.num_restarts, msg=d.msg, created=d.created,
-            roles_statuses=d.roles_statuses, app=record.app if record else None,
-        )
-        if record is not None and not out.roles_statuses:
-            out.roles_statuses = [RoleStatus(r.name) for r in record.app.roles]
-        return out
+        return with_record(self._watcher.get(app_id, max_age=MAX_AGE), self._app_dir(app_id) / "app.json")
 
     def view_snapshot(self, app_ids: Sequence[str]) -> builtins.list[ViewOfApp]:
         """The views' batch hook (:class:`tsm.views.snapshot.BatchSnapshot`): every app of ``app_ids`` from one
@@ -336,14 +304,10 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
 
     def _finish(self, app_id: str, desc: DescribeAppResponse, network: str | None = None) -> None:
         """Write the final status, snapshot every container's logs, then remove containers and network."""
-        app_dir = self._app_dir(app_id)
-        app_dir.mkdir(parents=True, exist_ok=True)
         containers = self.client.list_containers(app_id)
         for c in containers:
             self._snapshot_logs(app_id, c)
-        tmp = app_dir / "final.json.tmp"
-        tmp.write_text(_status_to_json(desc))
-        tmp.replace(app_dir / "final.json")
+        save_final(self._app_dir(app_id), desc)
         self._teardown(app_id, network or f"tsm-{app_id}", grace=0, containers=containers)
 
     def _teardown(self, app_id: str, network: str, grace: float, containers: builtins.list[Observed] | None = None) -> None:
@@ -354,10 +318,7 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         self.client.remove_network(network)
 
     def _write_final(self, req: DockerRequest, state: AppState, msg: str) -> None:
-        roles = [RoleStatus(name, [ReplicaStatus(id=k, state=state, role=name, error_msg=msg) for k in range(n)])
-                 for name, n, *_ in req.roles]
-        desc = DescribeAppResponse(app_id=req.app_id, state=state, msg=msg, roles_statuses=roles, created=time.time())
-        (Path(req.app_dir) / "final.json").write_text(_status_to_json(desc))
+        save_final(Path(req.app_dir), ended_status(req.app_id, req.roles, state, msg))
 
     def remove(self, app_id: str) -> bool:
         """Remove the app's containers, network and everything kept of it in ``$TSM_HOME``."""
@@ -424,15 +385,6 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
             return
         (d / "done").touch()
 
-    def _roles(self, app_id: str) -> dict[str, int] | None:
-        req = self._request(app_id)
-        if req is not None:
-            return {name: int(n) for name, n, *_ in req.roles}
-        d = self.describe(app_id)
-        if d is None:
-            return None
-        return {rs.role: len(rs.replicas) for rs in d.roles_statuses}
-
     def log_iter(
         self,
         app_id: str,
@@ -444,12 +396,9 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         should_tail: bool = False,
         streams: Stream | None = None,
     ) -> Iterator[str]:
-        roles = self._roles(app_id)
-        if roles is None:
-            from tsm.errors import UnknownAppError
-
-            raise UnknownAppError(f"no docker app '{app_id}'")
-        check_replica(app_id, roles, role_name, k)
+        req = self._request(app_id)
+        roles = replica_counts(req.roles if req else None, lambda: self.describe(app_id))
+        check_log_target("docker", app_id, roles, role_name, k)
         names = stream_names(streams)
         return filter_regex(regex, self._lines(app_id, role_name, k, names, since, until, should_tail))
 
@@ -470,7 +419,7 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
         out, err = "stdout" in names, "stderr" in names
         s = since.timestamp() if since else None
         if tail and until is None:
-            chunks = (decode(b) for b in _utf8_chunks(self._follow_restarts(app_id, live, out, err, s)))
+            chunks = (decode(b) for b in utf8_chunks(self._follow_restarts(app_id, live, out, err, s)))
             yield from split_lines_iterator(chunks)
             return
         u = until.timestamp() if until else None
@@ -503,26 +452,6 @@ class DockerScheduler(Scheduler[DockerRequest], WorkspaceBuilder[None]):
             self._view = None
         if self._client is not None:
             self._client.close()
-
-
-def _utf8_chunks(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """Re-cut byte chunks so none ends inside a UTF-8 sequence (each is then decoded on its own)."""
-    held = b""
-    for chunk in chunks:
-        data = held + chunk
-        cut = len(data)
-        for back in range(1, min(4, len(data)) + 1):
-            b = data[-back]
-            if b & 0xC0 == 0x80:
-                continue
-            if b >= 0xC0 and back < (2 if b < 0xE0 else 3 if b < 0xF0 else 4):
-                cut = len(data) - back
-            break
-        held = data[cut:]
-        if cut:
-            yield data[:cut]
-    if held:
-        yield held
 
 
 def _parse_ts(line: bytes) -> tuple[float | None, bytes]:

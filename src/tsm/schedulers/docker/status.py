@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tsm.schedulers.common.status import StateTable
+from tsm.schedulers.common.status import AppStatusView, Seen, StateTable, aggregate_roles
 from tsm.schedulers.docker.request import (
     LABEL_APP,
     LABEL_ATTEMPT,
@@ -22,7 +23,7 @@ from tsm.schedulers.docker.request import (
     LABEL_ROLE,
     LABEL_ROLES,
 )
-from tsm.specs.api import AppState, ReplicaStatus, RoleStatus
+from tsm.specs.api import AppState, ReplicaStatus
 
 #: Docker's container states (``State.Status``).
 STATES = StateTable({
@@ -154,51 +155,16 @@ def replica_status(o: Observed) -> ReplicaStatus:
     )
 
 
-@dataclass
-class AppStatusView:
-    """An app's state as computed from one refresh."""
-
-    state: AppState
-    msg: str
-    roles: list[RoleStatus]
-    num_restarts: int
-    #: (role, replica) of the first replica that failed for good, if any
-    first_failure: tuple[str, int] | None = None
-
-
 def app_status(view: AppView) -> AppStatusView:
-    """Roles and replicas in the app's order, its state, and which replica failed first."""
+    """Roles and replicas in the app's order, its state, and which replica failed first
+    (:func:`~tsm.schedulers.common.status.aggregate_roles` over the app's containers)."""
     by_key = {(c.role, c.replica_id): c for c in view.containers}
-    roles: list[RoleStatus] = []
-    states: list[AppState] = []
-    failures: list[tuple[str, str, int, Observed]] = []
-    for role_name, n, *_ in view.roles or [[c.role, 1] for c in view.containers]:
-        rs = RoleStatus(role_name)
-        for k in range(int(n)):
-            c = by_key.get((role_name, k))
-            if c is None:
-                rs.replicas.append(ReplicaStatus(id=k, state=AppState.PENDING, role=role_name))
-                states.append(AppState.PENDING)
-                continue
-            r = replica_status(c)
-            rs.replicas.append(r)
-            states.append(r.state)
-            if r.state == AppState.FAILED:
-                failures.append((c.finished_at, role_name, k, c))
-        roles.append(rs)
-    restarts = sum(r.restarts for rs in roles for r in rs.replicas) + view.attempt
-    first = min(failures, key=lambda f: f[0]) if failures else None
-    if first is not None:
-        _, role_name, k, c = first
+
+    def seen(row: Sequence[Any], k: int) -> Seen | None:
+        c = by_key.get((row[0], k))
+        if c is None:
+            return None
         why = "ran out of memory" if c.oom_killed else f"exited with code {c.exit_code}"
-        for rs in roles:
-            for r in rs.replicas:
-                if r.state == AppState.FAILED and (rs.role, r.id) != (role_name, k):
-                    r.state = AppState.CANCELLED
-                    r.error_msg = f"stopped after role '{role_name}' replica {k} failed"
-        return AppStatusView(AppState.FAILED, f"role '{role_name}' replica {k} {why}", roles, restarts, (role_name, k))
-    if states and all(s == AppState.SUCCEEDED for s in states):
-        return AppStatusView(AppState.SUCCEEDED, "", roles, restarts)
-    if any(s == AppState.RUNNING for s in states) or any(s == AppState.SUCCEEDED for s in states):
-        return AppStatusView(AppState.RUNNING, "", roles, restarts)
-    return AppStatusView(AppState.PENDING, "", roles, restarts)
+        return replica_status(c), c.finished_at, why
+
+    return aggregate_roles(view.roles or [[c.role, 1] for c in view.containers], seen, view.attempt)

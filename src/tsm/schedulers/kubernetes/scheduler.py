@@ -26,18 +26,19 @@ from tsm.errors import (
     NotSupportedError,
     SchedulerError,
     SubmissionError,
-    UnknownAppError,
 )
 from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
 from tsm.schedulers.common.logs import (
-    check_replica,
+    check_log_target,
     decode,
     filter_regex,
     in_window,
+    replica_counts,
     split_lines,
     split_lines_iterator,
+    utf8_chunks,
 )
-from tsm.schedulers.common.record import AppRecord
+from tsm.schedulers.common.record import AppRecord, ended_status, load_final, save_final, with_record
 from tsm.schedulers.common.watcher import StatusWatcher
 from tsm.schedulers.kubernetes.client import KubeClient
 from tsm.schedulers.kubernetes.request import (
@@ -66,7 +67,7 @@ from tsm.schedulers.kubernetes.status import (
     latest_pod,
     parse_time,
 )
-from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.store import tsm_home
 from tsm.workspace.api import WorkspaceBuilder
@@ -85,26 +86,6 @@ ORPHAN_AGE = 300.0
 
 def store_root() -> Path:
     return tsm_home() / "kubernetes"
-
-
-def _status_to_json(d: DescribeAppResponse) -> str:
-    return json.dumps({
-        "app_id": d.app_id, "state": d.state.name, "msg": d.msg, "num_restarts": d.num_restarts, "created": d.created,
-        "roles": [[rs.role, [[r.id, r.state.name, r.exit_code, r.error_msg, r.restarts, r.hostname]
-                             for r in rs.replicas]] for rs in d.roles_statuses],
-    })
-
-
-def _status_from_json(text: str) -> DescribeAppResponse | None:
-    try:
-        data = json.loads(text)
-        roles = [RoleStatus(name, [ReplicaStatus(id=i, state=AppState[s], role=name, exit_code=c, error_msg=m,
-                                                  restarts=n, hostname=h) for i, s, c, m, n, h in reps])
-                 for name, reps in data["roles"]]
-        return DescribeAppResponse(app_id=data["app_id"], state=AppState[data["state"]], msg=data["msg"],
-                                   num_restarts=data["num_restarts"], created=data["created"], roles_statuses=roles)
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
@@ -327,10 +308,7 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
         return out
 
     def _final(self, app_id: str) -> DescribeAppResponse | None:
-        try:
-            return _status_from_json((self._app_dir(app_id) / "final.json").read_text())
-        except OSError:
-            return None
+        return load_final(self._app_dir(app_id))
 
     def _describe_view(self, view: AppView) -> DescribeAppResponse:
         st = app_status(view)
@@ -413,15 +391,7 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
         self._create_jobs(req, client, [retried(j, req.app_id, attempt) for j in jobs])
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        d = self._watcher.get(app_id)
-        if d is None:
-            return None
-        record = AppRecord.load(self._app_dir(app_id) / "app.json")
-        out = DescribeAppResponse(app_id=app_id, state=d.state, num_restarts=d.num_restarts, msg=d.msg,
-                                  created=d.created, roles_statuses=d.roles_statuses, app=record.app if record else None)
-        if record is not None and not out.roles_statuses:
-            out.roles_statuses = [RoleStatus(r.name) for r in record.app.roles]
-        return out
+        return with_record(self._watcher.get(app_id), self._app_dir(app_id) / "app.json")
 
     def list(self) -> builtins.list[ListAppResponse]:
         rows = {a: ListAppResponse(a, d.state, name=a.rsplit("-", 1)[0], created=d.created)
@@ -559,19 +529,11 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
         client = self._client_of(req)
         for p in pods:
             self._snapshot_log(req.app_id, client, p)
-        app_dir = Path(req.app_dir)
-        app_dir.mkdir(parents=True, exist_ok=True)
-        tmp = app_dir / "final.json.tmp"
-        tmp.write_text(_status_to_json(desc))
-        tmp.replace(app_dir / "final.json")
+        save_final(Path(req.app_dir), desc)
         client.delete_app(req.app_id, grace)
 
     def _write_final(self, req: KubernetesRequest, state: AppState, msg: str) -> None:
-        roles = [RoleStatus(name, [ReplicaStatus(id=k, state=state, role=name, error_msg=msg) for k in range(n)])
-                 for name, n, *_ in req.roles]
-        desc = DescribeAppResponse(app_id=req.app_id, state=state, msg=msg, roles_statuses=roles, created=time.time())
-        Path(req.app_dir).mkdir(parents=True, exist_ok=True)
-        (Path(req.app_dir) / "final.json").write_text(_status_to_json(desc))
+        save_final(Path(req.app_dir), ended_status(req.app_id, req.roles, state, msg))
 
     def remove(self, app_id: str) -> bool:
         """Delete the app's objects and everything kept of it in ``$TSM_HOME``."""
@@ -661,15 +623,6 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
             tmp.write_bytes(data)
             tmp.replace(target)
 
-    def _roles(self, app_id: str) -> dict[str, int] | None:
-        req = self._request(app_id)
-        if req is not None:
-            return {name: int(n) for name, n, *_ in req.roles}
-        d = self.describe(app_id)
-        if d is None:
-            return None
-        return {rs.role: len(rs.replicas) for rs in d.roles_statuses}
-
     def log_iter(
         self,
         app_id: str,
@@ -681,10 +634,9 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
         should_tail: bool = False,
         streams: Stream | None = None,
     ) -> Iterator[str]:
-        roles = self._roles(app_id)
-        if roles is None:
-            raise UnknownAppError(f"no kubernetes app '{app_id}'")
-        check_replica(app_id, roles, role_name, k)
+        req = self._request(app_id)
+        roles = replica_counts(req.roles if req else None, lambda: self.describe(app_id))
+        check_log_target("kubernetes", app_id, roles, role_name, k)
         if streams is not None and Stream(streams) != Stream.COMBINED:
             raise NotSupportedError(
                 "Kubernetes keeps a container's stdout and stderr in one log: only the combined stream can be "
@@ -763,33 +715,13 @@ def _follow(sched: KubernetesScheduler, client: KubeClient, app_id: str, p: Pod,
             break
         time.sleep(0.5)
     try:
-        chunks = (decode(b) for b in _utf8_chunks(client.follow(p.name, since=since)))
+        chunks = (decode(b) for b in utf8_chunks(client.follow(p.name, since=since)))
         yield from split_lines_iterator(chunks)
     except SchedulerError:  # the pod went away (the app ended and was deleted): its snapshot has the log
         f = sched._log_file(app_id, p)
         if not f.exists():
             raise
         yield from split_lines(decode(f.read_bytes()))
-
-
-def _utf8_chunks(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """Re-cut byte chunks so none ends inside a UTF-8 sequence."""
-    held = b""
-    for chunk in chunks:
-        data = held + chunk
-        cut = len(data)
-        for back in range(1, min(4, len(data)) + 1):
-            b = data[-back]
-            if b & 0xC0 == 0x80:
-                continue
-            if b >= 0xC0 and back < (2 if b < 0xE0 else 3 if b < 0xF0 else 4):
-                cut = len(data) - back
-            break
-        held = data[cut:]
-        if cut:
-            yield data[:cut]
-    if held:
-        yield held
 
 
 def _stamped_lines(raw: bytes, since: datetime | None, until: datetime | None) -> Iterator[str]:

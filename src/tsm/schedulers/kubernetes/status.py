@@ -11,11 +11,12 @@ Evicted) is carried into the replica's message.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tsm.schedulers.common.status import StateTable
+from tsm.schedulers.common.status import AppStatusView, Seen, StateTable, aggregate_roles
 from tsm.schedulers.kubernetes.request import (
     ANN_CREATED,
     ANN_ROLE,
@@ -24,7 +25,7 @@ from tsm.schedulers.kubernetes.request import (
     LABEL_ATTEMPT,
     LABEL_REPLICA,
 )
-from tsm.specs.api import AppState, ReplicaStatus, RoleStatus
+from tsm.specs.api import AppState, ReplicaStatus
 
 #: Kubernetes' pod phases.
 STATES = StateTable({
@@ -201,58 +202,19 @@ def replica(pods: list[Pod], role: str, k: int, max_retries: int, policy: str) -
     return out, p
 
 
-@dataclass
-class AppStatusView:
-    """An app's state as computed from one refresh."""
-
-    state: AppState
-    msg: str
-    roles: list[RoleStatus]
-    num_restarts: int
-    #: (role, replica) of the first replica that failed for good, if any
-    first_failure: tuple[str, int] | None = None
-    #: the first reason a replica gives for not running yet (for the gang timeout)
-    pending_reason: str = ""
-    #: True when every replica has run (Running, or already ended)
-    all_started: bool = False
-
-
 def app_status(view: AppView) -> AppStatusView:
-    """Roles and replicas in the app's order, its state, and which replica failed first."""
+    """Roles and replicas in the app's order, its state, which replica failed first, and the first reason a
+    replica gives for not running yet (:func:`~tsm.schedulers.common.status.aggregate_roles` over its pods)."""
     by_key: dict[tuple[str, int], list[Pod]] = {}
     for p in view.pods:
         by_key.setdefault((p.role, p.replica_id), []).append(p)
-    roles: list[RoleStatus] = []
-    states: list[AppState] = []
-    failures: list[tuple[float, str, int, Pod | None]] = []
-    pending_reason = ""
-    started = True
-    for role_name, n, max_retries, policy in view.roles:
-        rs = RoleStatus(role_name)
-        for k in range(int(n)):
-            r, pod = replica(by_key.get((role_name, k), []), role_name, k, int(max_retries), str(policy))
-            rs.replicas.append(r)
-            states.append(r.state)
-            if r.state == AppState.PENDING:
-                started = False
-                if pod is not None and pod.reason and not pending_reason:
-                    pending_reason = f"role '{role_name}' replica {k}: {why(pod)}"
-            if r.state == AppState.FAILED:
-                failures.append((pod.finished if pod else 0.0, role_name, k, pod))
-        roles.append(rs)
-    restarts = sum(r.restarts for rs in roles for r in rs.replicas) + view.attempt
-    if failures:
-        _, role_name, k, pod = min(failures, key=lambda f: f[0])
-        detail = next(r.error_msg for rs in roles for r in rs.replicas if (rs.role, r.id) == (role_name, k))
-        for rs in roles:
-            for r in rs.replicas:
-                if r.state == AppState.FAILED and (rs.role, r.id) != (role_name, k):
-                    r.state = AppState.CANCELLED
-                    r.error_msg = f"stopped after role '{role_name}' replica {k} failed"
-        return AppStatusView(AppState.FAILED, f"role '{role_name}' replica {k} {detail}", roles, restarts,
-                             (role_name, k), pending_reason, started)
-    if states and all(s == AppState.SUCCEEDED for s in states):
-        return AppStatusView(AppState.SUCCEEDED, "", roles, restarts, None, "", True)
-    if any(s in (AppState.RUNNING, AppState.SUCCEEDED) for s in states):
-        return AppStatusView(AppState.RUNNING, pending_reason, roles, restarts, None, pending_reason, started)
-    return AppStatusView(AppState.PENDING, pending_reason, roles, restarts, None, pending_reason, started)
+
+    def seen(row: Sequence[Any], k: int) -> Seen | None:
+        role_name, _, max_retries, policy = row
+        pods = by_key.get((role_name, k))
+        if not pods:
+            return None
+        r, pod = replica(pods, role_name, k, int(max_retries), str(policy))
+        return r, pod.finished if pod else 0.0, r.error_msg
+
+    return aggregate_roles(view.roles, seen, view.attempt)

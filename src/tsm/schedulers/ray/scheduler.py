@@ -17,10 +17,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tsm.errors import InvalidAppError, UnknownAppError
+from tsm.errors import InvalidAppError
 from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
-from tsm.schedulers.common.logs import check_replica, decode, filter_regex, in_window, stream_names
-from tsm.schedulers.common.record import AppRecord
+from tsm.schedulers.common.logs import check_log_target, decode, filter_regex, in_window, stream_names
+from tsm.schedulers.common.record import AppRecord, with_record
 from tsm.schedulers.common.watcher import StatusWatcher
 from tsm.schedulers.ray import status as st
 from tsm.schedulers.ray.client import RayClient, resolve_address
@@ -188,13 +188,7 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
         return {}
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        d = self._watcher.get(app_id)
-        if d is None:
-            return None
-        record = AppRecord.load(store_root() / app_id / "app.json")
-        return DescribeAppResponse(app_id=app_id, state=d.state, num_restarts=d.num_restarts, msg=d.msg,
-                                   created=d.created, roles_statuses=d.roles_statuses,
-                                   app=record.app if record else None)
+        return with_record(self._watcher.get(app_id), store_root() / app_id / "app.json")
 
     def view_snapshot(self, app_ids: Sequence[str]) -> builtins.list[AppView]:
         """The views' batch hook (:class:`tsm.views.snapshot.BatchSnapshot`): every app of ``app_ids`` from one
@@ -231,10 +225,11 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
         self._watcher.invalidate()
 
     # -- logs ---------------------------------------------------------------------------------------------
-    def _roles(self, app_id: str) -> dict[str, int]:
+    def _roles(self, app_id: str) -> dict[str, int] | None:
+        """``{role: replica count}`` from the job's metadata; None when Ray has no tsm job ``app_id``."""
         job = self.client().job(app_id)
         if job is None or not st.is_tsm_job(job.metadata):
-            raise UnknownAppError(f"no ray app '{app_id}'")
+            return None
         return dict(st.shape(dict(job.metadata)))
 
     def log_iter(
@@ -248,7 +243,7 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
         should_tail: bool = False,
         streams: Stream | None = None,
     ) -> Iterator[str]:
-        check_replica(app_id, self._roles(app_id), role_name, k)
+        check_log_target("ray", app_id, self._roles(app_id), role_name, k)
         names = stream_names(streams)
         return filter_regex(regex, self._lines(app_id, role_name, k, names, since, until, should_tail))
 
