@@ -342,9 +342,11 @@ def _echo_client(path: str, go: Any, end: Any, out: Any) -> None:
     out.put(sent)
 
 
-def echo_baseline(clients: int, duration: float) -> float:
-    """Messages/2 per second a bare selector server echoes from ``clients`` processes (pairs/s)."""
+def echo_baseline(clients: int, duration: float) -> tuple[float, float]:
+    """Messages/2 per second a bare selector server echoes from ``clients`` processes (pairs/s), and the CPU
+    microseconds all those processes spent per pair (their whole lives: comparable, not exact)."""
     ctx = mp.get_context("fork")
+    cpu0 = os.times()
     with tempfile.TemporaryDirectory(prefix="tsm-echo-") as d:
         path = os.path.join(d, "s")
         ready, stop, go, out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue()
@@ -365,7 +367,10 @@ def echo_baseline(clients: int, duration: float) -> float:
         processed = out.get() // MSG
         for p in [*procs, srv]:
             p.join(5)
-    return min(sent, processed) / 2 / elapsed
+    cpu1 = os.times()
+    pairs = max(min(sent, processed) / 2, 1)
+    cpu = cpu1.children_user + cpu1.children_system - cpu0.children_user - cpu0.children_system
+    return pairs / elapsed, cpu / pairs * 1e6
 
 
 def socket_timer(clients: int, duration: float) -> None:
@@ -378,11 +383,12 @@ def socket_timer(clients: int, duration: float) -> None:
         host.start()
         res = here.recv() if here.poll(duration + 60) else {}
         host.join(10)
-    base = echo_baseline(clients, duration)
+    base, base_cpu = echo_baseline(clients, duration)
     val = res.get("processed_pairs_per_s")
     row(f"socket timer: acquire+release pairs/s, {clients} client processes", val, "pairs/s processed",
         ">= 300k/s processed, 0 lost", bool(val and val >= 300_000 and res.get("requests_lost") == 0),
-        f"a bare Unix-socket echo of {MSG}-byte messages", round(base), **res)
+        f"a bare Unix-socket echo of {MSG}-byte messages", round(base),
+        baseline_cpu_us_per_pair=round(base_cpu, 2), **res)
 
 
 def reap_latency(workers: int) -> None:

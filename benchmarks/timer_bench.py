@@ -11,7 +11,8 @@ Prints one JSON object per line:
   randomised deadlines, per server and ``max_interval`` (0.01 / 0.1 / 1.0); each worker arms its timer and
   then execs ``sleep`` so that its teardown is negligible;
 * ``throughput``: acquire+release pairs per second from 1 and 16 worker processes: calls returned and
-  requests processed by the server, and requests lost.
+  requests processed by the server, and requests lost; and the CPU each processed pair cost in the server's
+  process and in the clients (steadier than pairs/s on a shared machine).
 * ``abuse`` (tsm only): reap latency of ordinary workers while a hostile client floods the server with
   absurd deadlines (``inf``, ``1e308``, NaN, year 11000) and garbage, and how many bytes the server logged
   meanwhile (issue 11: such requests used to stop reaping and log ~430 KB/s).
@@ -370,6 +371,7 @@ def tput_host(impl: str, clients: int, duration: float, tmpdir: str, res: Connec
     ready.wait()
     time.sleep(0.1)
     base = setup.processed()
+    cpu0 = os.times()
     t0 = time.time()
     t_end.value = t0 + duration
     go.set()
@@ -393,10 +395,18 @@ def tput_host(impl: str, clients: int, duration: float, tmpdir: str, res: Connec
         time.sleep(0.005)
     for p in procs:
         p.join(5)
+    cpu1 = os.times()
     with contextlib.suppress(Exception):
         setup.server.stop()
+    # CPU per processed pair, which load changes far less than pairs/s: this process (the server's thread,
+    # the main thread mostly waits) and the client processes (their whole short lives, counted once joined).
+    done_pairs = max(last / 2, 1)
+    server_cpu = cpu1.user + cpu1.system - cpu0.user - cpu0.system
+    client_cpu = cpu1.children_user + cpu1.children_system - cpu0.children_user - cpu0.children_system
     res.send(
         {
+            "server_cpu_us_per_pair": round(server_cpu / done_pairs * 1e6, 2),
+            "client_cpu_us_per_pair": round(client_cpu / done_pairs * 1e6, 2),
             "calls_pairs_per_s": round(pairs / t_clients),
             "processed_pairs_per_s": round(last / 2 / max(t_done - t0, 1e-9)),
             "requests_sent": ok + failed,

@@ -322,6 +322,129 @@ def test_any_bytes_leave_the_server_serving(
         assert all(0 <= t[0] <= proto.MAX_EXPIRATION for t in sock_server._core.timers.values())
 
 
+# -- the batch parser against a model (issue 19: many records per read, acquire+release pairs skipped) ----------
+SCOPES = [b"a", b"b", b"", b"\xff\xfe", "\u00e9t\u00e9".encode(), b"a" * 300]
+#: Valid far deadlines, releases (negative) and absurd values the server must refuse.
+EXPIRATIONS = [FAR, FAR + 1.5, 5e9, proto.MAX_EXPIRATION, -1.0, -math.inf, math.inf, math.nan, 1e308]
+
+
+def batch_client(path: str, blob: bytes, cuts: list[int], conn: Any) -> None:
+    """Sends ``blob`` cut at ``cuts`` (each piece may reach the server in a read of its own), then a ping,
+    and reports its pid and every reply up to the ping's ack; stays alive until told to go."""
+    s = raw_connect(path)
+    last = 0
+    for cut in [*sorted(cuts), len(blob)]:
+        s.sendall(blob[last:cut])
+        last = cut
+    s.sendall(record(proto.PING, 0.0, b"", seq=2**32 - 1, flags=proto.FLAG_ACK))
+    replies = []
+    while True:
+        kind, value, _text = read_reply(s)
+        if kind == proto.ACK and value == 2**32 - 1:
+            break
+        replies.append((kind, value))
+    conn.send((os.getpid(), replies))
+    conn.recv()
+
+
+def model(records: list[tuple[int, int, int, bool, float]], pid: int) -> tuple[dict[str, float], list[Any]]:
+    """What the server must hold and answer after ``records`` (kind, scope index, seq, names another pid,
+    expiration), applied one by one as the protocol defines them."""
+    table: dict[str, float] = {}
+    replies: list[tuple[int, int]] = []
+    for kind, si, seq, other, exp in records:
+        scope = SCOPES[si].decode("utf-8", "replace")
+        if other:
+            replies.append((proto.REFUSED, seq))
+            continue
+        if kind == proto.RELEASE or (kind == proto.ACQUIRE and exp < 0):
+            table.pop(scope, None)
+        elif kind == proto.ACQUIRE and not exp <= proto.MAX_EXPIRATION:
+            replies.append((proto.REFUSED, seq))
+            continue
+        elif kind == proto.ACQUIRE:
+            table[scope] = exp
+        if seq:
+            replies.append((proto.ACK, seq))
+    return table, replies
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([proto.ACQUIRE, proto.ACQUIRE, proto.RELEASE, proto.PING]),
+            st.integers(0, len(SCOPES) - 1),
+            st.sampled_from([0, 0, 0, 7]),  # 7: ask for an ack
+            st.sampled_from([False, False, False, True]),  # True: name pid 1, which is always refused
+            st.sampled_from(EXPIRATIONS),
+        ),
+        max_size=40,
+    ),
+    st.lists(st.integers(0, 10_000), max_size=6),
+)
+def test_batched_records_match_the_model(
+    sock_server: timer.SocketTimerServer, records: list[tuple[int, int, int, bool, float]], cuts: list[int]
+) -> None:
+    """However records are grouped into reads, the table and the answers are those of one-by-one processing
+    (in particular an acquire directly followed by its release, which the server skips as a pair)."""
+    check_against_model(sock_server, records, cuts)
+
+
+def check_against_model(
+    sock_server: timer.SocketTimerServer, records: list[tuple[int, int, int, bool, float]], cuts: list[int]
+) -> None:
+    blob = b"".join(
+        record(kind, exp, SCOPES[si], seq=seq, flags=proto.FLAG_ACK if seq else 0, pid=1 if other else 0)
+        for kind, si, seq, other, exp in records
+    )
+    before = dict(sock_server.stats)
+    here, there = CTX.Pipe()
+    p = spawn(batch_client, sock_server.path, blob, [c % (len(blob) + 1) for c in cuts], there)
+    assert here.poll(WAIT)
+    pid, replies = here.recv()
+    table, expected_replies = model(records, pid)
+    try:
+        held = sock_server.get_expired_timers(math.inf).get(pid, [])
+        assert {r.scope_id: r.expiration_time for r in held} == table
+        assert replies == expected_replies
+        refused = sum(1 for kind, _v in expected_replies if kind == proto.REFUSED)
+        assert sock_server.stats["refused"] - before["refused"] == refused
+        applied = sum(1 for kind, *_ in records if kind != proto.PING) - sum(
+            1 for kind, _si, _seq, other, exp in records if kind != proto.PING and (other or (
+                kind == proto.ACQUIRE and not exp <= proto.MAX_EXPIRATION))
+        )
+        assert sock_server.stats["requests"] - before["requests"] == applied
+    finally:
+        sock_server.clear_timers({pid})
+        here.send("go")
+        p.join(WAIT)
+
+
+A, R, P = proto.ACQUIRE, proto.RELEASE, proto.PING
+PAIR_CASES = {
+    "pair": [(A, 0, 0, False, FAR), (R, 0, 0, False, -1.0)],
+    "pair then acquire": [(A, 0, 0, False, FAR), (R, 0, 0, False, -1.0), (A, 0, 0, False, 5e9)],
+    "armed, then a pair": [(A, 0, 0, False, 5e9), (A, 0, 0, False, FAR), (R, 0, 0, False, -1.0)],
+    "release of another scope": [(A, 0, 0, False, FAR), (R, 1, 0, False, -1.0)],
+    "same length, other bytes": [(A, 0, 0, False, FAR), (R, 1, 0, False, -1.0), (A, 1, 0, False, FAR)],
+    "acked acquire": [(A, 0, 7, False, FAR), (R, 0, 0, False, -1.0)],
+    "acked release": [(A, 0, 0, False, FAR), (R, 0, 7, False, -1.0)],
+    "release naming pid 1": [(A, 0, 0, False, FAR), (R, 0, 0, True, -1.0)],
+    "absurd acquire, release": [(A, 0, 0, False, math.inf), (R, 0, 0, False, -1.0)],
+    "release with another expiration": [(A, 0, 0, False, FAR), (R, 0, 0, False, math.nan)],
+    "nested": [(A, 0, 0, False, FAR), (A, 1, 0, False, 5e9), (R, 1, 0, False, -1.0), (R, 0, 0, False, -1.0)],
+    "empty scope pairs": [(A, 2, 0, False, FAR), (R, 2, 0, False, -1.0)] * 3 + [(A, 2, 0, False, FAR)],
+    "long scope pairs": [(A, 5, 0, False, FAR), (R, 5, 0, False, -1.0)] * 50 + [(P, 0, 7, False, 0.0)],
+}
+
+
+@pytest.mark.parametrize("case", list(PAIR_CASES))
+def test_acquire_release_pairs_in_one_read(sock_server: timer.SocketTimerServer, case: str) -> None:
+    """The pair shortcut applies only to an exact release record right after a plain acquire."""
+    check_against_model(sock_server, PAIR_CASES[case], [])
+
+
 # -- FIFO protocol ------------------------------------------------------------------------------------------
 FIFO_GARBAGE: list[bytes] = [
     b"not json\n",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -465,3 +466,84 @@ def test_in_process_table_api(servers: list[timer.SocketTimerServer], sock_path:
     p.kill()
     p.join()
     assert not timer.FileTimerServer.is_process_running(p.pid)
+
+
+def test_client_records_are_the_protocols_on_every_path(tmp_path: Path) -> None:
+    """Repeated scopes go out as ready-made records (issue 19); byte for byte the records of the slow path,
+    and the fast path refuses the same absurd values."""
+    from tsm.timer import socket_timer as proto
+
+    path = str(tmp_path / "raw.sock")
+    lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lsock.bind(path)
+    lsock.listen(1)
+    client = timer.SocketTimerClient(path)
+
+    def rec(kind: int, scope: bytes, exp: float) -> bytes:
+        return proto._REQ.pack(kind, 0, len(scope), 0, 0, exp) + scope
+
+    try:
+        here, there = CTX.Pipe()
+        p = spawn(_welcome_then_read, lsock, there)
+        client.acquire("s", 5e9)  # slow path, connects and remembers "s"
+        client.acquire("s", 6e9)  # fast path
+        client.release("s")  # fast path
+        client.acquire("s", -1.0)  # a release, slow path
+        client.acquire("s", 7)  # an int: slow path
+        client.acquire("\udcff", 5e9)  # a lone surrogate, sent as its bytes
+        client.release("\udcff")
+        for bad in (math.inf, math.nan, 1e308, True):
+            with pytest.raises(timer.InvalidTimerRequestError):
+                client.acquire("s", bad)
+        client.close()
+        assert here.recv() == b"".join(
+            [
+                rec(proto.ACQUIRE, b"s", 5e9),
+                rec(proto.ACQUIRE, b"s", 6e9),
+                rec(proto.RELEASE, b"s", -1.0),
+                rec(proto.RELEASE, b"s", -1.0),
+                rec(proto.ACQUIRE, b"s", 7.0),
+                rec(proto.ACQUIRE, b"\xed\xb3\xbf", 5e9),
+                rec(proto.RELEASE, b"\xed\xb3\xbf", -1.0),
+            ]
+        )
+        p.join(WAIT)
+    finally:
+        lsock.close()
+
+
+def _welcome_then_read(lsock: socket.socket, conn: Connection) -> None:
+    from tsm.timer import socket_timer as proto
+
+    s, _ = lsock.accept()
+    s.sendall(proto._REP.pack(proto.WELCOME, 0, 0, 1))
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    conn.send(data)
+
+
+def test_client_keeps_few_ready_made_records(servers: list[timer.SocketTimerServer], sock_path: str) -> None:
+    """Thousands of distinct scopes neither grow the client's record cache without bound nor lose a request."""
+    from tsm.timer import socket_timer as proto
+
+    srv = start(servers, sock_path)
+    here, there = CTX.Pipe()
+
+    def worker(conn: Connection) -> None:
+        client = timer.SocketTimerClient(sock_path)
+        exp = time.time() + 600
+        most = 0
+        for i in range(3 * proto._FRAMES_MAX):
+            for _ in range(2):
+                client.acquire(f"scope-{i}", exp)
+                client.release(f"scope-{i}")
+            most = max(most, len(client._frames))
+        client.sync()
+        conn.send(most)
+
+    p = spawn(worker, there)
+    assert here.recv() <= proto._FRAMES_MAX
+    p.join(WAIT)
+    assert srv.stats["requests"] == 3 * proto._FRAMES_MAX * 4
+    assert srv.get_expired_timers(float("inf")) == {}

@@ -17,6 +17,14 @@ answer, so a refused process gets a TimerError at its first ``acquire``.  After 
 server's answer; a refusal raises TimerError.  :meth:`SocketTimerClient.sync` waits until the server has
 processed everything sent before it.
 
+Throughput (issue 19): every call is still one write, so that a worker that hangs right after ``acquire`` has
+its timer armed, and a release is on the socket (where the server's drain before a reap finds it) as soon as
+``release`` returns; batching writes in the client would trade that away.  What is cheap instead: the client
+keeps a ready-made record per recent scope (one struct call per acquire, none per release), and the server
+parses all whole records of a read in one pass with local names, decodes a scope once for a run of records
+naming it, and skips arming a timer whose exact release record follows it in the same read (the table ends
+the same, and nothing fires in the middle of a read).
+
 Hostile or broken clients: an acquire whose deadline is NaN, infinite or after year 9999 is answered
 *refused* (the client's next ``sync``/ack raises TimerError; :class:`SocketTimerClient` refuses such values
 itself with :class:`~tsm.timer.InvalidTimerRequestError` before sending); a record of an unknown kind or with
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import select
@@ -57,6 +66,7 @@ _REQ = struct.Struct("<BBHIid")
 _REP = struct.Struct("<BBHI")
 _PEERCRED = struct.Struct("3i")
 ACQUIRE, RELEASE, PING = 1, 2, 3
+_KINDS = frozenset((ACQUIRE, RELEASE, PING))
 FLAG_ACK = 1
 WELCOME, ACK, REFUSED, REJECTED = 1, 2, 3, 4
 MAX_SCOPE = 4096  # bytes of UTF-8; keeps every record small
@@ -66,6 +76,10 @@ _ACCEPT_PAUSE = 0.1  # seconds without accepting after the process ran out of de
 _READ = 1 << 16
 _DRAIN_MAX = 1 << 22
 _OUT_MAX = 1 << 20
+_NOSIGNAL = socket.MSG_NOSIGNAL
+_HEAD = 12  # bytes of a request record before its expiration
+_FRAMES_MAX = 256  # scopes a client keeps ready-made records for
+_Frame = tuple[struct.Struct, bytes, bytes, bytes]
 
 _clients: weakref.WeakSet[SocketTimerClient] = weakref.WeakSet()
 
@@ -98,6 +112,10 @@ class SocketTimerClient(TimerClient):
         self._seq = 0
         self._rbuf = b""
         self._refusals: list[str] = []
+        #: Fire-and-forget records of recently used scopes (none when ``ack``): the acquire's struct, its
+        #: first 12 bytes, the UTF-8 scope, and the whole release record.  They name no pid, so they stay
+        #: valid in a forked child.
+        self._frames: dict[str, _Frame] = {}
         #: This process's pid as the server sees it (differs from os.getpid() across pid namespaces).
         self.server_view_pid: int | None = None
         _clients.add(self)
@@ -109,12 +127,49 @@ class SocketTimerClient(TimerClient):
         InvalidTimerRequestError (a ValueError) at once, with nothing sent, for a deadline that is not a
         number, NaN, infinite or after year 9999; a negative one releases, as in torch.
         """
-        exp = check_expiration(expiration_time)
-        self._send(ACQUIRE if exp >= 0 else RELEASE, scope_id, exp, 0, self._ack)
+        # A fire-and-forget client sends a ready-made record per scope (made on the scope's first use, then
+        # packed by one struct call); the checks are those of check_expiration, in their cheapest form.
+        frame = self._frames.get(scope_id) if type(scope_id) is str else None
+        if frame is None or not (type(expiration_time) is float and 0.0 <= expiration_time <= MAX_EXPIRATION):
+            exp = check_expiration(expiration_time)
+            if exp < 0 or self._ack or type(scope_id) is not str:
+                self._send(ACQUIRE if exp >= 0 else RELEASE, scope_id, exp, 0, self._ack)
+                return
+            frame = frame or self._frame(scope_id)
+            expiration_time = exp
+        data = frame[0].pack(frame[1], expiration_time, frame[2])
+        with self._lock:  # _write, inlined: this is the hot path of every ``expires`` block
+            sock = self._sock
+            if sock is not None:
+                try:
+                    sent = sock.send(data, _NOSIGNAL)  # all of it (blocking socket): sendall's loop is slower
+                    if sent < len(data):
+                        sock.sendall(data[sent:], _NOSIGNAL)
+                except OSError as e:
+                    raise self._lost_locked(e) from e
+                return
+        self._write(data)
 
     def release(self, scope_id: str) -> None:
         """Release ``scope_id`` of this process (unknown scopes are ignored by the server)."""
-        self._send(RELEASE, scope_id, -1.0, 0, self._ack)
+        frame = self._frames.get(scope_id) if type(scope_id) is str else None
+        if frame is None:
+            if self._ack or type(scope_id) is not str:
+                self._send(RELEASE, scope_id, -1.0, 0, self._ack)
+                return
+            frame = self._frame(scope_id)
+        with self._lock:
+            sock = self._sock
+            if sock is not None:
+                data = frame[3]
+                try:
+                    sent = sock.send(data, _NOSIGNAL)
+                    if sent < len(data):
+                        sock.sendall(data[sent:], _NOSIGNAL)
+                except OSError as e:
+                    raise self._lost_locked(e) from e
+                return
+        self._write(frame[3])
 
     # -- tsm additions ----------------------------------------------------------------------------------
     def send_request(self, request: TimerRequest) -> None:
@@ -163,12 +218,35 @@ class SocketTimerClient(TimerClient):
             try:
                 sock.sendall(data, socket.MSG_NOSIGNAL)
             except OSError as e:
-                self._drop_locked()
-                raise TimerServerUnavailableError(
-                    f"timer server at {self.path} is gone ({e}); request not delivered"
-                ) from e
+                raise self._lost_locked(e) from e
             if wait:
                 self._wait_locked(sock, seq, scope_id)
+
+    def _frame(self, scope_id: str) -> _Frame:
+        """The ready-made records of ``scope_id`` (InvalidTimerRequestError for a scope over MAX_SCOPE bytes)."""
+        raw = scope_id.encode(errors="surrogatepass")
+        if len(raw) > MAX_SCOPE:
+            raise InvalidTimerRequestError(f"scope_id is {len(raw)} bytes; the limit is {MAX_SCOPE}")
+        frames = self._frames
+        if len(frames) >= _FRAMES_MAX:  # many distinct scopes (``expires`` without scope): start over
+            frames.clear()
+        packer, head = _acquire_packer(len(raw))
+        frame = frames[scope_id] = (packer, head, raw, _REQ.pack(RELEASE, 0, len(raw), 0, 0, -1.0) + raw)
+        return frame
+
+    def _write(self, data: bytes) -> None:
+        """Write one fire-and-forget record (connecting first if needed)."""
+        with self._lock:
+            sock = self._sock if self._sock is not None else self._connect_locked()
+            try:
+                sock.sendall(data, socket.MSG_NOSIGNAL)
+            except OSError as e:
+                raise self._lost_locked(e) from e
+
+    def _lost_locked(self, e: OSError) -> TimerServerUnavailableError:
+        """Forget the broken connection (the next call reconnects); the error to raise for the lost write."""
+        self._drop_locked()
+        return TimerServerUnavailableError(f"timer server at {self.path} is gone ({e}); request not delivered")
 
     def _connect_locked(self) -> socket.socket:
         deadline = time.monotonic() + self._connect_timeout
@@ -242,6 +320,12 @@ class SocketTimerClient(TimerClient):
         self.server_view_pid = None
         if sock is not None:
             sock.close()
+
+
+@functools.lru_cache(maxsize=64)
+def _acquire_packer(size: int) -> tuple[struct.Struct, bytes]:
+    """A struct packing a whole fire-and-forget acquire of a ``size``-byte scope, and its fixed first bytes."""
+    return struct.Struct(f"<{_HEAD}sd{size}s"), _REQ.pack(ACQUIRE, 0, size, 0, 0, 0.0)[:_HEAD]
 
 
 class _Conn:
@@ -483,71 +567,108 @@ class SocketTimerServer(ServerExtras):
             if not data:
                 self._close_conn(conn)
                 return
-            total += len(data)
+            got = len(data)
+            total += got
             self._consume_locked(conn, data)
-            if conn.fd not in self._conns:  # closed for a protocol error
+            if got < _READ or conn.fd not in self._conns:  # drained (epoll reports what comes next) or closed
                 return
 
     def _consume_locked(self, conn: _Conn, data: bytes) -> None:
+        """Apply every whole record in ``conn.buf + data``; keep the incomplete tail for the next read.
+
+        One pass over the block with local names only.  The scope of a record is decoded once for a run of
+        records naming the same scope (the usual acquire, release, acquire, ... of one worker): comparing
+        its bytes in place costs less than cutting and decoding them again, and the key tuple is reused.
+        """
         buf = conn.buf + data if conn.buf else data
         n = len(buf)
         off = 0
         hdr = _REQ.size
         unpack = _REQ.unpack_from
-        timers = self._core.timers
-        dirty = self._core.dirty
-        seqgen = self._core.seq
+        startswith = buf.startswith
+        core = self._core
+        timers = core.timers
+        pop = timers.pop
+        dirty = core.dirty
+        push = dirty.append
+        seqgen = core.seq
         pid = conn.pid
         start = conn.start
         acquired = released = 0
         replies: list[bytes] = []
+        kraw = b"\0"  # the scope bytes of ``key`` (never matches: the length check below comes first)
+        klen = -1
+        key: tuple[int, str] = (pid, "")
+        krel: bytes | None = None  # the release record of ``key`` (made when first needed)
         while n - off >= hdr:
             kind, flags, slen, seq, rpid, exp = unpack(buf, off)
-            if slen > MAX_SCOPE or kind not in (ACQUIRE, RELEASE, PING):
-                self._core.log.log(
+            if slen > MAX_SCOPE or kind not in _KINDS:
+                core.log.log(
                     logging.WARNING,
                     "pid %d broke the timer protocol (record kind %d, scope of %d bytes); closing its connection",
                     pid,
                     kind,
                     slen,
                 )
-                self._core.stats["refused"] += 1
+                core.stats["refused"] += 1
                 self._close_conn(conn)
                 return
-            end = off + hdr + slen
+            first = off + hdr
+            end = first + slen
             if end > n:
                 break
-            scope = buf[off + hdr : end].decode("utf-8", "replace")
             off = end
+            if slen != klen or not startswith(kraw, first):
+                kraw = buf[first:end]
+                klen = slen
+                key = (pid, kraw.decode("utf-8", "replace"))
+                krel = None
+            if kind == ACQUIRE and not (flags or rpid) and 0.0 <= exp <= MAX_EXPIRATION:
+                # An acquire whose release follows in the same block (a short ``expires`` body): the pair leaves
+                # the table as the release alone would, and nothing can fire in between (firing waits for the
+                # whole block), so skip arming a timer only to drop it.
+                if krel is None:
+                    krel = _REQ.pack(RELEASE, 0, slen, 0, 0, -1.0) + kraw
+                after = end + hdr + slen
+                if after <= n and startswith(krel, end):
+                    off = after
+                    pop(key, None)
+                    acquired += 1
+                    released += 1
+                    continue
+                sq = next(seqgen)
+                timers[key] = (exp, sq, start, 0)
+                push((exp, sq, key))
+                acquired += 1
+                continue
             if rpid and rpid != pid:
                 reason = (
                     f"pid {rpid} named by pid {pid}: a client may only arm timers for itself"
-                    if rpid > 1 and rpid != self._core.guard.own_pid
+                    if rpid > 1 and rpid != core.guard.own_pid
                     else f"pid {rpid} may never be reaped (named by pid {pid})"
                 )
-                self._core.refuse(reason, scope)
+                core.refuse(reason, key[1])
                 text = reason.encode()
                 replies.append(_REP.pack(REFUSED, 0, len(text), seq) + text)
                 continue
-            if kind == ACQUIRE and 0 <= exp <= MAX_EXPIRATION:
-                s = next(seqgen)
-                key = (pid, scope)
-                timers[key] = (exp, s, start, 0)
-                dirty.append((exp, s, key))
-                acquired += 1
-            elif kind == RELEASE or (kind == ACQUIRE and exp < 0):
-                timers.pop((pid, scope), None)
+            if kind == RELEASE or (kind == ACQUIRE and exp < 0):
+                pop(key, None)
                 released += 1
-            elif kind == ACQUIRE:  # NaN, infinite or after year 9999
-                reason = f"expiration_time {exp!r} is not a time.time() deadline (finite, before year 10000)"
-                self._core.refuse(f"{reason} (pid {pid})", scope)
-                text = reason.encode()
-                replies.append(_REP.pack(REFUSED, 0, len(text), seq) + text)
-                continue
+            elif kind == ACQUIRE:
+                if not exp <= MAX_EXPIRATION:  # NaN, infinite or after year 9999
+                    reason = f"expiration_time {exp!r} is not a time.time() deadline (finite, before year 10000)"
+                    core.refuse(f"{reason} (pid {pid})", key[1])
+                    text = reason.encode()
+                    replies.append(_REP.pack(REFUSED, 0, len(text), seq) + text)
+                    continue
+                sq = next(seqgen)
+                timers[key] = (exp, sq, start, 0)
+                push((exp, sq, key))
+                acquired += 1
             if flags & FLAG_ACK:
                 replies.append(_REP.pack(ACK, 0, 0, seq))
         conn.buf = buf[off:] if off < n else b""
-        stats = self._core.stats
+        stats = core.stats
         stats["requests"] += acquired + released
         stats["acquired"] += acquired
         stats["released"] += released
