@@ -11,6 +11,12 @@ Lines:
   app for 30 s, against the number of ``describe`` polls those waits made: the shared
   :class:`tsm.schedulers.slurm.SlurmQueries` turns many polls into few ``squeue`` calls.
 
+* ``slurm_status_many``: issue 19's row "status of 1,000 submitted jobs": N apps (each ``sleep``, most of
+  them PENDING on the 4-node test cluster) submitted through tsm, then ``describe`` of every one of them
+  with one fresh snapshot, ``list()`` and a views ``view_snapshot`` of all of them: the Slurm commands each
+  ran (target: one ``squeue``) and its time beside the raw ``squeue --json --me`` of the same queue
+  (target: <= 1.2 x). The jobs are cancelled with one ``scancel`` at the end.
+
 Without a cluster and without root to start one, prints a single ``skipped`` line and exits 0.
 """
 
@@ -27,6 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -134,6 +141,75 @@ def wait_load(apps: int = 20, seconds: float = 30.0) -> None:
     )
 
 
+def status_many(n: int = 1000, runs: int = 5) -> None:
+    from tsm.schedulers import slurm
+    from tsm.schedulers.slurm.cli import command_counts
+    from tsm.specs.api import AppDef, Resource, Role
+
+    sched = slurm.create_scheduler("bench")
+    app = AppDef("many", [Role("w", entrypoint="sleep", args=["600"], resource=Resource(cpu=1, memMB=50))])
+    ids: list[str] = []
+    try:
+        t0 = time.monotonic()
+        for _ in range(n):  # a dry run each: every app has its own job directory
+            ids.append(sched.schedule(sched.submit_dryrun(app)))
+        submit_s = time.monotonic() - t0
+
+        def raw() -> float:
+            t = time.perf_counter()
+            subprocess.run(["squeue", "--json", "--me"], capture_output=True, check=True)
+            return time.perf_counter() - t
+
+        def counted(fn: Any) -> tuple[float, dict[str, int]]:
+            """``fn()``'s answer (its own timing) and the Slurm commands it ran."""
+            before = command_counts()
+            took = fn()
+            after = command_counts()
+            return took, {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
+
+        def describe_all() -> float:
+            time.sleep(1.05)  # the shared snapshot is older than describe's max_age: the first call refreshes
+            t = time.perf_counter()
+            found = [sched.describe(i) for i in ids]
+            took = time.perf_counter() - t
+            assert all(d is not None for d in found), "an app Slurm holds was not described"
+            return took
+
+        def list_all() -> float:
+            time.sleep(1.05)
+            t = time.perf_counter()
+            sched.list()
+            return time.perf_counter() - t
+
+        def view_all() -> float:
+            t = time.perf_counter()
+            sched.view_snapshot(ids)
+            return time.perf_counter() - t
+
+        base = statistics.median(raw() for _ in range(runs))
+        runs_desc = [counted(describe_all) for _ in range(runs)]
+        desc = [t for t, _ in runs_desc]
+        desc_cmds = runs_desc[-1][1]
+        lst = [counted(list_all) for _ in range(runs)]
+        view = [counted(view_all) for _ in range(runs)]
+        d_med = statistics.median(desc)
+        v_med = statistics.median(t for t, _ in view)
+        emit(
+            bench="slurm_status_many", apps=n, submit_s=round(submit_s, 1),
+            raw_squeue_json_ms=round(base * 1000, 1),
+            describe_all_ms=round(d_med * 1000, 1), describe_all_commands=desc_cmds,
+            describe_all_ratio=round(d_med / base, 2),
+            list_ms=round(statistics.median(t for t, _ in lst) * 1000, 1), list_commands=lst[-1][1],
+            view_snapshot_ms=round(v_med * 1000, 1), view_snapshot_commands=view[-1][1],
+            view_snapshot_ratio=round(v_med / base, 2),
+            target="one squeue per refresh, <= 1.2 x the raw squeue --json",
+            met=desc_cmds == {"squeue": 1} and d_med <= 1.2 * base,
+        )
+    finally:
+        for k in range(0, len(ids), 200):
+            subprocess.run(["scancel", *[i.split("+")[0] for i in ids[k:k + 200]]], capture_output=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes; never starts the engine (smoke)")
@@ -146,6 +222,7 @@ def main() -> int:
     try:
         latency(1 if tiny else 3)
         wait_load(*((2, 5.0) if tiny else (20, 30.0)))
+        status_many(*((5, 1) if tiny else (1000, 5)))
     finally:
         shutil.rmtree(os.environ["TSM_HOME"], ignore_errors=True)
     return 0
