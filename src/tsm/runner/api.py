@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from tsm._logging import warn as _warn
 from tsm.errors import (
     AppStillRunningError,
     ConfigError,
@@ -78,12 +79,6 @@ RESERVED_ENV_PREFIXES = ("TSM_PORT_", "TSM_TRACKER_", "TSM_K8S_", "TSM_DOCKER_",
 #: The run option (accepted by every scheduler through the runner) that turns TorchX's names off.
 TORCHX_ENV_OPTION = "torchx_env"
 
-
-def _warn(msg: str, *args: object) -> None:
-    """A warning on the ``tsm`` logger (logging is imported only when there is one to give)."""
-    import logging
-
-    logging.getLogger("tsm").warning(msg, *args)
 
 SchedulerFactory = Callable[..., Scheduler]
 

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from tsm._logging import warn as _warn
 from tsm.errors import ConfigError, did_you_mean
 
 if sys.version_info >= (3, 11):
@@ -169,7 +170,6 @@ def _arg_text(value: Any) -> str:
     return "" if value == "" else format_value(value)
 
 
-
 # -- .torchxconfig (TorchX's INI config) ------------------------------------------------------------------
 #: The file name TorchX looks for.
 CONFIG_FILE = ".torchxconfig"
@@ -177,13 +177,6 @@ CONFIG_FILE = ".torchxconfig"
 ENV_TORCHXCONFIG = "TORCHXCONFIG"
 #: Between a section's prefix and its name: ``[component:dist.ddp]``.
 CONFIG_PREFIX_DELIM = ":"
-
-
-def _warn(msg: str, *args: object) -> None:
-    """A warning on the ``tsm`` logger (logging is imported only when there is one to give)."""
-    import logging
-
-    logging.getLogger("tsm").warning(msg, *args)
 
 
 def _configparser() -> configparser.ConfigParser:

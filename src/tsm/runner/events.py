@@ -22,18 +22,16 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tsm._logging import module_logger, warn as _warn
+
 #: The name of the logger every event is written to (``events.logger`` is that logger).
 LOGGER_NAME = "tsm.events"
 
 _INFO = 20  # logging.INFO, without importing logging
 
 
-def __getattr__(name: str) -> object:
-    if name == "logger":  # the logger itself, made on first use: logging is imported only when needed
-        import logging
-
-        return logging.getLogger(LOGGER_NAME)
-    raise AttributeError(f"module 'tsm.runner.events' has no attribute {name!r}")
+#: ``events.logger``, the logger itself, is made on first use: logging is imported only when needed
+__getattr__ = module_logger(__name__, LOGGER_NAME)
 
 
 def _info_enabled() -> bool:
@@ -46,12 +44,6 @@ def _info_enabled() -> bool:
     logging = sys.modules.get("logging")
     return logging is not None and logging.getLogger(LOGGER_NAME).isEnabledFor(_INFO)
 
-
-def _warn(msg: str, *args: object) -> None:
-    """A warning on the ``tsm`` logger."""
-    import logging
-
-    logging.getLogger("tsm").warning(msg, *args)
 
 #: Entry-point groups whose entries are event sinks (callables taking a :class:`TsmEvent`), tsm's first.
 SINK_GROUPS = ("tsm.event_handlers", "torchx.event_handlers")

@@ -18,17 +18,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tsm._logging import warn as _warn
 from tsm.errors import InvalidRunOptionError, brief, did_you_mean
 
 CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
-
-
-
-def _warn(msg: str, *args: object) -> None:
-    """A warning on the ``tsm`` logger (logging is imported only when there is one to give)."""
-    import logging
-
-    logging.getLogger("tsm").warning(msg, *args)
 
 
 #: ``typing`` spellings of the container types, as TorchX schedulers declare them.
@@ -130,7 +123,6 @@ def _as_float(name: str, value: Any) -> float:
     if not math.isfinite(out):
         raise InvalidRunOptionError(f"run option '{name}' expects a finite float, got {out}")
     return out
-
 
 
 @dataclass(frozen=True)

@@ -45,25 +45,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tsm._logging import module_logger, warn
 from tsm.errors import TsmError
 
 #: The logger tracker warnings go to (``tracker.api.logger`` is that logger, made on first use).
 LOGGER_NAME = "tsm.tracker"
 
 
-def __getattr__(name: str) -> object:
-    if name == "logger":  # logging is imported only when there is something to log (not on every run)
-        import logging
-
-        return logging.getLogger(LOGGER_NAME)
-    raise AttributeError(f"module 'tsm.tracker.api' has no attribute {name!r}")
-
-
-def _warn(msg: str, *args: object) -> None:
-    """A warning on the ``tsm.tracker`` logger."""
-    import logging
-
-    logging.getLogger(LOGGER_NAME).warning(msg, *args)
+#: ``tracker.api.logger`` is made on first use: logging is imported only when there is something to log
+__getattr__ = module_logger(__name__, LOGGER_NAME)
+#: a warning on the ``tsm.tracker`` logger
+_warn = functools.partial(warn, logger=LOGGER_NAME)
 
 ENV_JOB_ID = "TSM_JOB_ID"
 ENV_PARENT_RUN_ID = "TSM_PARENT_RUN_ID"
