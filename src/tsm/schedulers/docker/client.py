@@ -105,6 +105,15 @@ class DockerClient:
             out.append(obs)
         return out
 
+    def stats(self, container_id: str) -> dict[str, Any]:
+        """One ``one_shot`` stats answer of a container (no second sample waited for), for the views' usage.
+
+        Not mapped to tsm's errors: the caller treats any failure as "no figure", and reads the engine's
+        own message to tell an engine too old for ``one_shot`` (API < 1.41).
+        """
+        self._count("stats")
+        return dict(self.api.api.stats(container_id, stream=False, one_shot=True))
+
     def networks(self, app_id: str | None = None) -> list[Any]:
         labels = [f"{LABEL_SCHEDULER}=docker"] + ([f"{LABEL_APP}={app_id}"] if app_id else [])
         with self.mapped("list networks"):

@@ -134,8 +134,7 @@ class StatsSampler:
         batch = self._batch(wanted)
         for cid in batch:
             try:
-                self.client._count("stats")
-                stats = self.client.api.api.stats(cid, stream=False, one_shot=True)
+                stats = self.client.stats(cid)
             except Exception as e:  # noqa: BLE001 - usage is never an error
                 if "one_shot" in str(e) or "1.41" in str(e):
                     self.available = False

@@ -456,44 +456,34 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
 
     def _view_of(self, desc: DescribeAppResponse, pods: dict[tuple[str, int], Pod],
                  usage: dict[str, tuple[float, float]] | None, name: str | None) -> ViewApp:
-        """One app as the views show it: ``desc`` plus, per replica, its pod (requests, start) and usage."""
-        from tsm.views.snapshot import AppView as ViewApp, ReplicaView
+        """One app as the views show it: ``desc`` (:func:`~tsm.views.snapshot.view_of_describe`, requests
+        from the submitted app) plus, per replica, its pod's IP, requests, start and end, and usage."""
+        from tsm.views.snapshot import requests_of, view_of_describe
 
-        spec_req: dict[str, tuple[float | None, float | None, int | None]] = {}
         record = AppRecord.load(self._app_dir(desc.app_id) / "app.json")
-        if record is not None:
-            for role in record.app.roles:
-                res = role.resource
-                spec_req[role.name] = (res.cpu if res.cpu >= 0 else None, float(res.memMB) if res.memMB >= 0 else None,
-                                    res.gpu if res.gpu >= 0 else None)
-        replicas = []
+        reqs = requests_of(record.app.to_dict()) if record is not None else {}
+        view = view_of_describe(desc, "kubernetes", name=name or desc.app_id.rsplit("-", 1)[0], reqs=reqs)
         started: builtins.list[float] = []
         ended: builtins.list[float] = []
-        for rs in desc.roles_statuses:
-            for r in rs.replicas:
-                pod = pods.get((rs.role, r.id))
-                cpu, mem, gpu = spec_req.get(rs.role, (None, None, None))
-                rv = ReplicaView(role=rs.role, idx=r.id, state=r.state.name, host=r.hostname or "",
-                                 attempt=r.restarts, exit_code=r.exit_code, error=r.error_msg,
-                                 cpu_req=cpu, mem_req_mb=mem, gpu_req=gpu)
-                if pod is not None:
-                    rv.host = pod.ip or rv.host
-                    rv.cpu_req, rv.mem_req_mb, rv.gpu_req = pod.cpu_req, pod.mem_req_mb, pod.gpu_req
-                    if pod.started:
-                        started.append(pod.started)
-                    if pod.finished:
-                        ended.append(pod.finished)
-                    used = (usage or {}).get(pod.name)
-                    if used is not None and not r.state.is_terminal:
-                        rv.cpu_used, rv.mem_used_mb = used[0], used[1] / 2**20
-                replicas.append(rv)
-        last_error = desc.msg if desc.state == AppState.FAILED else next(
-            (r.error for r in replicas if r.error), "")
-        return ViewApp(handle="", scheduler="kubernetes", app_id=desc.app_id,
-                       name=name or desc.app_id.rsplit("-", 1)[0], state=desc.state.name, created=desc.created,
-                       started=min(started) if started else None,
-                       ended=(max(ended) if ended else None) if desc.state.is_terminal else None,
-                       restarts=desc.num_restarts, last_error=last_error, replicas=replicas)
+        for rv in view.replicas:
+            pod = pods.get((rv.role, rv.idx))
+            if pod is None:
+                continue
+            rv.host = pod.ip or rv.host
+            rv.cpu_req, rv.mem_req_mb, rv.gpu_req = pod.cpu_req, pod.mem_req_mb, pod.gpu_req
+            if pod.started:
+                started.append(pod.started)
+            if pod.finished:
+                ended.append(pod.finished)
+            used = (usage or {}).get(pod.name)
+            if used is not None and not AppState[rv.state].is_terminal:
+                rv.cpu_used, rv.mem_used_mb = used[0], used[1] / 2**20
+        # a live app shows why a replica is waiting (ErrImagePull, Unschedulable, ...) as its error
+        view.last_error = desc.msg if desc.state == AppState.FAILED else next(
+            (r.error for r in view.replicas if r.error), "")
+        view.started = min(started) if started else None
+        view.ended = (max(ended) if ended else None) if desc.state.is_terminal else None
+        return view
 
     # -- cancel / finish -----------------------------------------------------------------------------------
     def cancel(self, app_id: str) -> None:
