@@ -317,3 +317,13 @@ def mismatches(
         if got_v != os.fsencode(v):
             out.append(f"env {k!r}: got {_show(got_v)}, want {_show(os.fsencode(v))}")
     return out
+
+
+def is_utf8(value: str) -> bool:
+    """True when ``value`` encodes as UTF-8 (no lone surrogate): what an API that takes only text accepts
+    (Docker's and Kubernetes' JSON), so the byte-exact tests of those backends keep to such values."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -109,16 +109,9 @@ def test_cancel_ends_every_process_of_the_container(backend: Backend) -> None:
 def test_args_and_env_arrive_byte_exact_when_utf8(backend: Backend, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
 
-    def utf8(v: str) -> bool:
-        try:
-            v.encode()
-        except UnicodeEncodeError:
-            return False
-        return True
-
     all_args, all_env = hostile.args(str(marker)), hostile.env(str(marker))
-    args = [a for a in all_args if utf8(a)]
-    env = {k: v for k, v in all_env.items() if utf8(k) and utf8(v)}
+    args = [a for a in all_args if hostile.is_utf8(a)]
+    env = {k: v for k, v in all_env.items() if hostile.is_utf8(k) and hostile.is_utf8(v)}
     assert len(args) > 40 and len(args) < len(all_args)  # the corpus has both kinds
     app_id = backend.submit(AppDef("hostile", [backend.role("r", "-c", hostile.DUMP, *args, env=env)]))
     assert conformance._ended(backend, app_id) == AppState.SUCCEEDED
@@ -126,6 +119,6 @@ def test_args_and_env_arrive_byte_exact_when_utf8(backend: Backend, tmp_path: Pa
     got_args, got_env = hostile.read_dump(out)
     assert not hostile.mismatches(got_args, got_env, args, env)
     assert not marker.exists()
-    bad = next(a for a in all_args if not utf8(a))
+    bad = next(a for a in all_args if not hostile.is_utf8(a))
     with pytest.raises(InvalidAppError, match="not UTF-8"):
         backend.sched.submit_dryrun(AppDef("bytes", [backend.role("r", "-c", "pass", bad)]))

@@ -179,24 +179,17 @@ def test_args_and_env_arrive_byte_exact_when_kubernetes_takes_them(backend: Back
 
     marker = tmp_path / "pwned"
 
-    def utf8(v: str) -> bool:
-        try:
-            v.encode()
-        except UnicodeEncodeError:
-            return False
-        return True
-
     ok_name = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
     all_args, all_env = hostile.args(str(marker)), hostile.env(str(marker))
-    args = [a for a in all_args if utf8(a)]
-    env = {k: v for k, v in all_env.items() if utf8(k) and utf8(v) and ok_name.match(k)}
+    args = [a for a in all_args if hostile.is_utf8(a)]
+    env = {k: v for k, v in all_env.items() if hostile.is_utf8(k) and hostile.is_utf8(v) and ok_name.match(k)}
     assert len(args) > 40 and len(env) > 40
     app_id = backend.submit(AppDef("hostile", [backend.role("r", "-c", hostile.DUMP, *args, env=env)]))
     assert conformance._ended(backend, app_id) == AppState.SUCCEEDED
     got_args, got_env = hostile.read_dump("".join(backend.sched.log_iter(app_id, "r", 0)))
     assert not hostile.mismatches(got_args, got_env, args, env)
     assert not marker.exists()
-    bad = next(a for a in all_args if not utf8(a))
+    bad = next(a for a in all_args if not hostile.is_utf8(a))
     with pytest.raises(InvalidAppError, match="not UTF-8"):
         backend.sched.submit_dryrun(AppDef("bytes", [backend.role("r", "-c", "pass", bad)]), backend.cfg)
     with pytest.raises(InvalidAppError, match="env name"):

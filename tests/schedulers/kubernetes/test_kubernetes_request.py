@@ -301,16 +301,9 @@ def test_dry_run_yaml_parses_back_to_the_manifests_for_the_hostile_corpus() -> N
 
     yaml = pytest.importorskip("yaml")  # PyYAML comes with the kubernetes client (the test extra)
 
-    def utf8(v: str) -> bool:
-        try:
-            v.encode()
-        except UnicodeEncodeError:
-            return False
-        return True
-
-    args = [a for a in hostile.args("/tmp/pwned") if utf8(a)] + ["\x85", "\u2028", "a: b", "- x", "yes", "1.5", ""]
+    args = [a for a in hostile.args("/tmp/pwned") if hostile.is_utf8(a)] + ["\x85", "\u2028", "a: b", "- x", "yes", "1.5", ""]
     env = {k: v for k, v in hostile.env("/tmp/pwned").items()
-           if utf8(k) and utf8(v) and re.match(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", k)}
+           if hostile.is_utf8(k) and hostile.is_utf8(v) and re.match(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", k)}
     req = _req(AppDef("y", [Role("r", "img", "python", args, env=env, num_replicas=2)]))
     docs = [d for d in yaml.safe_load_all(format_request(req)) if d]
     assert docs == [req.service, *req.jobs]
