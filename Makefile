@@ -66,6 +66,28 @@ lint: setup
 	$(VENV)/bin/mypy
 	MYPYPATH=tests $(VENV)/bin/mypy tests/schedulers/fake.py tests/schedulers/conformance.py
 
+# The documentation site (mkdocs.yml: Material + mkdocstrings; the CLI reference is generated from the parsers)
+# into build/site. Strict: any warning (a broken link, a docstring mkdocstrings cannot read) fails the build.
+.PHONY: docs bench-torchx
+$(VENV)/.docs: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $@
+
+docs: $(VENV)/.docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict  # not -q: it hides the warnings strict counts
+
+# The side-by-side benchmark against TorchX 0.7 (benchmarks/compare_torchx.py) in a virtualenv of its own:
+# TorchX 0.7 pins an old urllib3 that breaks the Kubernetes client, so it never goes into .venv.
+BENCH_VENV ?= .venv-bench
+$(BENCH_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]' torch==2.13.0 numpy
+	touch $@
+
+bench-torchx: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python benchmarks/compare_torchx.py
+
 # A single-host Slurm cluster (4 virtual nodes, accounting) for trying `-s slurm`; the tests start it themselves.
 slurm-up:
 	scripts/slurm-up

@@ -6,8 +6,10 @@ rates, so above 1 means tsm is ahead): ``Runner.run()`` return latency, 256 x ``
 deadline and acquire+release pairs/s processed with 16 client processes (file server against file server,
 in-process queue against queue, and tsm's socket server against torch's file server).
 
-TorchX is optional (``pip install 'tsm[bench]'``, or put an install of it on ``PYTHONPATH``); without it the
-TorchX rows print a ``skipped`` line and the timer rows still run (torch is installed with the test setup).
+TorchX is optional: ``make bench-torchx`` runs this script from a virtualenv of its own (``.venv-bench``, with
+``tsm[bench]`` and torch), never from ``.venv``, because TorchX 0.7 pins an old urllib3 that breaks the
+Kubernetes client installed there. Without TorchX the TorchX rows print a ``skipped`` line and the timer rows
+still run (torch is installed with the test setup).
 TorchX's ``wait`` polls; it is given ``wait_interval=0.01`` s, its best case.  ``--tiny``: tiny sizes (smoke).
 """
 
@@ -52,7 +54,7 @@ def torchx_rows(tiny: bool) -> None:
         from torchx.runner import get_runner as tx_runner
     except ImportError as e:
         for m in ("Runner.run() returns", "256 x /bin/true run -> wait", "log_lines 200k lines", "CLI --help"):
-            out(measure=m, against="torchx local_cwd", skipped=f"torchx not importable ({e}); pip install 'tsm[bench]'")
+            out(measure=m, against="torchx local_cwd", skipped=f"torchx not importable ({e}); make bench-torchx runs this in its own venv")
         return
     ours, theirs = get_runner("bench"), tx_runner()
     against = f"torchx {torchx.__version__} local_cwd"

@@ -121,7 +121,7 @@ def workspace() -> None:
         role = Role("r", image=IMAGE, entrypoint="true", resource=Resource(cpu=1, memMB=64))
         tags = []
         for label in ("first", "unchanged"):
-            builds = s.client.calls.get("build", 0)
+            builds = s.images.calls.get("build", 0)
             t0 = time.time()
             info = runner.dryrun(AppDef("ws", [role]), "docker", workspace=str(ws))
             handle = runner.schedule(info)
@@ -129,7 +129,7 @@ def workspace() -> None:
             runner.wait(handle, timeout=600)
             tags.append(info.request.containers[0].image)
             emit(bench="docker_workspace", run=label, files=201, mb=20, seconds=round(took, 3),
-                 builds=s.client.calls.get("build", 0) - builds)
+                 builds=s.images.calls.get("build", 0) - builds)
             s.remove(handle.rsplit("/", 1)[-1])
         subprocess.run(["docker", "rmi", "-f", *set(tags)], capture_output=True)
 

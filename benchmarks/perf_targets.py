@@ -95,40 +95,85 @@ def machine(when: str = "start") -> None:
 
 # -- rows ----------------------------------------------------------------------------------------------------
 def run_latency(runner: Any, runs: int) -> None:
+    """``Runner.run()`` of a one-replica app, interleaved with a bare ``Popen`` and, when importable, TorchX 0.7
+    ``local_cwd``'s ``run()`` (optional ``bench`` extra): issue 26's target is TorchX's figure in the same run.
+
+    The first run of the home spawns its supervisor (and starts the launcher beside it); the figure is the
+    median of the runs after it, as a sweep or any second ``run()`` sees it (``first_ms`` is printed too).
+    """
     handles: list[str] = []
+    tx: Any = None
+    try:
+        import torchx.specs as txs
+        from torchx.runner import get_runner as tx_runner
 
-    def tsm_once() -> float:
-        t = timed(lambda: handles.append(runner.run(app("/bin/true", [], 1, "lat"))))
-        return t
-
-    def popen_once() -> float:
+        tx = tx_runner()
+        tx_app = txs.AppDef("lat", [txs.Role("r", image=os.getcwd(), entrypoint="/bin/true")])
+    except ImportError:
+        pass
+    first = timed(lambda: handles.append(runner.run(app("/bin/true", [], 1, "lat"))))
+    ours, base, theirs = [], [], []
+    for _ in range(runs):
+        ours.append(timed(lambda: handles.append(runner.run(app("/bin/true", [], 1, "lat")))))
         start = time.perf_counter()
         p = subprocess.Popen(["/bin/true"])
-        t = time.perf_counter() - start
+        base.append(time.perf_counter() - start)
         p.wait()
-        return t
-
-    ours = median_of(tsm_once, runs)["median_ms"]
-    base = median_of(popen_once, runs)["median_ms"]
+        if tx is not None:
+            theirs.append(timed(lambda: handles.append("tx:" + tx.run(tx_app, "local_cwd"))))
+        runner.wait(handles[-1] if tx is None else handles[-2])
     for h in handles:
-        runner.wait(h)
-    row("Runner.run() returns (1 replica, record durable)", ours, "ms median", "<= 10 ms", ours <= 10,
-        "subprocess.Popen of the same command", base, runs=runs)
+        if h.startswith("tx:"):
+            tx.wait(h[3:], wait_interval=0.01)
+        else:
+            runner.wait(h)
+    med = round(statistics.median(ours) * 1000, 2)
+    tx_ms = round(statistics.median(theirs) * 1000, 2) if theirs else None
+    row("Runner.run() returns (1 replica, record durable, supervisor ready)", med, "ms median",
+        "<= TorchX 0.7 local_cwd run() in the same run", med <= tx_ms if tx_ms else None,
+        "subprocess.Popen of the same command", round(statistics.median(base) * 1000, 3), runs=runs,
+        torchx_run_ms=tx_ms, first_ms=round(first * 1000, 2))
 
 
-def supervisor_memory(runner: Any) -> None:
-    h = runner.run(app("sleep", ["1000"], 1, "pss"), cfg={"grace_period": 1.0})
-    replica_pids(runner, h, 1, 30)
-    pids = supervisor_pids(runner, h)
-    ours = sum(pss_kb(p) for p in pids) / 1024
-    idle = subprocess.Popen([PY, "-S", "-c", "import time; time.sleep(60)"])
-    time.sleep(0.3)
-    base = pss_kb(idle.pid) / 1024
-    idle.kill()
-    idle.wait()
-    runner.cancel(h)
-    row("per-app supervisor memory (PSS, all its processes)", round(ours, 2), "MB", "<= 4 MB", ours <= 4,
-        "an idle python3 -S -c", round(base, 2), processes=len(pids))
+def supervisor_memory(runner: Any, n: int) -> None:
+    """PSS of every supervisor process (and the launcher they were forked from) over ``n`` running apps, per app."""
+    handles = [runner.run(app("sleep", ["1000"], 1, f"pss{i}"), cfg={"grace_period": 1.0}) for i in range(n)]
+    try:
+        for h in handles:
+            replica_pids(runner, h, 1, 60)
+        pids = [p for h in handles for p in supervisor_pids(runner, h)]
+        parents = {_parent(p) for p in pids}
+        launchers = [p for p in parents if p and "tsm.schedulers.local.launcher" in _cmdline(p)]
+        total = sum(pss_kb(p) for p in pids) + sum(pss_kb(p) for p in launchers)
+        ours = total / 1024 / n
+        idle = subprocess.Popen([PY, "-S", "-c", "import time; time.sleep(60)"])
+        time.sleep(0.3)
+        base = pss_kb(idle.pid) / 1024
+        idle.kill()
+        idle.wait()
+    finally:
+        for h in handles:
+            runner.cancel(h)
+    row(f"per-app supervisor memory at {n} running apps (PSS, all its processes + launcher share)", round(ours, 2),
+        "MB", "<= 3 MB", ours <= 3, "an idle python3 -S -c", round(base, 2), processes=len(pids), apps=n,
+        launchers=len(launchers))
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rindex(b")") + 2 :].split()[1])
+    except (OSError, ValueError):
+        return 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def fork_exec_wait(n: int) -> float:
@@ -152,8 +197,8 @@ def many_true(runner: Any, n: int, runs: int) -> None:
     run_to_end(runner, app("/bin/true", [], 4))  # warm up
     ours = median_of(lambda: run_to_end(runner, app("/bin/true", [], n)), runs)["median_ms"] / 1000
     base = median_of(lambda: fork_exec_wait(n), runs)["median_ms"] / 1000
-    row(f"{n} x /bin/true, run -> wait returns", round(ours, 3), "s median", "<= 0.15 s (for 256)",
-        ours <= 0.15 * n / 256, "fork/exec/wait by a plain Python loop", round(base, 3), runs=runs)
+    row(f"{n} x /bin/true, run -> wait returns", round(ours, 3), "s median", "<= 0.2 s (for 256)",
+        ours <= 0.2 * n / 256, "fork/exec/wait by a plain Python loop", round(base, 3), runs=runs)
 
 
 REPLICAS_CHILD = textwrap.dedent("""
@@ -201,9 +246,22 @@ def many_replicas(n: int) -> None:
         row(f"{n} replicas in one app (sleep), ulimit -n 1024", None, "", "all start", False,
             error=(p.stderr or p.stdout).strip()[-400:])
         return
-    ok = d["started"] == n and d["status_ms"] <= 100 and d["cancel_s"] <= 2 and d["left_alive"] == 0
+    base = kill_sleeps(n)
+    ok = d["started"] == n and d["status_ms"] <= 100 and d["cancel_s"] <= 1 and d["left_alive"] == 0
     row(f"{n} replicas in one app (sleep), ulimit -n 1024", d["started"], "replicas started",
-        "all start (10,000), status <= 100 ms, cancel -> all gone <= 2 s", ok, **d)
+        "all start (10,000), status <= 100 ms, cancel -> all gone <= 1 s", ok,
+        "kill of as many sleeps by a plain loop, all gone (s)", base, **d)
+
+
+def kill_sleeps(n: int) -> float:
+    """Start ``n`` ``sleep``s, then SIGKILL each by a plain loop and reap them all: seconds (issue 26's baseline)."""
+    procs = [subprocess.Popen(["sleep", "1000"]) for _ in range(n)]
+    start = time.perf_counter()
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.wait()
+    return round(time.perf_counter() - start, 3)
 
 
 def concurrent_apps(runner: Any, k: int, env: dict[str, str]) -> None:
@@ -244,8 +302,8 @@ def log_lines(runner: Any, n: int) -> None:
             k = len(f.read().splitlines())
         base.append(k / (time.perf_counter() - start))
     ours, b = statistics.median(rates) / 1e6, statistics.median(base) / 1e6
-    row(f"log_lines after completion, {n} short lines, counted", round(ours, 2), "M lines/s", ">= 12 M lines/s",
-        ours >= 12 and counts == {n}, "open().read().splitlines() of the same file", round(b, 2),
+    row(f"log_lines after completion, {n} short lines, counted", round(ours, 2), "M lines/s", ">= 15 M lines/s",
+        ours >= 15 and counts == {n}, "open().read().splitlines() of the same file", round(b, 2),
         items=sorted(counts))
 
 
@@ -288,7 +346,7 @@ def cli(runner: Any, env: dict[str, str], runs: int) -> None:
                       ("tsm list", [TSM, "list"])):
         subprocess.run(cmd, env=env, capture_output=True)  # warm: file cache, bytecode
         ours, cpu = _wall_and_cpu(cmd, env, runs)
-        row(name, ours, "ms median", "<= 1.3 x python3 -c pass", ours <= 1.3 * base, "python3 -c pass", base,
+        row(name, ours, "ms median", "<= 2 x python3 -c pass", ours <= 2 * base, "python3 -c pass", base,
             ratio=round(ours / base, 2), cpu_ms=cpu, baseline_cpu_ms=base_cpu, cpu_ratio=round(cpu / base_cpu, 2))
 
 
@@ -421,6 +479,7 @@ def main() -> int:
     ap.add_argument("--tiny", "--smoke", action="store_true", help="every row at a tiny size (smoke)")
     ap.add_argument("--replicas", type=int, default=1000, help="replicas in one app (issue target 10000)")
     ap.add_argument("--apps", type=int, default=50, help="concurrent local apps (issue target 1000)")
+    ap.add_argument("--memory-apps", type=int, default=100, help="running apps the memory row measures over")
     ap.add_argument("--clients", type=int, default=16, help="socket timer client processes")
     ap.add_argument("--only", nargs="*", choices=ROWS, metavar="ROW",
                     help=f"run only these rows (any of: {', '.join(ROWS)}); default: all")
@@ -439,7 +498,7 @@ def main() -> int:
         if "run" in only:
             run_latency(runner, 3 if tiny else 15)
         if "memory" in only:
-            supervisor_memory(runner)
+            supervisor_memory(runner, 3 if tiny else args.memory_apps)
         if "true" in only:
             many_true(runner, 16 if tiny else 256, 1 if tiny else 5)
         if "replicas" in only:

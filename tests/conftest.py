@@ -16,6 +16,7 @@ def tsm_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     """A fresh, private ``$TSM_HOME`` for the test (also seen by processes the test starts)."""
     home = tmp_path_factory.mktemp("tsm_home")
     monkeypatch.setenv("TSM_HOME", str(home))
+    monkeypatch.setenv("TSM_LAUNCHER_IDLE", "5")  # one launcher per test home: don't let them linger
     return home
 
 

@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "RoleStatus": "tsm.specs.api",
     "NULL_IMAGE": "tsm.specs.api",
     "NULL_RESOURCE": "tsm.specs.api",
+    "IMAGE": "tsm.specs.api",
     "BindMount": "tsm.specs.mounts",
     "VolumeMount": "tsm.specs.mounts",
     "DeviceMount": "tsm.specs.mounts",

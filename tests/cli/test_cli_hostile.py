@@ -209,7 +209,7 @@ RUNOPT_CASES = [
 
 @pytest.mark.reliability(
     "wrong run options on the command line (-c): types, typos, NaN, forbidden characters",
-    expect="one error line naming the option (with did-you-mean), exit 2 (1 for a bad value), no traceback",
+    expect="one error line naming the option (with did-you-mean), exit 2 (a usage error, bad values too), no traceback",
     group="Hostile input",
 )
 def test_wrong_run_options_give_one_error_line(tmp_path: Path, tsm_home: Path, figure: Any) -> None:

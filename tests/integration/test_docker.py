@@ -258,6 +258,7 @@ def test_list_has_one_row_per_app(sched: DockerScheduler) -> None:
 
 def test_one_list_call_serves_many_describes(sched: DockerScheduler) -> None:
     ids = [sched.submit(AppDef("many", [sh("r", "sleep 600", num_replicas=2)])) for _ in range(3)]
+    sched.describe(ids[0])  # ended containers of other apps on a shared engine are inspected once, here
     before = dict(sched.client.calls)
     for _ in range(5):
         for app_id in ids:
@@ -327,14 +328,14 @@ def test_workspace_builds_once_and_rebuilds_on_change(docker_engine: DockerEngin
         assert len(built) == 1
         assert docker("run", "--rm", "--entrypoint", "ls", *built, "-A", "/workspace").split() == [".tsmignore", "main.py"]
         # .tsmignore kept big.bin out of the snapshot, .dockerignore kept secret.txt (and itself) out of the image
-        builds = s.client.calls.get("build", 0)
+        builds = s.images.calls.get("build", 0)
         printed, out = run()  # unchanged: no build at all
         assert "reuse (unchanged workspace, no build)" in printed and out == f"v1 {tmp_path.name}\n"
-        assert s.client.calls.get("build", 0) == builds and set(_workspace_images()) - before == built
+        assert s.images.calls.get("build", 0) == builds and set(_workspace_images()) - before == built
         (ws / "main.py").write_text("print('v2')\n")
         printed, out = run()
         assert "workspace of role 'r': build" in printed and out == "v2\n"
-        assert s.client.calls.get("build", 0) == builds + 1 and len(set(_workspace_images()) - before) == 2
+        assert s.images.calls.get("build", 0) == builds + 1 and len(set(_workspace_images()) - before) == 2
     finally:
         s.cleanup(include_running=True, session="itest")
         new = set(_workspace_images()) - before
@@ -389,7 +390,7 @@ def test_logs_since_and_until(sched: DockerScheduler, removed: bool) -> None:
     assert sorted(lines.splitlines()) == sorted(["early", "early-err", "late", "late-err", "last"])
     # a window around the middle lines, from Docker's own timestamps of each line
     if removed:
-        snap = next((Path(sched._app_dir(app_id)) / "logs").glob("*/attempt-0"))
+        snap = next((sched._dir(app_id).path / "logs").glob("*/attempt-0"))
         stamped = (snap / "stdout.ts").read_bytes() + (snap / "stderr.ts").read_bytes()
     else:
         stamped = sched.client.logs(f"{app_id}-r-0", True, True, timestamps=True)
@@ -409,16 +410,23 @@ def test_cleanup_command_removes_orphan_networks(docker_engine: DockerEngine) ->
     """A launcher killed between creating the network and its first container leaves a bare network."""
     import sys
 
+    from tsm.schedulers.common.owner import owner
     from tsm.schedulers.docker import scheduler
 
     name = f"tsm-orphan-{time.time_ns()}"
-    docker("network", "create", "--label", "tsm.scheduler=docker", "--label", f"tsm.app-id={name[4:]}", name)
+    docker("network", "create", "--label", "tsm.scheduler=docker", "--label", f"tsm.app-id={name[4:]}",
+           "--label", f"tsm.owner={owner()}", name)
+    other = f"tsm-orphan-{time.time_ns()}"  # another user's: never removed by this user's cleanup
+    docker("network", "create", "--label", "tsm.scheduler=docker", "--label", f"tsm.app-id={other[4:]}",
+           "--label", "tsm.owner=someone-else", other)
     DockerScheduler("x").cleanup()
     assert docker("network", "ls", "-q", "--filter", f"name={name}").strip()  # young: its launcher may be busy
     code = "from tsm.schedulers.docker import scheduler, __main__ as m; scheduler.ORPHAN_AGE = 0; m.main(['cleanup'])"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert docker("network", "ls", "-q", "--filter", f"name={name}").strip() == ""
+    assert docker("network", "ls", "-q", "--filter", f"name={other}").strip()
+    docker("network", "rm", other)
     assert scheduler.ORPHAN_AGE == 60.0
     bad = subprocess.run([sys.executable, "-m", "tsm.schedulers.docker", "sweep"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("usage:")

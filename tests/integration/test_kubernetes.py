@@ -47,8 +47,8 @@ REPLACED = {"cancel_ends_the_whole_process_tree", "args_and_env_arrive_byte_exac
 
 
 def objects(app_id: str) -> str:
-    """What the cluster still holds for ``app_id`` (jobs, pods, services), as kubectl names."""
-    out = kubectl("get", "jobs,pods,services", "-l", f"tsm/app-id={app_id}", "-o", "name")
+    """What the cluster still holds for ``app_id`` (jobs, pods, services, secrets), as kubectl names."""
+    out = kubectl("get", "jobs,pods,services,secrets", "-l", f"tsm/app-id={app_id}", "-o", "name")
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 

@@ -42,8 +42,12 @@ def check_submitted(app_id: str, info: AppDryRunInfo[Any]) -> None:
 
 
 @pytest.fixture
-def sched(ray_cluster: RayCluster) -> Iterator[Any]:  # noqa: F811
+def sched(ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory,  # noqa: F811
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     from tsm.schedulers.ray import create_scheduler
+
+    # launched from a small directory: without a workspace the launching directory is the job's working_dir
+    monkeypatch.chdir(tmp_path_factory.mktemp("ray-launch"))
 
     s = create_scheduler("ray-test", address=ray_cluster.address)
     yield s

@@ -81,12 +81,13 @@ def test_runner_uses_them_and_warns_about_undeclared_options(
     assert "not_an_option" in caplog.text and "ignored" in caplog.text  # shared file: a warning, not an error
 
 
-def test_cwd_beats_home_and_tsm_files_beat_both(dirs: tuple[Path, Path]) -> None:
+def test_home_beats_cwd_and_tsm_files_beat_both(dirs: tuple[Path, Path]) -> None:
+    # TorchX's order: the user's ~/.torchxconfig is laid over the project's ./.torchxconfig
     cwd, home = dirs
-    (home / ".torchxconfig").write_text("[local]\ngrace_period = 1\nlog_dir = /home-logs\n")
-    (cwd / ".torchxconfig").write_text("[local]\ngrace_period = 2\n")
+    (home / ".torchxconfig").write_text("[local]\ngrace_period = 1\n")
+    (cwd / ".torchxconfig").write_text("[local]\ngrace_period = 2\nlog_dir = /project-logs\n")
     cfg = cfgmod.load_config()
-    assert cfg.scheduler_cfg["local"] == {"grace_period": "2", "log_dir": "/home-logs"}
+    assert cfg.scheduler_cfg["local"] == {"grace_period": "1", "log_dir": "/project-logs"}
     (cwd / "tsm.toml").write_text("[scheduler.local]\ngrace_period = 3.0\n")
     cfg = cfgmod.load_config()
     assert cfg.scheduler_cfg["local"]["grace_period"] == 3.0
@@ -113,7 +114,9 @@ def test_find_configs_order(dirs: tuple[Path, Path]) -> None:
     cwd, home = dirs
     (cwd / ".torchxconfig").write_text("")
     (home / ".torchxconfig").write_text("")
-    assert cfgmod.find_configs() == [str(cwd / ".torchxconfig"), str(home / ".torchxconfig")]
+    assert cfgmod.find_configs() == [str(home / ".torchxconfig"), str(cwd / ".torchxconfig")]
+    assert cfgmod.find_configs([]) == cfgmod.find_configs()  # TorchX: empty dirs mean the defaults
+    assert cfgmod.find_configs([str(home), str(home)]) == [str(home / ".torchxconfig")]
     assert cfgmod.find_configs([str(home)]) == [str(home / ".torchxconfig")]
 
 
@@ -126,7 +129,7 @@ def test_apply_and_load_keep_existing_keys_and_type_values(
     cfg: dict[str, object] = {"prepend_cwd": True}
     with caplog.at_level(logging.WARNING, logger="tsm"):
         cfgmod.apply("local", cfg)
-    assert cfg == {"prepend_cwd": True, "grace_period": 2.0, "log_dir": "/logs"}
+    assert cfg == {"prepend_cwd": True, "grace_period": 7.0, "log_dir": "/logs"}  # home's file wins, as in TorchX
     assert "bogus" in caplog.text
     cfg2: dict[str, object] = {"grace_period": 5.0}
     cfgmod.load("local", io.StringIO("[local]\ngrace_period = 1\nprepend_cwd = false\n"), cfg2)
@@ -135,12 +138,12 @@ def test_apply_and_load_keep_existing_keys_and_type_values(
 
 def test_get_configs_and_load_sections(dirs: tuple[Path, Path]) -> None:
     cwd, home = dirs
-    (home / ".torchxconfig").write_text("[component:dist.ddp]\nj = 1x1\nscript = home.py\n[component:x]\na = 1\n")
-    (cwd / ".torchxconfig").write_text("[component:dist.ddp]\nj = 2x2\n")
-    assert cfgmod.get_configs("component", "dist.ddp") == {"j": "2x2", "script": "home.py"}
-    assert cfgmod.get_config("component", "dist.ddp", "j") == "2x2"
+    (home / ".torchxconfig").write_text("[component:dist.ddp]\nj = 1x1\n[component:x]\na = 1\n")
+    (cwd / ".torchxconfig").write_text("[component:dist.ddp]\nj = 2x2\nscript = cwd.py\n")
+    assert cfgmod.get_configs("component", "dist.ddp") == {"j": "1x1", "script": "cwd.py"}
+    assert cfgmod.get_config("component", "dist.ddp", "j") == "1x1"
     assert cfgmod.get_config("component", "dist.ddp", "nope") is None
-    assert cfgmod.load_sections("component") == {"dist.ddp": {"j": "2x2", "script": "home.py"}, "x": {"a": "1"}}
+    assert cfgmod.load_sections("component") == {"dist.ddp": {"j": "1x1", "script": "cwd.py"}, "x": {"a": "1"}}
 
 
 def test_dump_writes_a_loadable_file(dirs: tuple[Path, Path]) -> None:

@@ -29,14 +29,18 @@ from tsm.errors import (
 )
 from tsm.runner import events
 from tsm.runner.api import Runner, get_runner, scheduler_params_from_env
-from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, SizedPlacement, Stream
 from tsm.specs import AppDef, AppDryRunInfo, AppState, Resource, Role, runopts
+from tsm.workspace.api import WorkspaceBuilder
 
 HANG = 120  # seconds: a hang guard, never a performance claim
 
 
-class Recorder(Scheduler[list[str]]):
-    """An in-memory scheduler that remembers its factory params and what it was asked to build."""
+class Recorder(Scheduler[list[str]], SizedPlacement):
+    """An in-memory scheduler that remembers its factory params and what it was asked to build.
+
+    Declares ``SizedPlacement``: the runner refuses a role without a resource for it.
+    """
 
     made: list[Recorder] = []
 
@@ -82,12 +86,18 @@ class Recorder(Scheduler[list[str]]):
         self.closed = True
 
 
-class WorkspaceRecorder(Recorder):
-    """A Recorder that can build workspaces (TorchX's WorkspaceMixin method)."""
+class WorkspaceRecorder(Recorder, WorkspaceBuilder[None]):
+    """A Recorder that builds workspaces itself (it declares ``WorkspaceBuilder``, TorchX's WorkspaceMixin shape)."""
 
     def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
         self.workspaces.append((role.name, workspace))
         role.image = f"built:{workspace}"
+
+    def dryrun_push_images(self, app: AppDef, cfg: Mapping[str, Any]) -> None:
+        return None
+
+    def push_images(self, images_to_push: None) -> None:
+        pass
 
 
 def sized_app(name: str = "app", **env: str) -> AppDef:
@@ -358,7 +368,7 @@ def test_no_event_is_built_when_nothing_observes() -> None:
     events.set_sinks([])
     try:
         assert not events.enabled()
-        with events.log_event("s", "status") as ctx:
+        with events.log_event("status", session="s") as ctx:
             assert ctx.event is None
     finally:
         events.set_sinks(None)

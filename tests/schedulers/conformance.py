@@ -8,7 +8,9 @@ what it submitted) and listed in :data:`BACKENDS`; ``tests/schedulers/test_confo
   ``log_iter`` raises :class:`UnknownAppError`, the runner's ``status`` is None, ``cancel`` a no-op;
 * ``cancel`` is idempotent: twice while running, and again after the end, leaves the app CANCELLED;
   and it ends the replica's whole process tree (a child it started too);
-* ``describe`` shows every role and replica (ids ``0..n-1``) and names a failed replica by its exit code;
+* ``describe`` shows every role and replica (ids ``0..n-1``) and names a failed replica by its exit code,
+  and its ``structured_error_msg`` is the one specified JSON object (:mod:`tsm.schedulers.common.failure`)
+  naming that replica;
 * ``log_iter`` of a role or replica the app lacks raises :class:`UnknownAppError` naming the valid ones;
   ``should_tail`` follows a log until the replica ends, lines whole; ``regex`` and ``streams`` select;
 * the dry run's request is exactly what is submitted (and its printed form does not change by submitting);
@@ -43,6 +45,7 @@ import hostile
 from tsm.errors import InvalidAppError, InvalidRunOptionError, UnknownAppError
 from tsm.runner.api import Runner
 from tsm.schedulers.api import Scheduler, Stream
+from tsm.schedulers.common.failure import KEYS as FAILURE_KEYS, parse_structured_error
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Resource, RetryPolicy, Role
 from tsm.specs.runopts import type_name
 
@@ -63,6 +66,8 @@ class Backend:
     check_submitted: Callable[[str, AppDryRunInfo[Any]], None]
     retries: bool
     cfg: dict[str, Any] = field(default_factory=dict)
+    #: False only for a test double that does not fill ``structured_error_msg`` (the in-memory fake)
+    structured_errors: bool = True
 
     def role(self, name: str, *args: str, **kw: Any) -> Role:
         """A role running ``python ARGS`` with a small resource."""
@@ -136,7 +141,7 @@ def _fake(tmp_path: Path) -> Iterator[Backend]:
         return info
 
     s._submit_dryrun = remember  # type: ignore[method-assign]
-    yield Backend("fake", s, "fake-0-0", check, retries=False)
+    yield Backend("fake", s, "fake-0-0", check, retries=False, structured_errors=False)
     s.close()
 
 
@@ -243,6 +248,11 @@ def check_a_failed_replica_is_named(backend: Backend) -> None:
     # replica 0 exits 0 at once, unless it was still starting when replica 1 failed the app: then it was
     # stopped (and may show as failed, by a signal), but never with replica 1's exit code
     assert all(code != 3 for rid, code in failed.items() if rid != 1), failed
+    if backend.structured_errors:  # the one specified shape (tsm.schedulers.common.failure), naming the culprit
+        error = parse_structured_error(desc.structured_error_msg)
+        assert error is not None, desc.structured_error_msg
+        assert json.loads(desc.structured_error_msg).keys() == set(FAILURE_KEYS)
+        assert (error["replica"], error["exit_code"]) == ("w/1", 3) and error["message"], error
 
 
 def check_logs_follow_filter_and_split_streams(backend: Backend) -> None:

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from tsm.errors import InvalidAppError, SubmissionError, UnknownAppError
-from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from tsm.schedulers.api import DescribeAppResponse, EventWait, ListAppResponse, Scheduler, Stream
 from tsm.schedulers.common.logs import check_replica, decode, filter_regex, in_window, stream_names
 from tsm.schedulers.common.options import RunOptions, option
 from tsm.schedulers.common.status import attribute_failure
@@ -90,7 +90,7 @@ class _App:
     reaped: int = 0
 
 
-class FakeScheduler(Scheduler[FakeRequest]):
+class FakeScheduler(Scheduler[FakeRequest], EventWait):
     """An in-memory scheduler whose replicas are real child processes (see the module docstring)."""
 
     _ids = itertools.count(1)
@@ -252,8 +252,10 @@ class FakeScheduler(Scheduler[FakeRequest]):
             ]  # fmt: skip
         return sorted(rows, key=lambda r: r.created or 0, reverse=True)
 
-    def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
-        """Block on the app's end (an event, not a poll)."""
+    def wait(
+        self, app_id: str, timeout: float | None = None, poll_interval: float | None = None
+    ) -> DescribeAppResponse | None:
+        """Block on the app's end (an event, not a poll: ``poll_interval`` is unused; it declares EventWait)."""
         with self._cond:
             app = self._apps.get(app_id)
             if app is not None:

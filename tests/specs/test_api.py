@@ -261,7 +261,7 @@ def test_app_status_defaults() -> None:
 
 
 def test_app_status_format_content() -> None:
-    text = _status().format()
+    text = _status().summary()
     lines = text.splitlines()
     assert lines[0] == "State: FAILED"
     assert "Num Restarts: 2" in lines
@@ -277,7 +277,7 @@ def test_app_status_format_content() -> None:
 
 
 def test_app_status_format_minimal() -> None:
-    assert AppStatus(AppState.RUNNING).format() == "State: RUNNING\nNum Restarts: 0"
+    assert AppStatus(AppState.RUNNING).summary() == "State: RUNNING\nNum Restarts: 0"
 
 
 def test_app_status_to_dict_is_json_with_state_names() -> None:

@@ -337,8 +337,9 @@ def test_app_state_repr_and_status_format_filter() -> None:
         specs.RoleStatus("b", [specs.ReplicaStatus(0, specs.AppState.PENDING, "b")]),
     ])
     text = status.format(filter_roles=["b"])
-    assert "b/0: PENDING" in text and "a/0" not in text
-    assert "a/0: RUNNING" in status.format()
+    assert "*b[0]:PENDING" in text and "a[0]" not in text
+    assert "*a[0]:RUNNING" in status.format()
+    assert status.format().startswith("AppStatus:\n    State: RUNNING\n")
     assert specs.GiB == 1024
 
 

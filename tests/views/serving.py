@@ -15,7 +15,14 @@ import pytest
 
 @contextmanager
 def tsm_serve(*flags: str) -> Iterator[str]:
-    """Run ``tsm serve --port 0 FLAGS`` and yield the URL it prints (with ``?token=`` when it made one)."""
+    """Run ``tsm serve --port 0 FLAGS`` and yield the URL it prints (with its ``?token=``: there always is one)."""
+    with serve_process(*flags) as (url, _):
+        yield url
+
+
+@contextmanager
+def serve_process(*flags: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """As :func:`tsm_serve`, yielding the process too (to measure its memory and threads)."""
     pytest.importorskip("starlette", reason="the web extra is installed by `pip install -e .[test]`")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tsm.cli.main", "serve", "--port", "0", "--interval", "0.2",
@@ -28,7 +35,7 @@ def tsm_serve(*flags: str) -> Iterator[str]:
         if not line.startswith("tsm serve: http://"):
             proc.kill()
             raise AssertionError(f"tsm serve did not start: {line!r} {proc.communicate()[1]!r}")
-        yield line.split(": ", 1)[1].strip()
+        yield line.split(": ", 1)[1].strip(), proc
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -36,6 +43,16 @@ def tsm_serve(*flags: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def token(url: str) -> str:
+    """The token in a URL ``tsm serve`` printed."""
+    return url.split("?token=", 1)[1]
+
+
+def auth(url: str) -> dict[str, str]:
+    """Headers that carry the token of ``url`` (for an HTTP client)."""
+    return {"Authorization": f"Bearer {token(url)}"}
 
 
 def base(url: str) -> str:

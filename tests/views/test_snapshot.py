@@ -6,24 +6,17 @@ import json
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tsm.runner.api import Runner, get_runner
+from tsm.schedulers.api import BatchedViews, DetailedViews
 from tsm.specs.api import AppDef, AppState, Resource, Role
 from tsm.store import Store
+from tsm.views import snapshot as snapshot_module
 from tsm.views.snapshot import AppView, BatchSnapshot, SnapshotCollector
-
-
-class CountingStore(Store):
-    """The real store, counting the queries made through it."""
-
-    queries = 0
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        self.queries += 1
-        return super().query(sql, params)
 
 
 def py(code: str, name: str = "r", replicas: int = 1, cpu: int = 1, mem: int = 256) -> Role:
@@ -106,24 +99,56 @@ def _fake_history(store: Store, apps: int, replicas: int) -> None:
     store.write(stmts)
 
 
+def _refresh_counting(home: Any, monkeypatch: pytest.MonkeyPatch, apps: int, replicas: int) -> tuple[Any, int]:
+    """A refresh of a fresh ``$TSM_HOME`` holding ``apps`` ended local apps, and the store queries it made in all
+    (the collector's and the local scheduler's own, through its batched-views capability)."""
+    monkeypatch.setenv("TSM_HOME", str(home))
+    with Store() as s:
+        _fake_history(s, apps, replicas)
+    made: list[str] = []
+    real = Store.query
+
+    def counting(self: Store, sql: str, params: Sequence[Any] = ()) -> Any:
+        made.append(sql)
+        return real(self, sql, params)
+
+    monkeypatch.setattr(Store, "query", counting)
+    try:
+        with get_runner() as runner:
+            snap = SnapshotCollector(runner=runner, limit=None).refresh()
+    finally:
+        monkeypatch.setattr(Store, "query", real)
+    return snap, len(made)
+
+
 @pytest.mark.parametrize("apps,replicas", [(10, 100), (1000, 1)])
 def test_refresh_costs_the_same_store_queries_for_1000_replicas_as_for_10(
-    apps: int, replicas: int, tmp_path: Any
+    apps: int, replicas: int, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    small, big = CountingStore(tmp_path / "small.db"), CountingStore(tmp_path / "big.db")
-    _fake_history(small, 1, 10)
-    _fake_history(big, apps, replicas)
-    small.queries = big.queries = 0
-    small_snap = SnapshotCollector(store=small, limit=None).refresh()
-    big_snap = SnapshotCollector(store=big, limit=None).refresh()
+    small_snap, small = _refresh_counting(tmp_path / "small", monkeypatch, 1, 10)
+    big_snap, big = _refresh_counting(tmp_path / "big", monkeypatch, apps, replicas)
     assert sum(len(a.replicas) for a in small_snap.apps) == 10
     assert sum(len(a.replicas) for a in big_snap.apps) == 1000
-    assert big.queries == small.queries == 3  # history + local_apps + local_replicas
-    assert big_snap.calls == small_snap.calls == {"store": 3}
+    assert big == small == 3  # history + local_apps + local_replicas
+    # the collector made one history query and asked the local scheduler once, through its capability
+    assert big_snap.calls == small_snap.calls == {"store": 1, "local.view_snapshot": 1}
 
 
-class HookedScheduler:
-    """A scheduler offering the batch hook: the collector must call it once and nothing else."""
+def test_local_scheduler_declares_detailed_views_and_the_views_import_no_backend() -> None:
+    from tsm.schedulers.local.scheduler import LocalScheduler
+
+    sched = LocalScheduler("t")
+    try:
+        assert isinstance(sched, DetailedViews) and isinstance(sched, BatchedViews)
+    finally:
+        sched.close()
+    source = (Path(snapshot_module.__file__)).read_text()
+    for needle in ('"local"', "local_apps", "_os", "._scheduler("):
+        assert needle not in source, needle
+
+
+class HookedScheduler(BatchedViews):
+    """A scheduler declaring the batched-views capability: the collector must call it once and nothing else."""
 
     def __init__(self) -> None:
         self.calls: list[Sequence[str]] = []
@@ -154,9 +179,25 @@ def test_batch_hook_is_one_call_per_scheduler_per_tick(runner: Runner) -> None:
     assert {a.state for a in snap.apps} == {"RUNNING"} and snap.apps[0].handle == "hooked://default/a49"
 
 
+class Plain:
+    """The local scheduler seen through the base interface only: it declares no capability."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def list(self) -> Any:
+        return self.inner.list()
+
+    def describe(self, app_id: str) -> Any:
+        return self.inner.describe(app_id)
+
+    def close(self) -> None:
+        pass
+
+
 def test_scheduler_without_hook_costs_one_list_and_one_describe_per_running_app(runner: Runner) -> None:
     """The fallback path, on the real local scheduler registered under a second name with no hook."""
-    runner._schedulers["plain"] = runner._scheduler("local")  # type: ignore[attr-defined]
+    runner._schedulers["plain"] = Plain(runner.scheduler("local"))  # type: ignore[assignment]
     long = runner.run(AppDef("long", [py("import time; time.sleep(60)", "w", replicas=3)]), "local")
     short = runner.run(AppDef("short", [py("pass", "w", replicas=3)]), "local")
     runner.wait(short, timeout=60)

@@ -148,11 +148,12 @@ def stream_logs(
     the output). A line that a follower ended at ``\\r`` (a progress bar redrawing itself) is printed
     with its ``\\r`` and no newline, so a terminal redraws it in place. Returns the errors met.
 
-    A scheduler that follows many replicas in one thread (``log_iter_many``, the local one) serves
+    A scheduler that follows many replicas in one thread (``MultiReplicaLogs``, the local one) serves
     every target with one reader: no thread, connection or open file per replica. Other schedulers
     get one thread per replica, each with a runner of its own (a runner belongs to one thread).
     """
     from tsm.runner.api import Runner
+    from tsm.schedulers.api import MultiReplicaLogs
     from tsm.specs.handles import parse_app_handle
 
     write: Callable[[str], object] = out or (live.write_out if live is not None else sys.stdout.write)
@@ -161,10 +162,11 @@ def stream_logs(
     own = Runner(runner.session_name)  # log reading needs no config; this one belongs to this thread
     try:
         parsed = parse_app_handle(handle)
-        many = getattr(own._scheduler(parsed.scheduler), "log_iter_many", None)  # noqa: SLF001
-        if many is not None:
+        sched = own.scheduler(parsed.scheduler)
+        if isinstance(sched, MultiReplicaLogs):
             flush = sys.stdout.flush
-            events = many(parsed.app_id, targets, should_tail=tail, idle=flush if tail else None, **kwargs)
+            events = sched.log_iter_many(parsed.app_id, targets, should_tail=tail, idle=flush if tail else None,
+                                         **kwargs)
             for ev in events:
                 tag = f"{ev.role}/{ev.k} " if prefix else ""
                 if ev.marker:
@@ -193,7 +195,7 @@ def _stream_logs_threads(
     write: Callable[[str], object],
     **kwargs: Any,
 ) -> list[BaseException]:
-    """:func:`stream_logs` for a scheduler without ``log_iter_many``: one thread and runner per replica."""
+    """:func:`stream_logs` for a scheduler without ``MultiReplicaLogs``: one thread and runner per replica."""
     from tsm.runner.api import Runner
 
     if kwargs.pop("attempt", None) is not None:

@@ -49,8 +49,12 @@ def elapsed(seconds: float) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
-def status_text(status: AppStatus, since: float) -> str:
-    """``tsm: 3.1s | trainer: 2 running, 0 done, 0 failed | reader: ...``: one app's replicas per role."""
+def status_text(status: AppStatus, since: float, started: frozenset[str] | set[str] = frozenset()) -> str:
+    """``tsm: 3.1s | trainer: 2 running, 0 done, 0 failed | reader: ...``: one app's replicas per role.
+
+    ``started`` names replicas (``role/k``) whose output has been seen: a replica that printed a line is
+    running, whatever an older status query said, so the line never shows "1 pending" under its output.
+    """
     from tsm.specs.api import AppState
 
     parts = []
@@ -62,6 +66,8 @@ def status_text(status: AppStatus, since: float) -> str:
                 AppState.RUNNING: "running", AppState.SUCCEEDED: "done", AppState.FAILED: "failed",
                 AppState.CANCELLED: "cancelled",
             }.get(rep.state, "pending")
+            if key == "pending" and f"{rs.role}/{rep.id}" in started:
+                key = "running"
             counts[key] += 1
         waiting = waiting and counts["pending"] == len(rs.replicas)
         shown = [f"{counts[k]} {k}" for k in ("running", "done", "failed")]
@@ -87,6 +93,9 @@ class StatusLine:
         self._shown = False
         self._closed = False
         self._drawn_at = 0.0
+        self._status: tuple[AppStatus, float] | None = None
+        #: replicas (``role/k``) whose log lines went through :meth:`write_out`
+        self.started: set[str] = set()
 
     def _width(self) -> int:
         try:
@@ -97,6 +106,8 @@ class StatusLine:
 
     def _draw(self) -> None:
         """Draw the text (lock held); the last column stays free so the terminal never wraps the line."""
+        if self._status is not None:  # an app's counts: made now, with the replicas seen writing since
+            self._text = status_text(self._status[0], self._status[1], self.started)
         if self._closed or not self._text:
             return
         self._out.flush()  # log text written while the line was hidden comes first
@@ -121,6 +132,13 @@ class StatusLine:
             if force or self._due():
                 self._draw()
 
+    def show_status(self, status: AppStatus, since: float, force: bool = False) -> None:
+        """Show ``status``'s replica counts (:func:`status_text`), redrawn with every replica seen writing."""
+        with self._lock:
+            self._status = (status, since)
+            if force or self._due():
+                self._draw()
+
     def tick(self) -> None:
         """Redraw if due (a line hidden by log output comes back, the elapsed time moves)."""
         with self._lock:
@@ -132,7 +150,12 @@ class StatusLine:
         with self._lock:
             self._erase()
             self._out.write(text)
-            if self._due():
+            tag = text.partition(" ")[0]  # an attached run prefixes every line with its replica, role/k
+            fresh = "/" in tag and tag not in self.started
+            if fresh:
+                self.started.add(tag)
+            # a replica's first line under an app's counts: its count moves from pending at once
+            if (fresh and self._status is not None) or self._due():
                 self._draw()
 
     def write_err(self, text: str) -> None:
@@ -165,7 +188,7 @@ def watch(runner: Any, handle: str, line: StatusLine, since: float) -> None:
         if status is None or status.state.is_terminal:
             return
         for _ in range(polls):
-            line.set(status_text(status, since))
+            line.show_status(status, since)
             time.sleep(REDRAW)
 
 

@@ -38,13 +38,35 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
+def launched_handles(runner: Any, scheduler: str, apps: list[Any]) -> list[Any]:
+    """``apps`` (one scheduler's list) with each handle spelt as the app was launched.
+
+    A scheduler with an alias (``local`` and ``local_cwd``) lists every app under the name it was asked by,
+    while ``tsm list`` shows the handle the app was launched with; an app must have one handle, the same in
+    both lists, so a handle the history knows under another alias of the same scheduler is shown as that.
+    """
+    aliases = _aliases(scheduler)
+    if not aliases:
+        return apps
+    known = {r.handle for r in runner.history.recent(None)}
+    for a in apps:
+        scheme, sep, rest = (a.app_handle or "").partition("://")
+        if not sep or a.app_handle in known:
+            continue
+        for alias in (scheduler, *aliases):
+            if f"{alias}://{rest}" in known:
+                a.app_handle = f"{alias}://{rest}"
+                break
+    return apps
+
+
 def run(args: argparse.Namespace) -> int:
     from tsm.runner.api import get_runner
 
     limit = None if args.all else args.limit
     with get_runner(args.session) as runner:
         if args.scheduler:
-            apps = runner.list(args.scheduler)
+            apps = launched_handles(runner, args.scheduler, runner.list(args.scheduler))
         else:  # one more than shown tells whether the cap cut anything off
             apps = runner.list(None, limit=None if limit is None else limit + 1)
     capped = limit is not None and len(apps) > limit
@@ -62,3 +84,12 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         sys.stderr.write(f"tsm: showing the newest {limit} apps only; use --limit N or --all to see more\n")
     return _exits.OK
+
+
+def _aliases(scheduler: str) -> list[str]:
+    """The other names the scheduler registry gives the backend of ``scheduler`` (none for a plugin)."""
+    from tsm import schedulers
+
+    table: dict[str, str] = getattr(schedulers, "_BUILTIN", {})  # the registry's name -> factory table
+    target = table.get(scheduler)
+    return [name for name, t in table.items() if target is not None and t == target and name != scheduler]

@@ -55,3 +55,36 @@ def run(args: argparse.Namespace) -> int:
         raise errors[0]
     sys.stdout.flush()
     return 0
+
+
+# -- TorchX's ``torchx.cli.cmd_log`` helpers, which tools built on TorchX import (NeMo-Run's log printer) -------
+#: The form :func:`validate` accepts (TorchX's wording, shown in its error).
+ID_FORMAT = "SCHEDULER://[SESSION_NAME]/APP_ID/[ROLE_NAME/[REPLICA_IDS,...]]"
+
+
+def validate(job_identifier: str) -> None:
+    """Exit with status 1 after one error line unless ``job_identifier`` is a handle with an optional role/replicas.
+
+    TorchX's behaviour (tools call it before reading logs and rely on the exit): the check is the form
+    ``scheduler://[session]/app_id[/role[/0,1,...]]``, not whether the app exists.
+    """
+    import logging
+    import re
+
+    if not re.match(r"^\w+://[^/]*/[^/]+(/[^/]+(/(\d+,?)+)?)?$", job_identifier):
+        logging.getLogger(__name__).error("%s is not of the form %s", job_identifier, ID_FORMAT)
+        sys.exit(1)
+
+
+def find_role_replicas(app: Any, role_name: str | None) -> list[tuple[str, int]]:
+    """Every ``(role name, replica index)`` of ``app`` (an AppDef), of ``role_name`` only when given."""
+    return [(r.name, i) for r in app.roles if role_name is None or r.name == role_name for i in range(r.num_replicas)]
+
+
+def _prefix_line(prefix: str, line: str) -> str:
+    """``line`` with ``prefix`` at its start and after every ``\\r`` and inner ``\\n``, so progress bars keep it."""
+    if "\r" in line:
+        line = line.replace("\r", "\r" + prefix)
+    if "\n" in line[:-1]:
+        line = line[:-1].replace("\n", "\n" + prefix) + line[-1:]
+    return line if line.startswith("\r") else prefix + line

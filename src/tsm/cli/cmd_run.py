@@ -62,7 +62,8 @@ def explain_misplaced_flags(command: str, component: str, component_args: list[s
     except ComponentArgumentError as e:
         message = str(e)
         words = {w.partition("=")[0] for w in component_args}
-        misplaced = [f for f in _OWN_FLAGS if f in words and f in message]
+        own = _component_flags(component)
+        misplaced = [f for f in _OWN_FLAGS if f in words and f in message and f not in own]
         if not misplaced:
             raise
         flag = misplaced[0]
@@ -72,6 +73,56 @@ def explain_misplaced_flags(command: str, component: str, component_args: list[s
             f"{'VALUE ' if flag in ('-s', '--scheduler', '-c', '--cfg') else ''}{brief(component, 60)[1:-1]} ...",
             usage=e.usage,
         ) from None
+
+
+def workspace_line(app: Any) -> str | None:
+    """The line every launch with a workspace prints: the snapshot, its size and digest, and what it cost.
+
+    A directory snapshot (local, Slurm) says whether it was reused or what was copied; an image workspace
+    (Docker, Kubernetes) names the image and whether it is built or reused; Ray's names the job's
+    ``working_dir``. None when no role has a workspace.
+    """
+    from tsm.workspace.dir import workspace_summary
+
+    line = workspace_summary(app)
+    if line is not None:
+        return line
+    for role in app.roles:
+        meta = role.metadata.get(WORKSPACE_METADATA_KEY)
+        if not isinstance(meta, dict):
+            continue
+        try:
+            head = (f"workspace {meta['workspace']} -> {meta['snapshot']} ({int(meta['files'])} files, "
+                    f"{int(meta['bytes'])} bytes, sha256 {str(meta['digest'])[:12]})")
+        except (KeyError, TypeError, ValueError):
+            continue
+        if meta.get("docker_tag"):
+            what = f"image {meta['docker_tag']} " + ("to build" if meta.get("build") else "reused, nothing to build")
+        elif meta.get("ray_working_dir"):
+            what = "the Ray job's working_dir (uploaded once per content hash)"
+        else:
+            what = "snapshot ready"
+        used_by = [r.name for r in app.roles if isinstance(r.metadata.get(WORKSPACE_METADATA_KEY), dict)]
+        return f"{head}: {what} (roles: {', '.join(used_by)})"
+    return None
+
+
+def _component_flags(component: str) -> set[str]:
+    """The flags component ``component`` takes itself (``-c`` and ``--c`` for a parameter ``c``).
+
+    ``utils.python -c CODE`` is the component's own ``-c``: an error about it must not be explained as
+    tsm run's ``-c`` put after COMPONENT. Empty when the component cannot be looked up (its own error then
+    stands as it is).
+    """
+    import inspect
+
+    from tsm.components import get_component
+
+    try:
+        params = inspect.signature(get_component(component).fn).parameters
+    except Exception:  # noqa: BLE001 - only a hint depends on it
+        return set()
+    return {flag for name in params for flag in ((f"-{name}", f"--{name}") if len(name) == 1 else (f"--{name}",))}
 
 
 def component_help(name: str, command: str = "run") -> int:
@@ -152,9 +203,7 @@ def run(args: argparse.Namespace) -> int:
         snapshot_line = None
         if info.app is not None and any(WORKSPACE_METADATA_KEY in r.metadata for r in info.app.roles):
             # the snapshot code, imported only when there is a snapshot to describe
-            from tsm.workspace.dir import workspace_summary
-
-            snapshot_line = workspace_summary(info.app)
+            snapshot_line = workspace_line(info.app)
         if args.dryrun:
             if snapshot_line:
                 sys.stdout.write(f"=== workspace ===\n{snapshot_line}\n")
@@ -207,7 +256,7 @@ def attach(runner: Any, handle: str, held: _HeldInterrupt | None = None) -> int:
             _live.watch(runner, handle, line, since)
         status = runner.wait(handle)
         if line is not None and status is not None:
-            line.set(_live.status_text(status, since), force=True)  # the final counts while the last lines drain
+            line.show_status(status, since, force=True)  # the final counts while the last lines drain
         while line is not None and t.is_alive():  # the last lines are read: the line stays until then
             t.join(_live.REDRAW)
             line.tick()
@@ -225,7 +274,7 @@ def attach(runner: Any, handle: str, held: _HeldInterrupt | None = None) -> int:
             if t is not None:
                 t.join()  # the app has ended: its log readers finish (and stop writing) now
             sys.stdout.flush()
-            sys.stderr.write(_exits.app_status(runner, handle).format() + "\n")
+            sys.stderr.write(_exits.app_status(runner, handle).summary() + "\n")
             sys.stderr.flush()
         finally:
             again.restore()
@@ -239,5 +288,5 @@ def attach(runner: Any, handle: str, held: _HeldInterrupt | None = None) -> int:
     for e in errors:
         sys.stderr.write(f"tsm: log streaming stopped: {e}\n")
     sys.stdout.flush()
-    sys.stderr.write(f"tsm: {handle}\n{status.format()}\n")
+    sys.stderr.write(f"tsm: {handle}\n{status.summary()}\n")
     return _exits.OK if status.state == AppState.SUCCEEDED else _exits.FAILED

@@ -20,7 +20,9 @@ def run(args: argparse.Namespace) -> int:
     from tsm.runner.api import get_runner
 
     with get_runner(args.session) as runner:
-        names = [args.scheduler] if args.scheduler else [n for n in runner.scheduler_backends() if n != "local_cwd"]
+        from tsm.schedulers import ALIASES
+
+        names = [args.scheduler] if args.scheduler else [n for n in runner.scheduler_backends() if n not in ALIASES]
         for name in names:
             try:
                 opts = runner.scheduler_run_opts(name)

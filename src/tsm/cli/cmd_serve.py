@@ -1,15 +1,18 @@
 """``tsm serve``: the web dashboard of every app (tables, live updates, logs, usage charts, cancel).
 
-Bound to 127.0.0.1 by default. Bound anywhere else it requires a token: ``--token`` (or
-``$TSM_SERVE_TOKEN``), else one is made up and printed in the URL. A token set on a loopback address is
-required too. The first line on stdout is the URL to open (with the port chosen when ``--port 0``).
+Bound to 127.0.0.1 by default. Every request needs a token, on loopback too (a login node has many
+users, and loopback is theirs as well): ``$TSM_SERVE_TOKEN`` or ``--token`` (which other users can read in
+the process list: prefer the variable), else one is made up and printed in the URL. Requests must also
+name the server as it was bound in their ``Host`` header (DNS rebinding); ``--allow-host NAME`` adds a
+name (a proxy's). The first line on stdout is the URL to open (with the port chosen when ``--port 0``);
+it is printed once the store is open, so a store that cannot be opened (locked, unwritable) is one
+error line and exit status 1, not a URL and a traceback.
 Needs the ``web`` extra (``pip install 'tsm[web]'``); the API is described in :mod:`tsm.views.web.app`.
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import secrets
 import socket
@@ -24,21 +27,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
     p.add_argument("--token", default=None,
-                   help="access token required on every request (default $TSM_SERVE_TOKEN; made up when "
-                        "--host is not a loopback address)")
+                   help="access token required on every request (default $TSM_SERVE_TOKEN, else one is made up "
+                        "and printed in the URL)")
+    p.add_argument("--allow-host", action="append", default=None, metavar="NAME",
+                   help="also answer requests whose Host header is NAME (e.g. a proxy's name); repeatable")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     p.add_argument("--sample-interval", type=float, default=5.0,
                    help="seconds between usage samples kept for the charts (default 5)")
     p.set_defaults(func=run)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,12 +48,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from tsm.views.web.app import create_app
+        from tsm.views.samples import SampleRecorder
+        from tsm.views.snapshot import SnapshotCollector
+        from tsm.views.web.app import HostCheck, create_app
     except ImportError as e:
         raise TsmError(f"tsm serve needs the web extra ({e.name} is missing): pip install 'tsm[web]'") from e
-    token = args.token if args.token is not None else os.environ.get("TSM_SERVE_TOKEN") or None
-    if token is None and not _loopback(args.host):
-        token = secrets.token_urlsafe(24)
+    token = args.token or os.environ.get("TSM_SERVE_TOKEN") or secrets.token_urlsafe(24)
+    hosts = HostCheck.for_bind(args.host, args.allow_host or ())
+    # open the store (and the samples' tables) before printing the URL: a locked or unwritable store is one
+    # line on stderr (a StoreError through main), never a URL followed by a traceback from the server task
+    collector = SnapshotCollector()
+    recorder = SampleRecorder(collector.store, args.sample_interval)
     try:
         infos = socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)
         family, _, _, _, addr = infos[0]
@@ -69,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
         raise TsmError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from e
     port = sock.getsockname()[1]
     shown = f"[{args.host}]" if ":" in args.host else args.host
-    sys.stdout.write(f"tsm serve: http://{shown}:{port}/" + (f"?token={token}" if token else "") + "\n")
+    sys.stdout.write(f"tsm serve: http://{shown}:{port}/?token={token}\n")
     sys.stdout.flush()
-    app = create_app(token=token, interval=args.interval, sample_interval=args.sample_interval)
+    app = create_app(token=token, interval=args.interval, sample_interval=args.sample_interval,
+                     collector=collector, recorder=recorder, hosts=hosts)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, access_log=False)
     try:
         uvicorn.Server(config).run(sockets=[sock])

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         data = {"handle": args.handle, **status.to_dict(), "failure": failure}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
-        sys.stdout.write(f"{args.handle}\n{status.format()}\n{format_failure(failure)}")
+        sys.stdout.write(f"{args.handle}\n{status.summary()}\n{format_failure(failure)}")
     return _exits.OK
 
 

@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--interval must be between 0.05 and 3600 seconds, not {args.interval}")
     if not 1 <= args.limit <= 100_000:
         raise UsageError(f"--limit must be between 1 and 100000, not {args.limit}")
+    check_filter(args.filter)
     from tsm.runner.api import get_runner
     from tsm.views.snapshot import SnapshotCollector
 
@@ -47,3 +48,25 @@ def run(args: argparse.Namespace) -> int:
                            "tsm top --once prints a plain-text snapshot without it") from e
         TopApp(collector, runner, interval=args.interval, query=args.filter).run()
     return _exits.OK
+
+
+def check_filter(query: str) -> None:
+    """Refuse a ``state:X`` word of ``--filter`` that names no state, with a "did you mean".
+
+    Such a word matches no app ever, so ``state:FAILD`` would only print "no apps match" and leave the user
+    guessing; a misspelt state is a usage error (exit 2) naming the states there are.
+    """
+    from tsm.errors import UsageError, brief, did_you_mean
+    from tsm.specs.api import AppState
+
+    states = [s.name for s in AppState]
+    for word in query.split():
+        key, sep, value = word.partition(":")
+        if not sep or key.lower() != "state":
+            continue
+        for v in value.split(","):
+            if v and v.upper() not in states:
+                raise UsageError(
+                    f"--filter: {brief(v, 40)} is not a state{did_you_mean(v.upper(), states)}; "
+                    f"states: {', '.join(states)}"
+                )

@@ -2,8 +2,14 @@
 
 Reads the store the ``tsm`` tracker writes (``$TSM_HOME``, or the file ``$TSM_TRACKER_TSM_CONFIG``
 names). ``list`` shows recorded runs newest first with counts; ``show`` a run's metadata, artifacts,
-sources and children (``--json`` for scripts); ``lineage`` its ancestors and descendants as a tree.
-A run id nothing was recorded for is a usage error (exit 2), like an unknown app handle.
+sources and children (``--json`` for scripts); ``lineage`` its ancestors and descendants, each run
+printed once (a run reached again, such as an ancestor shared by two parents, is referenced as
+``(shown above)``). A run id nothing was recorded for is a usage error (exit 2), like an unknown app handle.
+
+What jobs recorded is untrusted text: every run id, key, value, artifact name and path printed for people
+has its control characters written as escapes (``\x1b``), so none acts on the terminal. ``--json`` is
+strict JSON: a float that JSON cannot hold (NaN, infinities) is written as the string ``"NaN"``,
+``"Infinity"`` or ``"-Infinity"``.
 """
 
 from __future__ import annotations
@@ -47,12 +53,40 @@ def _tracker() -> Any:
         tracker_config_env_var_name("tsm", "TORCHX")))
 
 
+def _p(text: object) -> str:
+    """``text`` as a terminal should show it: control characters (escapes, CR, newlines) written as escapes."""
+    s = text if isinstance(text, str) else str(text)
+    return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+
+
+def _strict(value: Any) -> Any:
+    """``value`` with every float JSON cannot hold replaced by its name, walked without recursion."""
+    top: list[Any] = [value]
+    stack: list[tuple[Any, Any]] = [(top, 0)]
+    while stack:
+        box, key = stack.pop()
+        v = box[key]
+        if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+            box[key] = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+        elif isinstance(v, dict):
+            box[key] = v = dict(v)
+            stack.extend((v, k) for k in v)
+        elif isinstance(v, (list, tuple)):
+            box[key] = v = list(v)
+            stack.extend((v, i) for i in range(len(v)))
+    return top[0]
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(_strict(value), indent=2, default=str, allow_nan=False)
+
+
 def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def _unknown(e: Exception) -> int:
-    sys.stderr.write(f"error: {e}\n")
+    sys.stderr.write(f"error: {_p(e)}\n")
     return _exits.USAGE
 
 
@@ -70,7 +104,7 @@ def run_list(args: argparse.Namespace) -> int:
         return _exits.OK
     rows = [("RUN", "CREATED", "METADATA", "ARTIFACTS", "SOURCES", "CHILDREN")]
     rows += [
-        (r["run_id"], _when(r["created"]), str(r["metadata"]), str(r["artifacts"]), str(r["sources"]), str(r["children"]))
+        (_p(r["run_id"]), _when(r["created"]), str(r["metadata"]), str(r["artifacts"]), str(r["sources"]), str(r["children"]))
         for r in runs
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -97,28 +131,86 @@ def run_show(args: argparse.Namespace) -> int:
     finally:
         tracker.close()
     if args.json:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        sys.stdout.write(_dumps(data) + "\n")
         return _exits.OK
-    out = [f"run: {args.run_id}", "metadata:"]
-    out += [f"  {k} = {json.dumps(v, default=str)}" for k, v in data["metadata"].items()] or ["  (none)"]
+    out = [f"run: {_p(args.run_id)}", "metadata:"]
+    out += [f"  {_p(k)} = {_p(json.dumps(v, default=str))}" for k, v in data["metadata"].items()] or ["  (none)"]
     out.append("artifacts:")
     out += [
-        f"  {n}: {a['path']}" + (f"  {json.dumps(a['metadata'], default=str)}" if a["metadata"] else "")
+        f"  {_p(n)}: {_p(a['path'])}" + (f"  {_p(json.dumps(a['metadata'], default=str))}" if a["metadata"] else "")
         for n, a in data["artifacts"].items()
     ] or ["  (none)"]
     out.append("sources:")
-    out += [f"  {s['run_id']}" + (f" ({s['artifact_name']})" if s["artifact_name"] else "") for s in data["sources"]] or ["  (none)"]
+    out += [f"  {_p(s['run_id'])}" + (f" ({_p(s['artifact_name'])})" if s["artifact_name"] else "")
+            for s in data["sources"]] or ["  (none)"]
     out.append("children:")
-    out += [f"  {c}" for c in data["children"]] or ["  (none)"]
+    out += [f"  {_p(c)}" for c in data["children"]] or ["  (none)"]
     sys.stdout.write("\n".join(out) + "\n")
     return _exits.OK
 
 
-def _as_dict(node: Any) -> dict[str, Any]:
-    return {
-        "run_id": node.run_id, "artifact_name": node.artifact_name,
-        "parents": [_as_dict(p) for p in node.parents], "children": [_as_dict(c) for c in node.children],
-    }
+def _as_dict(root: Any) -> dict[str, Any]:
+    """The lineage as nested JSON, each run's subtree given once; a run met again is ``{"run_id", "ref": true}``.
+
+    Built without recursion (the lineage may be :data:`~tsm.tracker.store.MAX_DEPTH` levels deep each way).
+    """
+    def fresh(node: Any) -> dict[str, Any]:
+        return {"run_id": node.run_id, "artifact_name": node.artifact_name, "parents": [], "children": []}
+
+    out = fresh(root)
+    for key in ("parents", "children"):
+        seen = {id(root)}
+        stack = [(root, out)]
+        while stack:
+            node, d = stack.pop()
+            for other in getattr(node, key):
+                if id(other) in seen:
+                    d[key].append({"run_id": other.run_id, "artifact_name": other.artifact_name, "ref": True})
+                    continue
+                seen.add(id(other))
+                od = fresh(other)
+                d[key].append(od)
+                stack.append((other, od))
+    return out
+
+
+def _lineage_lines(lineage: Any) -> list[str]:
+    """The lineage as text, each run printed once: ancestors farthest first, then the run, then descendants.
+
+    A run reached again (a shared ancestor, a diamond) is one line ``... (shown above)`` and is not
+    expanded again, so the output grows with the runs and edges, never with the number of paths.
+    """
+    def label(node: Any) -> str:
+        return _p(node.run_id) + (f" ({_p(node.artifact_name)})" if node.artifact_name else "")
+
+    lines: list[str] = []
+    if lineage.parents:
+        lines.append("parents (nearest last):")
+        shown = {id(lineage)}
+        # iterative post-order: a node's ancestors print before it
+        stack: list[tuple[Any, int, bool]] = [(p, 1, False) for p in reversed(lineage.parents)]
+        while stack:
+            node, depth, expanded = stack.pop()
+            if expanded:
+                lines.append(f"{'  ' * depth}^ {label(node)}")
+            elif id(node) in shown:
+                lines.append(f"{'  ' * depth}^ {label(node)} (shown above)")
+            else:
+                shown.add(id(node))
+                stack.append((node, depth, True))
+                stack.extend((p, depth + 1, False) for p in reversed(node.parents))
+    lines.append(f"* {label(lineage)}")
+    shown = {id(lineage)}
+    down: list[tuple[Any, int]] = [(c, 1) for c in reversed(lineage.children)]
+    while down:
+        node, depth = down.pop()
+        if id(node) in shown:
+            lines.append(f"{'  ' * depth}└─ {label(node)} (shown above)")
+            continue
+        shown.add(id(node))
+        lines.append(f"{'  ' * depth}└─ {label(node)}")
+        down.extend((c, depth + 1) for c in reversed(node.children))
+    return lines
 
 
 def run_lineage(args: argparse.Namespace) -> int:
@@ -134,27 +226,7 @@ def run_lineage(args: argparse.Namespace) -> int:
     finally:
         tracker.close()
     if args.json:
-        sys.stdout.write(json.dumps(_as_dict(lineage), indent=2) + "\n")
+        sys.stdout.write(_dumps(_as_dict(lineage)) + "\n")
         return _exits.OK
-    lines: list[str] = []
-
-    def label(node: Any) -> str:
-        return f"{node.run_id}" + (f" ({node.artifact_name})" if node.artifact_name else "")
-
-    def walk_up(nodes: list[Any], depth: int) -> None:
-        for n in nodes:  # ancestors: farthest first, so the tree reads top-down
-            walk_up(n.parents, depth + 1)
-            lines.append(f"{'  ' * depth}^ {label(n)}")
-
-    def walk_down(nodes: list[Any], depth: int) -> None:
-        for n in nodes:
-            lines.append(f"{'  ' * depth}└─ {label(n)}")
-            walk_down(n.children, depth + 1)
-
-    if lineage.parents:
-        lines.append("parents (nearest last):")
-        walk_up(lineage.parents, 1)
-    lines.append(f"* {lineage.run_id}")
-    walk_down(lineage.children, 1)
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write("\n".join(_lineage_lines(lineage)) + "\n")
     return _exits.OK

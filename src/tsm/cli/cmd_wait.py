@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
                 raise _exits.unknown_app(args.handle)
             status = waited
         failure = failure_of(runner, args.handle, status)  # a FAILED app: which replica, why, its last stderr
-    sys.stdout.write(f"{args.handle}\n{status.format()}\n{format_failure(failure)}")
+    sys.stdout.write(f"{args.handle}\n{status.summary()}\n{format_failure(failure)}")
     if not status.state.is_terminal:
         sys.stdout.flush()
         sys.stderr.write(

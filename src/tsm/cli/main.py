@@ -120,6 +120,9 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: l
         hint = did_you_mean(name, flags)
         if hint:
             return f"unrecognized option {brief(name, 60)}{hint}"
+        hint = did_you_mean(name, GLOBAL_FLAGS)
+        if hint:  # a misspelt global flag (tsm --debgu list): name it, and say where it goes
+            return f"unrecognized option {brief(name, 60)}{hint}; options of tsm itself go before the subcommand"
     return "unrecognized arguments: " + " ".join(w if len(w) <= 60 else brief(w, 60) for w in extra)
 
 

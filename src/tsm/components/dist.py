@@ -450,3 +450,18 @@ def spmd(
         debug=debug,
         tee=3,
     )
+
+
+class _noquote(str):  # noqa: N801 (TorchX's name, imported by tools that build torchrun commands)
+    """A string that :func:`_args_join` writes as it is, unquoted, so a shell expands it (``$$HOST:29500``).
+
+    Every other argument is quoted for the shell. Tools built on TorchX (NeMo-Run) wrap the rendezvous
+    endpoint and the node rank in it when they build a ``torchrun`` command line for ``bash -c``.
+    """
+
+
+def _args_join(args: list[str] | tuple[str, ...]) -> str:
+    """``shlex.join`` except that :class:`_noquote` arguments are left unquoted (TorchX's helper)."""
+    import shlex
+
+    return " ".join(a if isinstance(a, _noquote) else shlex.quote(a) for a in args)

@@ -3,7 +3,7 @@
 ::
 
     with get_runner() as runner:
-        handle = runner.run_component("utils.echo", ["--msg", "hi"], scheduler="local")
+        handle = runner.run_component("utils.echo", ["--msg", "hi"])  # on the default scheduler
         print(runner.wait(handle).format())
 
 The runner validates apps, adds ``TSM_APP_HANDLE`` (and TorchX's ``TORCHX_JOB_ID``) to every role's env,
@@ -19,18 +19,23 @@ It keeps TorchX's contract, so code written against ``torchx.runner`` runs after
 * ``Runner(name, scheduler_factories, component_defaults, scheduler_params)``; scheduler params also
   come from ``TSM_*`` environment variables (``TSM_FOO=1`` is ``foo="1"``), as TorchX reads ``TORCHX_*``.
 * ``run``/``dryrun``/``run_component``/``dryrun_component`` take ``workspace=`` and ``parent_run_id=``.
+* A subclass finds TorchX's attributes: ``_name``, ``_scheduler_factories`` (a read-only mapping of the
+  registry when none were given), ``_scheduler_params``, ``_scheduler_instances``, ``_apps`` (handle -> app
+  of what it scheduled) and ``_scheduler(name)`` (public as :meth:`Runner.scheduler`); ``delete`` is the
+  nightly's.
+
+The runner asks schedulers what they can do by the capabilities they declare (:mod:`tsm.schedulers.api`):
+``SizedPlacement`` (a role needs a resource), ``DirectoryWorkspaces``/``WorkspaceBuilder`` (how a workspace
+ships), ``EventWait`` (no polling interval); never by their name or signature.
 """
 
 from __future__ import annotations
 
 import builtins
 import copy
-import inspect
-import json
-import os
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -38,17 +43,29 @@ from tsm._logging import warn as _warn
 from tsm.errors import (
     AppStillRunningError,
     ConfigError,
-    InvalidRunOptionError,
     NotSupportedError,
     StoreError,
     UnknownAppError,
     UnknownSchedulerError,
-    did_you_mean,
 )
 from tsm.history import History
 from tsm.runner.events import log_event
-from tsm.schedulers import DEFAULT_SCHEDULER, get_scheduler_factory, scheduler_names
-from tsm.schedulers.api import ListAppResponse, Scheduler, Stream
+from tsm.runner.params import (  # re-exported: where callers found them before
+    ENV_PREFIX as ENV_PREFIX,
+    RESERVED_ENV as RESERVED_ENV,
+    RESERVED_ENV_PREFIXES as RESERVED_ENV_PREFIXES,
+    TORCHX_ENV_OPTION as TORCHX_ENV_OPTION,
+    RegistryFactories,
+    SchedulerFactory as SchedulerFactory,
+    cfg_json as _cfg_json,
+    factory_of,
+    flag as _flag,
+    make_scheduler,
+    resolve_cfg,
+    scheduler_params_from_env as scheduler_params_from_env,
+)
+from tsm.schedulers import DEFAULT_SCHEDULER
+from tsm.schedulers.api import EventWait, ListAppResponse, Scheduler, SizedPlacement, Stream
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, AppStatus
 from tsm.specs.handles import app_handle_template, make_app_handle, parse_app_handle
 from tsm.specs.runopts import CfgVal, runopts
@@ -61,53 +78,6 @@ if TYPE_CHECKING:
 #: How many history rows ``list()`` shows by default.
 LIST_LIMIT = 200
 
-#: Environment variables named ``TSM_<PARAM>`` become scheduler parameter ``<param>``.
-ENV_PREFIX = "TSM_"
-
-#: ``TSM_*`` variables that are tsm's own settings or a replica's environment, never scheduler params.
-RESERVED_ENV = frozenset({
-    "TSM_HOME", "TSM_STORE_TIMEOUT", "TSM_APP_ID", "TSM_APP_HANDLE", "TSM_ROLE_NAME", "TSM_REPLICA_ID",
-    "TSM_NUM_REPLICAS", "TSM_RANK0_HOST", "TSM_PARENT_RUN_ID", "TSM_SUPERVISOR", "TSM_TIMER_SOCKET",
-    "TSM_JOB_DIR", "TSM_JOB_ID", "TSM_TRACKERS", "TSM_KILL_GRACE", "TSM_DEBUG", "TSM_WORKSPACE",
-})
-
-#: Prefixes of ``TSM_*`` variables tsm sets per port or tracker, or that configure the project's engine
-#: scripts and their tests (``TSM_K8S_CACHE``, ``TSM_DOCKER_CACHE``, ``TSM_TEST_*``): never scheduler params.
-RESERVED_ENV_PREFIXES = ("TSM_PORT_", "TSM_TRACKER_", "TSM_K8S_", "TSM_DOCKER_", "TSM_SLURM_", "TSM_RAY_",
-                         "TSM_TEST_")
-
-#: The run option (accepted by every scheduler through the runner) that turns TorchX's names off.
-TORCHX_ENV_OPTION = "torchx_env"
-
-
-SchedulerFactory = Callable[..., Scheduler]
-
-
-def scheduler_params_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``TSM_<NAME>=value`` variables as scheduler params ``{"<name>": "value"}`` (see :data:`RESERVED_ENV`)."""
-    env = os.environ if environ is None else environ
-    return {
-        k[len(ENV_PREFIX):].lower(): v
-        for k, v in env.items()
-        if k.startswith(ENV_PREFIX) and len(k) > len(ENV_PREFIX) and k not in RESERVED_ENV
-        and not k.startswith(RESERVED_ENV_PREFIXES)
-    }
-
-
-def _accepts(factory: Callable[..., Any], name: str) -> bool:
-    """True when ``factory`` names keyword ``name``, or is a plugin taking ``**kwargs``.
-
-    tsm's builtin factories forward ``**kwargs`` to a scheduler with fixed parameters, so for them only
-    named parameters count.
-    """
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return False
-    if name in params and params[name].kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
-        return True
-    builtin = getattr(factory, "__module__", "").startswith("tsm.schedulers")
-    return not builtin and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 class Runner:
@@ -132,19 +102,39 @@ class Runner:
         *,
         config: Config | None = None,
     ) -> None:
-        self.session_name = name
-        self._factories = dict(scheduler_factories) if scheduler_factories is not None else None
+        # TorchX's attributes, under its names, for subclasses written against torchx.runner.Runner
+        self._name: str = name
+        self._scheduler_factories: Mapping[str, SchedulerFactory] = (
+            dict(scheduler_factories) if scheduler_factories is not None else RegistryFactories()
+        )
+        env = scheduler_params_from_env()
+        self._scheduler_params: dict[str, Any] = {**env, **(scheduler_params or {})}
+        #: keys of ``_scheduler_params`` that only the environment gave: offered to factories, not imposed
+        self._offered_params = frozenset(k for k in env if k not in (scheduler_params or {}))
+        self._scheduler_instances: dict[str, Scheduler] = {}
+        self._apps: dict[str, AppDef] = {}  # handle -> app, for apps this runner scheduled
         self._component_defaults = {k: dict(v) for k, v in (component_defaults or {}).items()}
-        self._env_params: dict[str, object] = dict(scheduler_params_from_env())
-        self._params: dict[str, object] = dict(scheduler_params or {})
         self._config = config
-        self._schedulers: dict[str, Scheduler] = {}
         self._hist: History | None = None
 
     # -- plumbing ----------------------------------------------------------------------------------
+    @property
+    def session_name(self) -> str:
+        """The session name, part of every handle this runner makes (TorchX keeps it as ``_name``)."""
+        return self._name
+
+    @session_name.setter
+    def session_name(self, value: str) -> None:
+        self._name = value
+
+    @property
+    def _schedulers(self) -> dict[str, Scheduler]:
+        """The schedulers made so far (TorchX's ``_scheduler_instances``)."""
+        return self._scheduler_instances
+
     def name(self) -> str:
         """The session name (TorchX's ``Runner.name()``)."""
-        return self.session_name
+        return self._name
 
     @property
     def config(self) -> Config:
@@ -167,33 +157,23 @@ class Runner:
             self._hist = History()
         return self._hist
 
-    def _factory(self, name: str) -> SchedulerFactory:
-        if self._factories is None:
-            return get_scheduler_factory(name)
-        if name not in self._factories:
-            names = builtins.list(self._factories)
-            raise UnknownSchedulerError(
-                f"unknown scheduler '{name}'{did_you_mean(name, names)}; this runner has: {', '.join(names) or 'none'}",
-                scheduler=name,
+    def scheduler(self, name: str) -> Scheduler:
+        """The scheduler this runner uses for ``name``, made on first use with the runner's scheduler params.
+
+        An unknown name raises :class:`~tsm.errors.UnknownSchedulerError`; a parameter the factory does not
+        take, :class:`~tsm.errors.InvalidRunOptionError` naming it (see :mod:`tsm.runner.params`); a plugin
+        that cannot be imported, :class:`tsm.schedulers.SchedulerPluginError`.
+        """
+        if name not in self._scheduler_instances:
+            factory = factory_of(self._scheduler_factories, name)
+            self._scheduler_instances[name] = make_scheduler(
+                name, factory, self._name, self._scheduler_params, self._offered_params
             )
-        return self._factories[name]
+        return self._scheduler_instances[name]
 
     def _scheduler(self, name: str) -> Scheduler:
-        if name not in self._schedulers:
-            factory = self._factory(name)
-            params = {k: v for k, v in self._env_params.items() if _accepts(factory, k)}
-            params.update(self._params)
-            try:
-                self._schedulers[name] = factory(self.session_name, **params)
-            except TypeError as e:
-                if not self._params or "argument" not in str(e):
-                    raise
-                raise InvalidRunOptionError(
-                    f"scheduler '{name}' does not take the scheduler parameter(s) given to the runner "
-                    f"({', '.join(sorted(self._params))}): {e}",
-                    scheduler=name,
-                ) from e
-        return self._schedulers[name]
+        """TorchX's name for :meth:`scheduler` (what the runner's own methods call, so a subclass may override it)."""
+        return self.scheduler(name)
 
     def _scheduler_name(self, scheduler: str | None) -> str:
         """``scheduler``, else the config's default (checked, and an error names the file that set it)."""
@@ -216,31 +196,7 @@ class Runner:
 
     def _resolve_cfg(self, scheduler: str, cfg: Mapping[str, CfgVal] | None) -> dict[str, CfgVal]:
         """Config-file run options under ``cfg``; a bad file option is reported with its file."""
-        opts = self._scheduler(scheduler).run_opts()
-        file_cfg = dict(self.config.scheduler_cfg.get(scheduler, {}))
-        for key, value in file_cfg.items():
-            origin = self.config.origin.get((scheduler, key), "config file")
-            if key == TORCHX_ENV_OPTION:
-                continue
-            opt = opts.get(key)
-            if opt is None:
-                if self.config.lenient.get((scheduler, key)):  # a .torchxconfig is shared: warn, as TorchX does
-                    _warn("%s: [%s] '%s' is not a run option of the %s scheduler; ignored",
-                                 origin, scheduler, key, scheduler)
-                    continue
-                raise ConfigError(
-                    f"{origin}: [scheduler.{scheduler}] unknown run option '{key}'{did_you_mean(key, dict(opts))}; "
-                    f"`tsm runopts {scheduler}` lists them"
-                )
-            alone = runopts()  # check this one option's type without demanding the required ones
-            alone.add(key, opt.type_, opt.help)
-            try:
-                alone.resolve({key: value})
-            except InvalidRunOptionError as e:
-                raise ConfigError(f"{origin}: [scheduler.{scheduler}] {e}") from e
-        file_cfg = {k: v for k, v in file_cfg.items() if k in opts or k == TORCHX_ENV_OPTION}
-        file_cfg.update(cfg or {})
-        return file_cfg
+        return resolve_cfg(self.config, scheduler, self._scheduler(scheduler).run_opts(), cfg)
 
     # -- launch ------------------------------------------------------------------------------------
     def dryrun(
@@ -259,8 +215,8 @@ class Runner:
         ``TSM_PARENT_RUN_ID`` from ``parent_run_id``, ``TSM_TRACKERS``, ...) and TorchX's names for them;
         the run option ``torchx_env=False`` leaves TorchX's names out.
         """
-        with log_event(self.session_name, "dryrun", scheduler, workspace=workspace,
-                       parent_run_id=parent_run_id, runcfg=_cfg_json(cfg)) as ctx:
+        with log_event("dryrun", scheduler, workspace=workspace,
+                       parent_run_id=parent_run_id, runcfg=_cfg_json(cfg), session=self._name) as ctx:
             scheduler = self._scheduler_name(scheduler)
             ctx.set(scheduler=scheduler)
             validate_app(app)
@@ -277,7 +233,7 @@ class Runner:
                 role.env.setdefault("TSM_APP_HANDLE", handle)
                 for key, value in job_env.items():
                     role.env.setdefault(key, value)
-            if getattr(sched, "requires_resource", True):  # a scheduler that places replicas by size
+            if isinstance(sched, SizedPlacement):  # a scheduler that places replicas by size
                 check_resources(app, scheduler)
             if workspace:
                 self._apply_workspace(app, workspace, scheduler, sched, resolved)
@@ -291,12 +247,11 @@ class Runner:
     @staticmethod
     def _apply_workspace(app: AppDef, workspace: str, scheduler: str, sched: Scheduler,
                          cfg: Mapping[str, CfgVal]) -> None:
-        """Ship ``workspace`` with ``app``: the scheduler's own builder, the directory snapshot, or a refusal."""
+        """Ship ``workspace`` with ``app``: the scheduler's own builder (``WorkspaceBuilder``), the directory
+        snapshot (``DirectoryWorkspaces``), or a refusal."""
         from tsm.workspace.dir import apply_workspace, builder_for
 
-        builder: Any = builder_for(scheduler, sched)
-        if builder is None and callable(getattr(sched, "build_workspace_and_update_role", None)):
-            builder = sched  # a TorchX-style WorkspaceMixin scheduler
+        builder = builder_for(scheduler, sched)
         if builder is None:
             raise NotSupportedError(
                 f"the {scheduler} scheduler cannot ship workspace {workspace!r}: it has no workspace support; "
@@ -308,10 +263,12 @@ class Runner:
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Submit a dry run's request unchanged; returns the app handle and records it."""
         scheduler = dryrun_info.scheduler
-        with log_event(self.session_name, "schedule", scheduler, runcfg=_cfg_json(dryrun_info.cfg)) as ctx:
+        with log_event("schedule", scheduler, runcfg=_cfg_json(dryrun_info.cfg), session=self._name) as ctx:
             app_id = self._scheduler(scheduler).schedule(dryrun_info)
             ctx.set(app_id=app_id)
-            handle = make_app_handle(scheduler, self.session_name, app_id)
+            handle = make_app_handle(scheduler, self._name, app_id)
+            if dryrun_info.app is not None:
+                self._apps[handle] = dryrun_info.app
             try:
                 self.history.add(handle, scheduler, self.session_name, app_id, dryrun_info.app, dryrun_info.cfg)
             except StoreError as e:
@@ -334,8 +291,8 @@ class Runner:
         parent_run_id: str | None = None,
     ) -> str:
         """Dry-run then schedule ``app``; returns its handle."""
-        with log_event(self.session_name, "run", scheduler, workspace=workspace, parent_run_id=parent_run_id,
-                       runcfg=_cfg_json(cfg)) as ctx:
+        with log_event("run", scheduler, workspace=workspace, parent_run_id=parent_run_id,
+                       runcfg=_cfg_json(cfg), session=self._name) as ctx:
             handle = self.schedule(self.dryrun(app, scheduler, cfg, workspace=workspace, parent_run_id=parent_run_id))
             parsed = parse_app_handle(handle)
             ctx.set(scheduler=parsed.scheduler, app_id=parsed.app_id)
@@ -399,31 +356,35 @@ class Runner:
     def status(self, app_handle: str) -> AppStatus | None:
         """The app's current status, or None when its scheduler does not know it (any more)."""
         sched, name, app_id = self._locate(app_handle)
-        with log_event(self.session_name, "status", name, app_id):
+        with log_event("status", name, app_id, session=self._name):
             desc = sched.describe(app_id)
             return None if desc is None else self._to_status(app_handle, desc)
 
-    def wait(self, app_handle: str, wait_interval: float = 10, timeout: float | None = None) -> AppStatus | None:
+    def wait(
+        self, app_handle: str, wait_interval: float | None = None, timeout: float | None = None
+    ) -> AppStatus | None:
         """Block until the app is terminal (or ``timeout`` seconds pass); its status, or None if unknown.
 
-        Schedulers with an event to wait on (the local one) return as soon as the app ends;
-        ``wait_interval`` only bounds how often a scheduler that must poll asks its backend, for those
-        that take it. With ``timeout`` the status returned may not be terminal.
+        Schedulers with an event to wait on (``EventWait``, the local one) return as soon as the app ends;
+        for the others ``wait_interval`` is the longest pause between two polls of the backend (passed as
+        ``Scheduler.wait``'s ``poll_interval``); None (the default; TorchX polls every 10 s) leaves the
+        backend's own back-off, which sees a quick end within about 0.1 s. With ``timeout`` the status
+        returned may not be terminal.
         """
-        if not wait_interval > 0:
+        if wait_interval is not None and not wait_interval > 0:
             raise ValueError(f"wait_interval must be > 0 seconds, got {wait_interval!r}")
         sched, name, app_id = self._locate(app_handle)
-        with log_event(self.session_name, "wait", name, app_id):
-            if "wait_interval" in inspect.signature(sched.wait).parameters:
-                desc = sched.wait(app_id, timeout=timeout, wait_interval=wait_interval)  # type: ignore[call-arg]
-            else:
+        with log_event("wait", name, app_id, session=self._name):
+            if wait_interval is None or isinstance(sched, EventWait):  # an interval would mean nothing
                 desc = sched.wait(app_id, timeout=timeout)
+            else:
+                desc = sched.wait(app_id, timeout=timeout, poll_interval=wait_interval)
             return None if desc is None else self._to_status(app_handle, desc)
 
     def cancel(self, app_handle: str) -> None:
         """Stop the app; idempotent, and nothing happens for an app its scheduler does not know."""
         sched, name, app_id = self._locate(app_handle)
-        with log_event(self.session_name, "cancel", name, app_id):
+        with log_event("cancel", name, app_id, session=self._name):
             desc = sched.describe(app_id)
             if desc is None:
                 return
@@ -433,6 +394,21 @@ class Runner:
             if desc is not None:
                 self.history.set_state(app_handle, desc.state)
 
+    def delete(self, app_handle: str) -> None:
+        """Cancel the app if it runs, then forget it and delete what its scheduler keeps (state, logs).
+
+        TorchX's nightly ``Runner.delete``; an app its scheduler does not know is forgotten from the
+        history, and nothing else happens (idempotent, as :meth:`cancel`).
+        """
+        sched, name, app_id = self._locate(app_handle)
+        with log_event("delete", name, app_id, session=self._name):
+            desc = sched.describe(app_id)
+            if desc is not None and not desc.state.is_terminal:
+                sched.cancel(app_id)  # idempotent, and ends the app on every builtin backend before it returns
+            sched.remove(app_id)
+            self.history.forget(app_handle)
+            self._apps.pop(app_handle, None)
+
     def stop(self, app_handle: str) -> None:
         """Deprecated alias of :meth:`cancel` (as in TorchX; warns with PendingDeprecationWarning)."""
         warnings.warn("Runner.stop() will be removed; use Runner.cancel()", PendingDeprecationWarning, stacklevel=2)
@@ -441,7 +417,7 @@ class Runner:
     def describe(self, app_handle: str) -> AppDef | None:
         """The app definition as launched (from the scheduler, else the history), or None if unknown."""
         sched, name, app_id = self._locate(app_handle)
-        with log_event(self.session_name, "describe", name, app_id):
+        with log_event("describe", name, app_id, session=self._name):
             desc = sched.describe(app_id)
             if desc is not None and desc.app is not None:
                 return desc.app
@@ -465,7 +441,7 @@ class Runner:
     ) -> Iterator[str]:
         """Lines of replica ``k`` of ``role_name`` (see :meth:`Scheduler.log_iter`); an unknown app raises."""
         sched, name, app_id = self._locate(app_handle)
-        with log_event(self.session_name, "log_lines", name, app_id):
+        with log_event("log_lines", name, app_id, session=self._name):
             if not sched.exists(app_id):
                 raise self._unknown(app_handle, name)
             return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams)
@@ -477,7 +453,7 @@ class Runner:
         Without a scheduler, live states come from one ``list()`` call per scheduler involved, not one
         query per app; an unreachable scheduler leaves the last recorded state.
         """
-        with log_event(self.session_name, "list", scheduler):
+        with log_event("list", scheduler, session=self._name):
             if scheduler is not None:
                 apps = self._scheduler(scheduler).list()
                 for a in apps:
@@ -511,7 +487,7 @@ class Runner:
         A running app named in ``app_handles`` raises :class:`~tsm.errors.AppStillRunningError` (cancel it
         first); an unknown one :class:`~tsm.errors.UnknownAppError`.
         """
-        with log_event(self.session_name, "remove", None):
+        with log_event("remove", None, session=self._name):
             targets = list(app_handles)
             if older_than_days is not None:
                 cutoff = time.time() - older_than_days * 86400
@@ -553,7 +529,7 @@ class Runner:
 
     def scheduler_backends(self) -> builtins.list[str]:
         """The scheduler names this runner can use: its factories, or every registered one."""
-        return builtins.list(self._factories) if self._factories is not None else scheduler_names()
+        return builtins.list(self._scheduler_factories)
 
     # -- lifetime ----------------------------------------------------------------------------------
     def close(self) -> None:
@@ -572,20 +548,6 @@ class Runner:
 
     def __repr__(self) -> str:
         return f"Runner(name={self.session_name!r}, schedulers={self.scheduler_backends()!r})"
-
-
-def _cfg_json(cfg: Mapping[str, Any] | None) -> str | None:
-    return json.dumps(dict(cfg), default=str, sort_keys=True) if cfg else None
-
-
-def _flag(value: Any) -> bool:
-    if isinstance(value, str):
-        from tsm.specs.runopts import parse_cfg_value
-
-        return bool(parse_cfg_value(TORCHX_ENV_OPTION, value, bool))
-    if not isinstance(value, bool):
-        raise InvalidRunOptionError(f"run option '{TORCHX_ENV_OPTION}' expects bool, got {value!r}")
-    return value
 
 
 def get_runner(

@@ -5,7 +5,8 @@ Files, highest precedence first (the command line beats them all):
 1. the project file: ``tsm.toml`` in the working directory, else ``[tool.tsm]`` of its ``pyproject.toml``;
 2. the user file: ``$XDG_CONFIG_HOME/tsm/config.toml`` (default ``~/.config/tsm/config.toml``);
 3. TorchX's ``.torchxconfig`` files, with TorchX's own precedence among them: only ``$TORCHXCONFIG``
-   when that is set (empty: none), else ``./.torchxconfig`` over ``~/.torchxconfig``.
+   when that is set (empty: none), else the user's ``~/.torchxconfig`` over the project's
+   ``./.torchxconfig`` (TorchX lays the user file "on top of the one defined at the project root").
 
 The two tsm files have the same shape::
 
@@ -203,7 +204,8 @@ def find_configs(dirs: Iterable[str] | None = None) -> list[str]:
     """The ``.torchxconfig`` files to read, highest precedence first.
 
     ``$TORCHXCONFIG`` alone when set (empty: none; naming a missing file is a ConfigError); else
-    ``.torchxconfig`` in each of ``dirs`` that has one (default: the working directory, then home).
+    ``.torchxconfig`` in each of ``dirs`` that has one (default, TorchX's ``DEFAULT_CONFIG_DIRS``: home, then the
+    working directory; a directory named twice is read once).
     """
     env = os.environ.get(ENV_TORCHXCONFIG)
     if env is not None:
@@ -212,14 +214,25 @@ def find_configs(dirs: Iterable[str] | None = None) -> list[str]:
         if not Path(env).is_file():
             raise ConfigError(f"${ENV_TORCHXCONFIG} is set to {env!r}, which is not a file")
         return [env]
-    if dirs is None:
-        dirs = [str(Path.cwd()), str(Path.home())]
-    return [str(Path(d) / CONFIG_FILE) for d in dirs if (Path(d) / CONFIG_FILE).is_file()]
+    if not dirs:
+        dirs = default_config_dirs()
+    found: list[str] = []
+    for d in dirs:
+        path = str(Path(d) / CONFIG_FILE)
+        if path not in found and (Path(d) / CONFIG_FILE).is_file():
+            found.append(path)
+    return found
+
+
+def default_config_dirs() -> list[str]:
+    """Where ``.torchxconfig`` files are looked for, the winning one first: ``$HOME``, then the working directory."""
+    return [str(Path.home()), str(Path.cwd())]
 
 
 def _merge_torchx(cfg: Config, cwd: Path) -> None:
     """Fill ``cfg`` from the ``.torchxconfig`` files (lowest precedence: applied before the tsm files)."""
-    for path in reversed(find_configs([str(cwd), str(Path.home())])):  # the lowest first; later ones win
+    dirs = [str(Path.home()), str(cwd)]
+    for path in reversed(find_configs(dirs)):  # the lowest first; later ones win
         ini = _read_ini(path)
         cfg.files.append(path)
         for section in ini.sections():
@@ -239,7 +252,7 @@ def _merge_torchx(cfg: Config, cwd: Path) -> None:
                 for tracker in items:
                     cfg.trackers[tracker] = None
     for tracker in cfg.trackers:
-        cfg.trackers[tracker] = get_config("tracker", tracker, "config", dirs=[str(cwd), str(Path.home())])
+        cfg.trackers[tracker] = get_config("tracker", tracker, "config", dirs=dirs)
 
 
 def get_configs(prefix: str, name: str, dirs: Iterable[str] | None = None) -> dict[str, str]:
@@ -318,7 +331,7 @@ def dump(f: TextIO, schedulers: Iterable[str] | None = None, required_only: bool
     from tsm.schedulers import scheduler_names
     from tsm.specs.runopts import type_name
 
-    names = list(schedulers) if schedulers is not None else [n for n in scheduler_names() if n != "local_cwd"]
+    names = list(schedulers) if schedulers is not None else scheduler_names(aliases=False)
     for i, name in enumerate(names):
         opts = _scheduler_opts(name)  # an unknown name raises UnknownSchedulerError
         f.write(("\n" if i else "") + f"[{name}]\n")

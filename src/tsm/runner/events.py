@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -59,8 +58,8 @@ class TsmEvent:
     Times are microseconds; ``exception_*`` are set when the call raised.
     """
 
-    session: str
-    api: str
+    session: str = ""
+    api: str = ""
     scheduler: str | None = None
     app_id: str | None = None
     app_image: str | None = None
@@ -123,36 +122,65 @@ def record(event: TsmEvent) -> None:
                 _warn("event sink %r failed: %s", sink, e)
 
 
-class _Ctx:
-    """What :func:`log_event` yields: ``event`` is None when nothing observes events."""
+class log_event:  # noqa: N801 - TorchX's name and shape
+    """Time the ``with`` block and record one :class:`TsmEvent` for it, with the exception if it raised.
 
-    def __init__(self, event: TsmEvent | None) -> None:
-        self.event = event
+    TorchX's signature: ``log_event(api, scheduler=None, app_id=None, app_image=None, app_metadata=None,
+    runcfg=None, workspace=None)``, plus tsm's ``session`` and ``parent_run_id`` keywords. The context is the
+    ``log_event`` itself: ``ctx._torchx_event`` is the event (fields may be set on it during the block, as
+    TorchX's runner does) and ``ctx.set(**fields)`` does the same in one call. When nothing observes events
+    (see :func:`enabled`), no event is recorded and ``ctx.event`` is None; ``_torchx_event`` is then a
+    throw-away event, made only if asked for.
+    """
+
+    def __init__(
+        self,
+        api: str,
+        scheduler: str | None = None,
+        app_id: str | None = None,
+        app_image: str | None = None,
+        app_metadata: dict[str, Any] | None = None,
+        runcfg: str | None = None,
+        workspace: str | None = None,
+        *,
+        session: str = "",
+        **fields: Any,
+    ) -> None:
+        self.event: TsmEvent | None = None
+        self._fields = dict(fields, session=session, api=api, scheduler=scheduler, app_id=app_id,
+                            app_image=app_image, app_metadata=app_metadata, runcfg=runcfg, workspace=workspace)
+        self._spare: TsmEvent | None = None
+        self._wall = self._cpu = 0.0
+
+    @property
+    def _torchx_event(self) -> TsmEvent:
+        """The event being built (TorchX's attribute name)."""
+        if self.event is not None:
+            return self.event
+        if self._spare is None:
+            self._spare = TsmEvent(**self._fields)
+        return self._spare
 
     def set(self, **fields: Any) -> None:
-        """Fill in event fields learned during the call (ignored when no event is built)."""
+        """Fill in event fields learned during the call (ignored when no event is recorded)."""
         if self.event is not None:
             for k, v in fields.items():
                 setattr(self.event, k, v)
 
+    def __enter__(self) -> log_event:
+        if enabled():
+            self.event = TsmEvent(**self._fields)
+            self.event.start_epoch_time_usec = int(time.time() * 1_000_000)
+            self._wall, self._cpu = time.perf_counter(), time.process_time()
+        return self
 
-@contextmanager
-def log_event(session: str, api: str, scheduler: str | None = None, app_id: str | None = None,
-              **fields: Any) -> Iterator[_Ctx]:
-    """Time the block and record one :class:`TsmEvent` for it, with the exception if it raised."""
-    if not enabled():
-        yield _Ctx(None)
-        return
-    event = TsmEvent(session=session, api=api, scheduler=scheduler, app_id=app_id, **fields)
-    event.start_epoch_time_usec = int(time.time() * 1_000_000)
-    wall, cpu = time.perf_counter(), time.process_time()
-    try:
-        yield _Ctx(event)
-    except BaseException as e:
-        event.exception_type = type(e).__name__
-        event.exception_message = str(e)
-        raise
-    finally:
-        event.wall_time_usec = int((time.perf_counter() - wall) * 1_000_000)
-        event.cpu_time_usec = int((time.process_time() - cpu) * 1_000_000)
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        event = self.event
+        if event is None:
+            return
+        if exc_type is not None:
+            event.exception_type = exc_type.__name__
+            event.exception_message = str(exc)
+        event.wall_time_usec = int((time.perf_counter() - self._wall) * 1_000_000)
+        event.cpu_time_usec = int((time.process_time() - self._cpu) * 1_000_000)
         record(event)

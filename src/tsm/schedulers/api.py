@@ -1,4 +1,4 @@
-"""The one interface every backend implements, and the values it returns.
+"""The one interface every backend implements, the values it returns, and the capabilities it may declare.
 
 A backend subclasses :class:`Scheduler`, implements the abstract methods, and registers a factory
 ``create_scheduler(session_name: str, **kwargs) -> Scheduler`` under the entry-point group
@@ -6,13 +6,39 @@ A backend subclasses :class:`Scheduler`, implements the abstract methods, and re
 
 Flow: ``submit_dryrun(app, cfg)`` returns an :class:`AppDryRunInfo` (the request as a value);
 ``schedule(info)`` submits exactly that request and returns the scheduler's app id.
+
+**Capabilities.** What a backend can do beyond the base interface is a class it inherits, listed in its class
+docstring; the runner, the views and the CLI ask ``isinstance(sched, Capability)``, never ``getattr`` or a
+signature, never a backend's name:
+
+==========================  =====================================================================================
+:class:`BatchedViews`       ``view_snapshot(app_ids)``: every app of a view's refresh from one batched query
+:class:`DetailedViews`      the same, told which apps need costly extras (last log lines): ``tsm top``
+:class:`MultiReplicaLogs`   ``log_iter_many(app_id, targets, ...)``: many replicas' logs in one reader
+:class:`SizedPlacement`     places replicas by their size: the runner refuses a role without a resource
+:class:`DirectoryWorkspaces`  roles run in a directory: the runner ships a workspace as a snapshot directory
+``WorkspaceBuilder``        (:mod:`tsm.workspace.api`) builds its own workspaces (an image): the runner calls it
+:class:`EventWait`          ``wait`` reacts to an event (no polling): ``poll_interval`` is not used
+==========================  =====================================================================================
+
+**Factories.** ``create_scheduler(session_name, **kwargs)`` takes only the keywords its backend documents; any
+other raises :class:`tsm.schedulers.common.factory.UnknownSchedulerParamError` (an
+:class:`~tsm.errors.InvalidRunOptionError`) naming it (:func:`tsm.schedulers.common.factory.scheduler_params`).
+
+**Failures.** ``DescribeAppResponse.structured_error_msg`` is "" or the JSON object specified in
+:mod:`tsm.schedulers.common.failure`, produced there for every backend.
+
+**TorchX spellings.** A scheduler written for TorchX works unchanged: it may implement ``_run_opts()`` instead
+of ``run_opts()``, ``_cancel_existing(app_id)`` instead of ``cancel(app_id)`` and
+``_validate(app, scheduler, cfg)`` instead of ``_validate(app, cfg)``, and ``submit(app, cfg, workspace)``
+ships a workspace. A class that implements neither spelling of a hook cannot be instantiated (``TypeError``).
 """
 
 from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -74,6 +100,8 @@ if TYPE_CHECKING:  # a default (PEP 696) lets a plain ``Scheduler`` mean "any re
 
     from typing_extensions import TypeVar as _TypeVarWithDefault
 
+    from tsm.schedulers.common.viewmodel import AppSummary
+
     #: The type of the request a scheduler builds at dry run and submits unchanged (``SlurmBatchRequest``).
     RequestT = _TypeVarWithDefault("RequestT", default=Any)
 else:
@@ -84,12 +112,34 @@ class Scheduler(abc.ABC, Generic[RequestT]):
     """A backend that runs apps: local processes, Slurm, Kubernetes, Ray, ...
 
     Generic over its request type: ``class SlurmScheduler(Scheduler[SlurmBatchRequest])``. Subclasses set
-    ``backend`` and implement the abstract methods; ``submit`` and ``exists`` are built on them. The
-    contract every backend keeps is a test, ``tests/schedulers/conformance.py``: among others, ``describe``
-    of an unknown id is None and ``cancel`` is idempotent (cancelling an ended or unknown app does nothing).
+    ``backend`` and implement the abstract methods, ``run_opts`` (or TorchX's ``_run_opts``) and ``cancel``
+    (or TorchX's ``_cancel_existing``); ``submit`` and ``exists`` are built on them. The contract every
+    backend keeps is a test, ``tests/schedulers/conformance.py``: among others, ``describe`` of an unknown id
+    is None and ``cancel`` is idempotent (cancelling an ended or unknown app does nothing).
     """
 
     backend: str = ""
+
+    #: True when this class's ``_validate`` is TorchX's ``(app, scheduler, cfg)``; set when the class is defined.
+    _validate_takes_scheduler: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("_validate")
+        code = getattr(own, "__code__", None)
+        if code is not None:  # the two spellings of the hook are told apart once, here, by their arity
+            cls._validate_takes_scheduler = code.co_argcount == 4
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Scheduler[Any]:
+        missing = [
+            f"{ours}() (or TorchX's {theirs}())"
+            for ours, theirs in (("run_opts", "_run_opts"), ("cancel", "_cancel_existing"))
+            if getattr(cls, ours) is getattr(Scheduler, ours) and getattr(cls, theirs) is getattr(Scheduler, theirs)
+        ]
+        if missing:
+            raise TypeError(f"Can't instantiate scheduler class {cls.__name__}: it implements neither "
+                            + " nor ".join(missing))
+        return super().__new__(cls)
 
     def __init__(self, backend: str, session_name: str) -> None:
         self.backend = backend
@@ -100,19 +150,36 @@ class Scheduler(abc.ABC, Generic[RequestT]):
         """Validate ``app`` and ``cfg`` and return the request this scheduler would submit, unsubmitted."""
         validate_app(app)
         resolved = self.run_opts().resolve(cfg)
-        self._validate(app, resolved)
+        if self._validate_takes_scheduler:
+            self._validate(app, self.backend, resolved)  # type: ignore[call-arg,arg-type]  # TorchX's
+        else:
+            self._validate(app, resolved)
         info = self._submit_dryrun(app, resolved)
         info.app = app
         info.cfg = resolved
         info.scheduler = self.backend
         return info
 
-    def submit(self, app: AppDef, cfg: Mapping[str, CfgVal] | None = None) -> str:
-        """Dry-run then schedule; returns the app id."""
+    def submit(self, app: AppDef, cfg: Mapping[str, CfgVal] | None = None, workspace: str | None = None) -> str:
+        """Dry-run then schedule; returns the app id. ``workspace`` is shipped with the app first, as the
+        runner ships it (:func:`tsm.workspace.dir.apply_workspace`); a scheduler without workspace support
+        raises :class:`~tsm.errors.NotSupportedError`."""
+        if workspace:
+            from tsm.errors import NotSupportedError
+            from tsm.workspace.dir import apply_workspace, builder_for
+
+            builder = builder_for(self.backend, self)
+            if builder is None:
+                raise NotSupportedError(f"the {self.backend} scheduler cannot ship workspace {workspace!r}",
+                                        scheduler=self.backend)
+            apply_workspace(app, workspace, self.run_opts().resolve(cfg), builder)
         return self.schedule(self.submit_dryrun(app, cfg))
 
     def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:  # noqa: B027 (optional hook)
-        """Backend-specific checks before the request is built; raise InvalidAppError."""
+        """Backend-specific checks before the request is built; raise InvalidAppError.
+
+        TorchX's spelling ``_validate(self, app, scheduler, cfg)`` is called with the backend's name.
+        """
 
     @abc.abstractmethod
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RequestT]:
@@ -122,9 +189,13 @@ class Scheduler(abc.ABC, Generic[RequestT]):
     def schedule(self, dryrun_info: AppDryRunInfo[RequestT]) -> str:
         """Submit the request in ``dryrun_info`` unchanged; return the app id."""
 
-    @abc.abstractmethod
     def run_opts(self) -> runopts:
-        """The run options this scheduler accepts."""
+        """The run options this scheduler accepts (a TorchX-style subclass gives them in :meth:`_run_opts`)."""
+        return self._run_opts()
+
+    def _run_opts(self) -> runopts:
+        """TorchX's hook for :meth:`run_opts`; a subclass implements one of the two."""
+        return runopts()
 
     # -- queries -----------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -156,20 +227,32 @@ class Scheduler(abc.ABC, Generic[RequestT]):
         ``should_tail`` follows the log until the replica ends, then stops.
         """
 
-    def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
+    def wait(
+        self, app_id: str, timeout: float | None = None, poll_interval: float | None = None
+    ) -> DescribeAppResponse | None:
         """Block until the app is terminal or ``timeout`` passes; return its description.
 
         The default polls :meth:`describe`, backing off from 0.1 s to 5 s
-        (:func:`tsm.schedulers.common.polling.poll_until_terminal`); backends with an event (the local
-        scheduler) override it.
+        (:func:`tsm.schedulers.common.polling.poll_until_terminal`); ``poll_interval`` caps the pause
+        between polls (a smaller value asks more often; a larger one changes nothing). A backend with an
+        event to wait on overrides this and declares :class:`EventWait`.
         """
         from tsm.schedulers.common.polling import poll_until_terminal
 
-        return poll_until_terminal(lambda _pause: self.describe(app_id), timeout)
+        cap = 5.0 if poll_interval is None else max(0.001, min(5.0, poll_interval))
+        return poll_until_terminal(lambda _pause: self.describe(app_id), timeout, initial=min(0.1, cap), cap=cap)
 
-    @abc.abstractmethod
     def cancel(self, app_id: str) -> None:
-        """Stop the app if it still runs; idempotent."""
+        """Stop the app if it still runs; idempotent, and nothing for an unknown app.
+
+        The default is TorchX's: :meth:`_cancel_existing` for an app that :meth:`exists`.
+        """
+        if self.exists(app_id):
+            self._cancel_existing(app_id)
+
+    def _cancel_existing(self, app_id: str) -> None:
+        """TorchX's hook for :meth:`cancel`: stop an app known to exist; a subclass implements one of the two."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither cancel() nor _cancel_existing()")
 
     def remove(self, app_id: str) -> bool:
         """Delete what this scheduler keeps of an ended app (state, logs); True if anything was removed.
@@ -180,3 +263,90 @@ class Scheduler(abc.ABC, Generic[RequestT]):
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release clients and connections; the scheduler is not used after this."""
+
+
+# -- declared capabilities ------------------------------------------------------------------------------
+class BatchedViews(abc.ABC):
+    """Capability: ``tsm top``/``tsm serve`` see every app of a refresh through one call.
+
+    ``view_snapshot(app_ids)`` returns an :class:`~tsm.schedulers.common.viewmodel.AppSummary` for each id
+    it knows (unknown ids are left out), built from one batched query of the backend (a label-selected list,
+    one ``squeue``, one State API call). ``handle`` may be left empty; the collector fills it in.
+    """
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def view_snapshot(self, app_ids: Sequence[str]) -> list[AppSummary]:
+        """A summary of each app of ``app_ids`` this scheduler knows, from one batched query."""
+
+
+class DetailedViews(BatchedViews):
+    """Capability: :class:`BatchedViews` whose costly extras (each replica's last log line) can be limited.
+
+    ``detail`` names the app ids that need them (None: all); the others' summaries leave them empty.
+    """
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def view_snapshot(
+        self, app_ids: Sequence[str], detail: Collection[str] | None = None
+    ) -> list[AppSummary]:
+        """As :meth:`BatchedViews.view_snapshot`, with last log lines only for the apps in ``detail``."""
+
+
+class MultiReplicaLogs(abc.ABC):
+    """Capability: the logs of many replicas of an app followed by one reader (no thread per replica).
+
+    ``log_iter_many`` yields ``LogEvent``-shaped values (``role``, ``k``, ``attempt``, ``marker``, ``text``;
+    see :class:`tsm.schedulers.local.logs.LogEvent`), or just lines with ``text_only``. What ``tsm log -f``
+    and an attached ``tsm run`` use when the scheduler has it.
+    """
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def log_iter_many(
+        self,
+        app_id: str,
+        targets: Sequence[tuple[str, int]] | None = None,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+        attempt: int | None = None,
+        idle: Any = None,
+        text_only: bool = False,
+    ) -> Iterator[Any]:
+        """Events (or, with ``text_only``, lines) of the replicas ``targets`` (None: all) of ``app_id``."""
+
+
+class SizedPlacement:
+    """Capability (a marker): the backend places replicas by their size, so every role needs a resource.
+
+    The runner refuses a role without one before the dry run (:func:`tsm.specs.validate.check_resources`).
+    """
+
+    __slots__ = ()
+
+
+class DirectoryWorkspaces:
+    """Capability (a marker): roles run in a directory path, so a workspace ships as a snapshot directory.
+
+    The runner uses :class:`tsm.workspace.dir.DirWorkspace` for it. A backend that builds its own workspaces
+    (an image) inherits :class:`tsm.workspace.api.WorkspaceBuilder` instead.
+    """
+
+    __slots__ = ()
+
+
+class EventWait:
+    """Capability (a marker): ``wait`` returns when an event says the app ended, not by polling.
+
+    The runner then does not pass ``poll_interval`` (it would mean nothing).
+    """
+
+    __slots__ = ()
+

@@ -21,6 +21,11 @@ from tsm.specs.mounts import Mount, mount_from_dict
 #: Image value meaning "no image": replicas run in the caller's working directory.
 NULL_IMAGE = ""
 
+#: The image tsm's builtin components run in by default (TorchX's top-level ``torchx.IMAGE``): tsm's builtins
+#: run in the caller's directory unless given an image, so this is :data:`NULL_IMAGE`; container
+#: schedulers ask for an image where one is needed.
+IMAGE = NULL_IMAGE
+
 #: Sentinel for a string attribute that was never set (TorchX's ``MISSING``): a role's default entrypoint.
 MISSING = "<MISSING>"
 
@@ -210,6 +215,14 @@ def is_terminal(state: AppState) -> bool:
     return state in _TERMINAL
 
 
+_STARTED = _TERMINAL | {AppState.RUNNING}
+
+
+def is_started(state: AppState) -> bool:
+    """True once the app has run: RUNNING or a terminal state (TorchX's ``specs.api.is_started``)."""
+    return state in _STARTED
+
+
 #: Replicas and apps share their states (TorchX's name).
 ReplicaState = AppState
 
@@ -284,6 +297,21 @@ class AppStatus:
         return json.loads(json.dumps(data))  # type: ignore[no-any-return]
 
     def format(self, filter_roles: list[str] | None = None) -> str:
+        """TorchX's layout (``AppStatus:`` then indented State, Num Restarts, Roles, Msg, Structured Error Msg, UI URL).
+
+        Each replica is a line ``*role[0]:STATE`` (``*`` marks a role's first replica); a failed or cancelled
+        replica without an error report reads ``FAILED (no reply file)``. Tools that parse TorchX's output
+        read this; tsm's own commands print :meth:`summary`.
+        """
+        roles = [rs for rs in self.roles if not filter_roles or rs.role in filter_roles]
+        replicas = "".join(_torchx_replica_line(r) for rs in roles for r in sorted(rs.replicas, key=lambda r: r.id))
+        return (
+            f"AppStatus:\n    State: {self.state.name}\n    Num Restarts: {self.num_restarts}\n"
+            f"    Roles: {replicas}\n    Msg: {self.msg}\n"
+            f"    Structured Error Msg: {self.structured_error_msg or NONE}\n    UI URL: {self.ui_url}\n    "
+        )
+
+    def summary(self, filter_roles: list[str] | None = None) -> str:
         """A readable multi-line summary: app state, then one line per replica (of ``filter_roles`` only, if given)."""
         lines = [f"State: {self.state.name}", f"Num Restarts: {self.num_restarts}"]
         if self.msg:
@@ -309,7 +337,31 @@ class AppStatus:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        return self.format()
+        return self.summary()
+
+
+def _torchx_replica_line(r: ReplicaStatus) -> str:
+    """One replica in TorchX's ``AppStatus.format()``: its state, and its error report when it has one."""
+    data = r.state.name
+    report: Any = None
+    if r.structured_error_msg and r.structured_error_msg != NONE:
+        with contextlib.suppress(ValueError):
+            report = json.loads(r.structured_error_msg)
+    if isinstance(report, dict) and isinstance(report.get("message"), dict):
+        import datetime
+
+        msg = report["message"]
+        ts = (msg.get("extraInfo") or {}).get("timestamp")
+        when = datetime.datetime.fromtimestamp(int(str(ts))) if str(ts or "").isdigit() else "<N/A>"
+        data = (
+            f"{r.state.name} (exitcode: {msg.get('errorCode') or '<N/A>'})\n        timestamp: {when}\n"
+            f"        hostname: {r.hostname}\n        error_msg: {msg.get('message', '')}"
+        )
+    elif r.structured_error_msg and r.structured_error_msg != NONE:
+        data = r.structured_error_msg
+    elif r.state in (AppState.FAILED, AppState.CANCELLED):
+        data += " (no reply file)"
+    return f"\n {'*' if r.id == 0 else ' '}{r.role}[{r.id}]:{data}"
 
 
 TYPE_CHECKING = False
@@ -438,6 +490,46 @@ def check_positive(value: int, what: str) -> None:
     """Raise :class:`InvalidAppError` unless ``value`` > 0 (used by components for counts)."""
     if value <= 0:
         raise InvalidAppError(f"{what} must be > 0, got {value}")
+
+
+# -- TorchX's names at TorchX's module path ``torchx.specs.api`` ---------------------------------------
+# Imported on first use (PEP 562) so this module keeps importing nothing but errors and mounts:
+# ``from tsm.specs.api import UnknownAppException, runopts, CfgVal, BindMount, parse_app_handle, to_dict``.
+_TORCHX_NAMES: dict[str, tuple[str, str]] = {
+    "AppStatusError": ("tsm.errors", "AppStatusError"),
+    "ComponentValidationException": ("tsm.errors", "ComponentError"),
+    "ComponentNotFoundException": ("tsm.errors", "ComponentNotFoundError"),
+    "InvalidRunConfigException": ("tsm.errors", "InvalidRunOptionError"),
+    "MalformedAppHandleException": ("tsm.errors", "MalformedAppHandleError"),
+    "UnknownAppException": ("tsm.errors", "UnknownAppError"),
+    "UnknownSchedulerException": ("tsm.errors", "UnknownSchedulerError"),
+    "CfgVal": ("tsm.specs.runopts", "CfgVal"),
+    "runopt": ("tsm.specs.runopts", "runopt"),
+    "runopts": ("tsm.specs.runopts", "runopts"),
+    "get_type_name": ("tsm.specs.runopts", "get_type_name"),
+    "ParsedAppHandle": ("tsm.specs.handles", "ParsedAppHandle"),
+    "parse_app_handle": ("tsm.specs.handles", "parse_app_handle"),
+    "make_app_handle": ("tsm.specs.handles", "make_app_handle"),
+    "to_dict": ("tsm.util.types", "to_dict"),
+    "to_list": ("tsm.util.types", "to_list"),
+}
+# the mount records are imported above already: TorchX's ``specs.api`` defines them there
+_MOUNT_NAMES = ("BindMount", "DeviceMount", "Mount", "MountType", "VolumeMount")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOUNT_NAMES:
+        from tsm.specs import mounts
+
+        return getattr(mounts, name)
+    target = _TORCHX_NAMES.get(name)
+    if target is None:
+        raise AttributeError(f"module 'tsm.specs.api' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(target[0]), target[1])
+    globals()[name] = value
+    return value
 
 
 # -- TorchX's readable dump (a small YAML emitter: tsm does not depend on PyYAML) -----------------------

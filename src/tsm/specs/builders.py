@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,3 +29,26 @@ def materialize_appdef(
 
     fn: Any = cmpnt_fn
     return materialize(fn, list(cmpnt_args), defaults=cmpnt_defaults)
+
+
+def make_args_parser(
+    cmpnt_fn: Callable[..., AppDef],
+    cmpnt_defaults: Mapping[str, str] | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> argparse.ArgumentParser:
+    """The argparse parser of component ``cmpnt_fn``: one option per parameter, help from its docstring.
+
+    This is the parser :func:`materialize_appdef` reads a component's command line with (``--help`` lists
+    its options, ``-h`` stays free for a parameter named ``h``). ``cmpnt_defaults`` override the
+    function's defaults as strings; ``config`` (TorchX's ``.torchxconfig`` component section) does too.
+    TorchX 0.7 calls it ``_create_args_parser``; both names are here.
+    """
+    from tsm.components.cmdline import _Component
+
+    defaults = {**(cmpnt_defaults or {}), **{k: str(v) for k, v in (config or {}).items()}}
+    fn: Any = cmpnt_fn
+    parser: argparse.ArgumentParser = _Component(fn, None, defaults).parser
+    return parser
+
+
+_create_args_parser = make_args_parser

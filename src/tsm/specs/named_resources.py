@@ -59,6 +59,7 @@ AWS: dict[str, tuple[int, int, int, int]] = {  # instance type: (cpu, gpu, GiB o
     "p3dn.24xlarge": (96, 8, 768, 1),
     "p4d.24xlarge": (96, 8, 1152, 4),
     "p4de.24xlarge": (96, 8, 1152, 4),
+    "p5.48xlarge": (192, 8, 2048, 32),
     "g4dn.xlarge": (4, 1, 16, 0),
     "g4dn.2xlarge": (8, 1, 32, 0),
     "g4dn.4xlarge": (16, 1, 64, 0),

@@ -172,7 +172,14 @@ class runopts:  # noqa: N801 (established name)
             )
         if required and default is not None:
             raise InvalidRunOptionError(f"run option '{name}' is required and so cannot have a default")
-        if default is not None and not is_type(default, type_):
+        if default is not None and type_ is int and isinstance(default, (float, bool)):
+            # TorchX's plugins declare e.g. ``add("timeout", int, default=60.0)``, which TorchX lets through;
+            # refusing it would stop the plugin's scheduler from being created at all.
+            _warn(
+                f"run option '{name}': default {default!r} is a {type(default).__name__}, not an int; "
+                "accepted as TorchX accepts it (values given on the command line must still be whole numbers)"
+            )
+        elif default is not None and not is_type(default, type_):
             raise InvalidRunOptionError(
                 f"run option '{name}': default {default!r} is not of type {type_name(type_)}"
             )

@@ -359,7 +359,15 @@ class FileTimerServer(ServerExtras):
                 with self._core.lock:
                     deadline = self._core.next_deadline_locked()
                 remaining = None if deadline is None else deadline - time.time()
-                self._iterate(0.0 if self._run_once else remaining)
+                if self._run_watchdog_replaced():
+                    # A subclass's (or a mock's) _run_watchdog may do periodic work of its own: give it torch's
+                    # cadence, a round at least every max_interval, instead of rounds only on events.
+                    if not self._run_once:
+                        cap = max(self._max_interval, 0.001)
+                        poll_until(self._ep, cap if remaining is None else max(0.0, min(remaining, cap)))
+                    self._run_watchdog(None)
+                else:
+                    self._iterate(0.0 if self._run_once else remaining)
                 if self._run_once:
                     return
             except Exception:
@@ -372,8 +380,7 @@ class FileTimerServer(ServerExtras):
         events = poll_until(self._ep, remaining)
         self._busy_since = time.time()
         core = self._core
-        overridden = type(self)._reap_worker is not FileTimerServer._reap_worker
-        core.reap_hook = self._call_reap_worker if overridden else None
+        core.reap_hook = self._call_reap_worker if self._reap_worker_replaced() else None
         with core.lock:
             for fd, _ev in events:
                 if fd == self._wake_r:
@@ -439,6 +446,26 @@ class FileTimerServer(ServerExtras):
         self._core.refuse(reason, "?")
         self._event("request refused", None)
 
+    def _reap_worker_replaced(self) -> bool:
+        """True when ``_reap_worker`` is not this class's own: a subclass's, or a mock set on the class or instance.
+
+        Then each expired worker goes through it (after the guard's checks) instead of the built-in reaper, so
+        the subclass or mock sees every ``(worker_pid, signal)``.
+        """
+        return getattr(self._reap_worker, "__func__", None) is not _OWN_REAP_WORKER
+
+    def _run_watchdog_replaced(self) -> bool:
+        """True when ``_run_watchdog`` is a subclass's or a mock's: the loop then calls it every round."""
+        return getattr(self._run_watchdog, "__func__", None) is not _OWN_RUN_WATCHDOG
+
+    def _run_watchdog(self, fd: Any = None) -> None:
+        """One round of the loop, as torch's ``_run_watchdog(fd)``: read what workers wrote, reap the expired.
+
+        ``fd`` is accepted for torch's signature and not used (the server reads its FIFO through its own
+        descriptor); this does not block. Tests and subclasses call it to drive the server step by step.
+        """
+        self._iterate(0.0)
+
     def _call_reap_worker(self, worker_id: Any, sig: int) -> bool:
         return self._reap_worker(worker_id, sig)
 
@@ -482,6 +509,10 @@ class FileTimerServer(ServerExtras):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._ep.close()
+
+
+_OWN_REAP_WORKER = FileTimerServer._reap_worker
+_OWN_RUN_WATCHDOG = FileTimerServer._run_watchdog
 
 
 def _bad_line(line: bytes, e: Exception) -> str:

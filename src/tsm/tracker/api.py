@@ -105,12 +105,17 @@ class AppRunTrackableSource:
     artifact_name: str | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class Lineage:
     """A run with its ancestors (``parents``, recursively) and descendants (``children``, recursively).
 
     ``artifact_name`` is the kind of the link that led here from the run one level closer to the root
     of the query (None for the queried run and for plain parent/child links).
+
+    The nodes form a DAG, not a tree: a run reached along several paths (a shared ancestor, a diamond)
+    is one node that several lists reference, so the whole lineage is as big as its runs and edges, never
+    one copy per path. Walk it with :meth:`ancestors` and :meth:`descendants`, which visit
+    each run once; compared by identity (two lineages of the same runs are still two objects).
     """
 
     run_id: str
@@ -118,23 +123,27 @@ class Lineage:
     parents: list[Lineage] = field(default_factory=list)
     children: list[Lineage] = field(default_factory=list)
 
-    def ancestors(self) -> list[str]:
-        """Every run id above this one, nearest first."""
-        out: list[str] = []
-        level = self.parents
+    def _breadth_first(self, up: bool) -> list[Lineage]:
+        out: list[Lineage] = []
+        seen = {id(self)}
+        level = self.parents if up else self.children
         while level:
-            out.extend(p.run_id for p in level)
-            level = [g for p in level for g in p.parents]
+            nxt: list[Lineage] = []
+            for n in level:
+                if id(n) not in seen:
+                    seen.add(id(n))
+                    out.append(n)
+                    nxt.extend(n.parents if up else n.children)
+            level = nxt
         return out
 
+    def ancestors(self) -> list[str]:
+        """Every run id above this one, nearest first, each once."""
+        return [n.run_id for n in self._breadth_first(up=True) if n.run_id != self.run_id]
+
     def descendants(self) -> list[str]:
-        """Every run id below this one, nearest first."""
-        out: list[str] = []
-        level = self.children
-        while level:
-            out.extend(c.run_id for c in level)
-            level = [g for c in level for g in c.children]
-        return out
+        """Every run id below this one, nearest first, each once."""
+        return [n.run_id for n in self._breadth_first(up=False) if n.run_id != self.run_id]
 
 
 class TrackerBase(ABC):

@@ -45,11 +45,57 @@ _TABLES = (
 MAX_DEPTH = 64
 
 
+#: How deeply a recorded value may nest (lists in dicts in lists ...): deeper is refused with TrackerError,
+#: so neither the JSON encoder nor a later reader recurses without bound.
+MAX_NESTING = 100
+
+
+def _nesting(value: object) -> int:
+    """How deeply ``value``'s lists, tuples and dicts nest (0 for a scalar), counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            items: Iterable[object] = v.values()
+        elif isinstance(v, (list, tuple)):
+            items = v
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if depth > MAX_NESTING:
+            return depth
+        stack.extend((x, depth + 1) for x in items)
+    return deepest
+
+
 def _json(value: object, what: str) -> str:
+    if _nesting(value) > MAX_NESTING:
+        raise TrackerError(f"cannot store {what}: it nests deeper than {MAX_NESTING} levels")
     try:
         return json.dumps(value, default=str, allow_nan=True)
-    except (TypeError, ValueError) as e:  # circular structures
+    except (TypeError, ValueError, RecursionError) as e:  # circular structures
         raise TrackerError(f"cannot store {what}: {e}") from e
+
+
+def _load(text: str, what: str) -> Any:
+    """A stored JSON value; TrackerError (never RecursionError) for one nested beyond the parser's reach."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise TrackerError(f"cannot read {what}: {type(e).__name__}") from e
+
+
+def _reaches(start: Lineage, goal: Lineage, up: bool) -> bool:
+    """Whether ``goal`` is ``start`` or lies beyond it (its parents when ``up``, else its children)."""
+    stack, seen = [start], set()
+    while stack:
+        n = stack.pop()
+        if n is goal:
+            return True
+        if id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(n.parents if up else n.children)
+    return False
 
 
 def _check_id(value: object, what: str) -> str:
@@ -131,12 +177,13 @@ class StoreTracker(TrackerBase):
     # -- reads ----------------------------------------------------------------------------------
     def metadata(self, run_id: str) -> Mapping[str, object]:
         rows = self._query("SELECT key, value FROM tracker_metadata WHERE run_id=? ORDER BY key", (run_id,))
-        return {r["key"]: json.loads(r["value"]) for r in rows}
+        return {r["key"]: _load(r["value"], f"metadata {r['key']!r} of {run_id}") for r in rows}
 
     def artifacts(self, run_id: str) -> Mapping[str, TrackerArtifact]:
         rows = self._query("SELECT name, path, metadata FROM tracker_artifacts WHERE run_id=? ORDER BY name", (run_id,))
         return {
-            r["name"]: TrackerArtifact(r["name"], r["path"], None if r["metadata"] is None else json.loads(r["metadata"]))
+            r["name"]: TrackerArtifact(r["name"], r["path"],
+                                       None if r["metadata"] is None else _load(r["metadata"], f"artifact {r['name']!r}"))
             for r in rows
         }
 
@@ -163,29 +210,38 @@ class StoreTracker(TrackerBase):
         return [(r["run_id"], r["artifact_name"] or None) for r in rows]
 
     def lineage(self, run_id: str) -> Lineage:
-        """Ancestors and descendants of ``run_id``, each followed at most :data:`MAX_DEPTH` levels.
+        """Ancestors and descendants of ``run_id`` as a DAG, followed at most :data:`MAX_DEPTH` levels.
 
-        A run reached twice on one path (a cycle) is shown once, without going round again.
+        Breadth first, one query per run: each run is one node however many paths reach it (a shared
+        ancestor is referenced, not copied, so 33 runs cost 33 nodes, not one per path). An edge that
+        would close a cycle is left out, so the result is always acyclic and every walk of it ends.
         """
-        def up(rid: str, link: str | None, seen: frozenset[str], depth: int) -> Lineage:
-            node = Lineage(rid, link)
-            if depth < MAX_DEPTH:
-                for s in self.sources(rid):
-                    if s.source_run_id not in seen:
-                        node.parents.append(up(s.source_run_id, s.artifact_name, seen | {s.source_run_id}, depth + 1))
-            return node
-
-        def down(rid: str, link: str | None, seen: frozenset[str], depth: int) -> Lineage:
-            node = Lineage(rid, link)
-            if depth < MAX_DEPTH:
-                for child, kind in self._child_links(rid):
-                    if child not in seen:
-                        node.children.append(down(child, kind, seen | {child}, depth + 1))
-            return node
-
         root = Lineage(run_id)
-        root.parents = up(run_id, None, frozenset({run_id}), 0).parents
-        root.children = down(run_id, None, frozenset({run_id}), 0).children
+
+        def grow(up: bool) -> None:
+            nodes = {run_id: root}
+            level = [root]
+            for _ in range(MAX_DEPTH):
+                nxt: list[Lineage] = []
+                for node in level:
+                    links = ([(s.source_run_id, s.artifact_name) for s in self.sources(node.run_id)] if up
+                             else self._child_links(node.run_id))
+                    for other_id, kind in links:
+                        other = nodes.get(other_id)
+                        if other is None:
+                            other = nodes[other_id] = Lineage(other_id, kind)
+                            nxt.append(other)
+                        elif _reaches(other, node, up):
+                            continue  # a cycle: shown once, never followed round
+                        edges = node.parents if up else node.children
+                        if all(e is not other for e in edges):
+                            edges.append(other)
+                level = nxt
+                if not level:
+                    return
+
+        grow(up=True)
+        grow(up=False)
         return root
 
     def run_ids(self, **kwargs: str) -> Iterable[str]:
@@ -199,14 +255,22 @@ class StoreTracker(TrackerBase):
 
     # -- for the CLI ----------------------------------------------------------------------------
     def runs(self, limit: int = 200) -> list[dict[str, Any]]:
-        """Recorded runs newest first with counts: run_id, created, updated, metadata, artifacts, sources."""
+        """Recorded runs newest first with counts: run_id, created, updated, metadata, artifacts, sources, children.
+
+        A run known only as another's source (a job that launched children but recorded nothing itself, or
+        an external id) is listed too, created when its first child named it.
+        """
         rows = self._query(
+            "WITH ids(run_id, created, updated) AS ("
+            "SELECT run_id, created, updated FROM tracker_runs UNION ALL "
+            "SELECT source_id, MIN(created), MAX(created) FROM tracker_sources "
+            "WHERE source_id NOT IN (SELECT run_id FROM tracker_runs) GROUP BY source_id) "
             "SELECT r.run_id, r.created, r.updated, "
             "(SELECT COUNT(*) FROM tracker_metadata m WHERE m.run_id=r.run_id) AS metadata, "
             "(SELECT COUNT(*) FROM tracker_artifacts a WHERE a.run_id=r.run_id) AS artifacts, "
             "(SELECT COUNT(*) FROM tracker_sources s WHERE s.run_id=r.run_id) AS sources, "
-            "(SELECT COUNT(*) FROM tracker_sources s WHERE s.source_id=r.run_id) AS children "
-            "FROM tracker_runs r ORDER BY r.created DESC, r.run_id LIMIT ?",
+            "(SELECT COUNT(DISTINCT s.run_id) FROM tracker_sources s WHERE s.source_id=r.run_id) AS children "
+            "FROM ids r ORDER BY r.created DESC, r.run_id LIMIT ?",
             (limit,),
         )
         return [dict(r) for r in rows]

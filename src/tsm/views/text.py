@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import functools
 
-from tsm.views.snapshot import AppView, ReplicaView, Snapshot
+from tsm.schedulers.common.viewmodel import AppSummary, ReplicaSummary
+from tsm.views.snapshot import Snapshot
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -49,7 +50,7 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(text.split()))
 
 
-def matches(app: AppView, query: str) -> bool:
+def matches(app: AppSummary, query: str) -> bool:
     """Whether ``app`` passes a filter such as ``state:RUNNING scheduler:local train``.
 
     Words ``state:X`` and ``scheduler:X`` (``sched:``) must match exactly (case-insensitive; several values
@@ -66,7 +67,7 @@ def matches(app: AppView, query: str) -> bool:
     return True
 
 
-def replica_cells(r: ReplicaView) -> list[str]:
+def replica_cells(r: ReplicaSummary) -> list[str]:
     """One replica as the columns of :data:`REPLICA_COLUMNS`."""
     return [
         f"{r.role}/{r.idx}", r.state, r.host, str(r.attempt), "" if r.exit_code is None else str(r.exit_code),
@@ -79,7 +80,7 @@ APP_COLUMNS = ("APP", "HANDLE", "SCHED", "STATE", "AGE", "DURATION", "RESTARTS",
 REPLICA_COLUMNS = ("REPLICA", "STATE", "HOST", "ATTEMPT", "EXIT", "CPU", "MEM MiB", "GPU MiB", "ERROR", "LAST LINE")
 
 
-def app_cells(a: AppView, now: float) -> list[str]:
+def app_cells(a: AppSummary, now: float) -> list[str]:
     """One app as the columns of :data:`APP_COLUMNS`."""
     return [a.name, a.handle, a.scheduler, a.state, fmt_duration(a.age(now)), fmt_duration(a.duration(now)),
             str(a.restarts), a.last_error]

@@ -32,7 +32,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Label, Log, Static
 
-from tsm.views.snapshot import AppView, Snapshot, SnapshotCollector
+from tsm.schedulers.common.viewmodel import AppSummary
+from tsm.views.snapshot import Snapshot, SnapshotCollector
 from tsm.views.text import (
     APP_COLUMNS,
     REPLICA_COLUMNS,
@@ -100,12 +101,12 @@ class ConfirmCancel(ModalScreen[bool]):
     ConfirmCancel > Label { border: thick $error; padding: 1 2; background: $surface; }
     """
 
-    def __init__(self, app_view: AppView) -> None:
+    def __init__(self, app_view: AppSummary) -> None:
         super().__init__()
         self.target = app_view
 
     def compose(self) -> ComposeResult:
-        yield Label(Text(f"Cancel {printable(self.target.name)} ({self.target.handle})?  y / n"), id="question")
+        yield Label(Text(f"Cancel {printable(self.target.name)} ({printable(self.target.handle)})?  y / n"), id="question")
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
@@ -212,10 +213,10 @@ class TopApp(App[None]):
             table.move_cursor(row=handles.index(keep), animate=False)
         self.selected = handles[table.cursor_row] if handles and 0 <= table.cursor_row < len(handles) else None
         self._show_replicas()
-        errors = "; ".join(f"{k}: {v}" for k, v in snap.errors.items())
+        errors = printable("; ".join(f"{k}: {v}" for k, v in snap.errors.items()))
         status = (f"{len(apps)}/{len(snap.apps)} apps"
                   + (f" · filter {query!r}" if query else "")
-                  + (f" · log {self.following[1]}/{self.following[2]}" if self.following else "")
+                  + (f" · log {printable(self.following[1])}/{self.following[2]}" if self.following else "")
                   + (f" · {errors}" if errors else ""))
         if status != self._status:  # an update lays the whole screen out again: only when it changed
             self._status = status
@@ -236,7 +237,7 @@ class TopApp(App[None]):
             if self.following is None or self.following[0] != app.handle:
                 self._follow(app.handle, app.replicas[0].role, app.replicas[0].idx)
 
-    def _app(self, handle: str | None) -> AppView | None:
+    def _app(self, handle: str | None) -> AppSummary | None:
         return None if self.snapshot is None or handle is None else self.snapshot.app(handle)
 
     # -- events and actions ------------------------------------------------------------------------
@@ -298,7 +299,7 @@ class TopApp(App[None]):
     def _cancel(self, handle: str) -> None:
         with self._lock:
             self.runner.cancel(handle)
-        self.call_from_thread(self.notify, f"cancelled {handle}")
+        self.call_from_thread(self.notify, f"cancelled {printable(handle)}")
         self.call_from_thread(self.refresh_snapshot)
 
     # -- log pane ----------------------------------------------------------------------------------
@@ -308,7 +309,7 @@ class TopApp(App[None]):
         self.following = (handle, role, k)
         log = self.query_one("#log", Log)
         log.clear()
-        log.write_line(f"── {handle} {role}/{k} ──")
+        log.write_line(f"── {printable(handle)} {printable(role)}/{k} ──")
         # A daemon thread, not a Textual worker: the scheduler's follower blocks until a line or the
         # replica's end, and quitting must not wait for a silent replica. After a switch (or quit) the
         # thread ends at the old replica's next line or its end, writing nothing more.
@@ -329,7 +330,7 @@ class TopApp(App[None]):
                         return
                     self._send(stop, printable(line.rstrip("\n")) or " ")
         except Exception as e:  # noqa: BLE001 - shown in the pane, the view keeps going
-            self._send(stop, f"── log unavailable: {type(e).__name__}: {e} ──")
+            self._send(stop, f"── log unavailable: {printable(f'{type(e).__name__}: {e}')} ──")
             return
         self._send(stop, "── replica ended ──")
 

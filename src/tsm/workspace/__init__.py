@@ -2,7 +2,10 @@
 
 :mod:`tsm.workspace.api` holds the contract (:class:`WorkspaceBuilder`, :class:`Manifest`,
 :func:`image_tag`); :mod:`tsm.workspace.dir` the directory snapshots of the local and Slurm
-schedulers; :mod:`tsm.workspace.ignore` the ``.tsmignore`` / ``.torchxignore`` rules.
+schedulers, built from :mod:`~tsm.workspace.scanning` (the manifest and stat cache),
+:mod:`~tsm.workspace.objects` (the verified, concurrency-safe object store) and :mod:`~tsm.workspace.fsutil`
+(walks, hole-keeping copies and removal at any depth); :mod:`tsm.workspace.ignore` the ``.tsmignore`` /
+``.torchxignore`` rules.
 """
 
 from __future__ import annotations

@@ -87,6 +87,9 @@ class Manifest:
     #: stat keys of files whose hash is settled (old enough, unchanged while read): a copy of such a
     #: file whose stat still matches needs no second hash
     settled: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    #: stat keys (size, mtime_ns, ctime_ns, inode, device) of every kept file as scanned: the copy opens the
+    #: path again and refuses anything that is not this same regular file
+    seen: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
     @property
     def files(self) -> int:
@@ -156,3 +159,15 @@ class WorkspaceBuilder(abc.ABC, Generic[T]):
     @abc.abstractmethod
     def push_images(self, images_to_push: T) -> None:
         """Push what :meth:`dryrun_push_images` returned; called before the app is submitted."""
+
+
+def __getattr__(name: str) -> Any:
+    """TorchX's ``workspace.api.WorkspaceMixin`` and ``Workspace`` at TorchX's path (defined in :mod:`tsm.workspace.mixin`).
+
+    Loaded on first use: the mixin module imports this one.
+    """
+    if name in ("WorkspaceMixin", "Workspace"):
+        from tsm.workspace import mixin
+
+        return getattr(mixin, name)
+    raise AttributeError(f"module 'tsm.workspace.api' has no attribute {name!r}")

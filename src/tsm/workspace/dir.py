@@ -14,7 +14,8 @@ Why this shape:
   files, so an in-place edit of a workspace file cannot reach a snapshot.
 * **An unchanged workspace is not copied again.** The snapshot is named by the tree's content hash: a
   second launch of the same tree finds it and reuses it (checked to be intact: every path there, each
-  file still the object's inode, nothing added). One changed file in a large tree copies that one
+  file's content verified against its hash, read again only when its inode's size, mtime or ctime
+  changed, nothing added). One changed file in a large tree copies that one
   file into the object store and hard-links the rest (a new snapshot directory of links, no data).
 * **Unchanged files are not re-read.** A file whose ``stat`` key is the one in the stat cache keeps its
   hash; files modified within the last second of a scan are never cached (mtime granularity).
@@ -23,213 +24,52 @@ Why this shape:
   anyway (root can write) is not reused: the next launch builds ``<digest>-2`` beside it.
 
 Symlinks are kept as symlinks and never followed. A link whose full resolution stays inside the
-workspace is copied as a relative link (an absolute target inside the workspace is rewritten relative,
-so it points into the snapshot, not back into the live tree); a link that resolves outside the
-workspace is refused with :class:`~tsm.workspace.api.WorkspaceError` naming it (ignore it in
-``.tsmignore`` to leave it out). ``$TSM_HOME``, when it lies inside the workspace, is always left out.
-Special files (sockets, FIFOs, devices) are skipped and listed.
+workspace is copied as a relative link that stays inside the snapshot (an absolute or climbing target is
+rewritten relative, so it points into the snapshot, not back into the live tree); a link that resolves
+outside the workspace is refused with :class:`~tsm.workspace.api.WorkspaceError` naming it (ignore it in
+``.tsmignore`` to leave it out). ``$TSM_HOME`` is never shipped: left out when inside the workspace,
+refused as (or above) the workspace. Special files (sockets, FIFOs, devices) are skipped and listed.
+
+The pieces: :mod:`tsm.workspace.scanning` (the manifest and stat cache), :mod:`tsm.workspace.objects` (the object
+store: atomic, verified, safe for concurrent launches), :mod:`tsm.workspace.fsutil` (walks, copies that keep
+holes and removal at any depth). A failed build leaves nothing that can break a later one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
-import hashlib
 import json
 import os
 import secrets
-import shutil
 import stat
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tsm.errors import StoreError
 from tsm.specs.api import AppDef, Role
 from tsm.specs.runopts import CfgVal
-from tsm.workspace.api import METADATA_KEY, Entry, Manifest, WorkspaceBuilder, WorkspaceError
-from tsm.workspace.ignore import load_ignore_files
+from tsm.workspace.api import METADATA_KEY, Manifest, WorkspaceBuilder, WorkspaceError
+from tsm.workspace.fsutil import ChangedError, DirFds, copy_file, remove_tree, split, walk
+from tsm.workspace.objects import (
+    STALE_TMP_SECONDS,
+    Verified,
+    intact,
+    object_path,
+    remove_stale_tmp,
+    store_object,
+)
+from tsm.workspace.scanning import TreeChanged, scan, workspaces_home
 
-_CHUNK = 1 << 20
-#: Files modified less than this many nanoseconds before a scan are hashed again next time.
-_RACY_NS = 1_000_000_000
-#: FICLONE ioctl (Linux): share extents copy-on-write on btrfs/XFS, so copying costs no data.
-_FICLONE = 0x40049409
-_STATCACHE_VERSION = 1
+__all__ = [
+    "STALE_TMP_SECONDS", "DirWorkspace", "SnapshotReport", "apply_workspace", "builder_for",
+    "remove_tree", "roles_for_workspace", "scan", "workspace_summary", "workspaces_home", "write_context_tar",
+]
 
-
-def workspaces_home() -> Path:
-    """``$TSM_HOME/workspaces`` (0700), created when missing."""
-    from tsm.store import tsm_home
-
-    home = tsm_home() / "workspaces"
-    try:
-        home.mkdir(mode=0o700, exist_ok=True)
-        for sub in ("objects", "snapshots", "manifests", "statcache", "pycache", "tmp"):
-            (home / sub).mkdir(mode=0o700, exist_ok=True)
-    except OSError as e:
-        raise StoreError(f"cannot create {home}: {e.strerror}; set TSM_HOME to a writable directory") from e
-    return home
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
-# -- scanning ------------------------------------------------------------------------------------------
-def _stat_key(st: os.stat_result) -> list[int]:
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
-
-
-def _hash_file(path: str) -> tuple[str, int]:
-    """SHA-256 and size of the file's bytes, read once."""
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-    return h.hexdigest(), size
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _link_target(abs_link: str, rel: str, real_root: str, root_label: str) -> str:
-    """The target to store for the symlink at ``abs_link``, or :class:`WorkspaceError` if it escapes."""
-    target = os.readlink(abs_link)
-    resolved = os.path.realpath(abs_link)
-    if not _inside(resolved, real_root):
-        raise WorkspaceError(
-            f"workspace {root_label}: symlink {rel!r} -> {target!r} points outside the workspace; "
-            "tsm never follows links out of it: remove the link or add it to .tsmignore"
-        )
-    if os.path.isabs(target):
-        # Inside the workspace: point at the same place relative to the link, i.e. inside the snapshot.
-        lexical = os.path.normpath(target)
-        base = os.path.dirname(abs_link)
-        target = os.path.relpath(lexical if _inside(lexical, real_root) else resolved, base)
-    return target
-
-
-class _StatCache:
-    """The per-workspace stat cache: relative path -> (stat key, SHA-256)."""
-
-    def __init__(self, root: str) -> None:
-        home = workspaces_home()
-        self.path = home / "statcache" / (hashlib.sha256(root.encode("utf-8", "surrogateescape")).hexdigest()[:32] + ".json")
-        self.old: dict[str, list[Any]] = {}
-        with contextlib.suppress(OSError, ValueError):
-            data = json.loads(self.path.read_text())
-            if data.get("version") == _STATCACHE_VERSION and data.get("root") == root:
-                self.old = data["files"]
-        self.root = root
-        self.new: dict[str, list[Any]] = {}
-
-    def get(self, rel: str, key: list[int]) -> str | None:
-        """The cached hash of ``rel`` if its stat key is unchanged (and keep it for the next save)."""
-        hit = self.old.get(rel)
-        if hit is not None and hit[:5] == key:
-            self.new[rel] = hit
-            return str(hit[5])
-        return None
-
-    def put(self, rel: str, key: list[int], digest: str) -> None:
-        self.new[rel] = [*key, digest]
-
-    def save(self) -> None:
-        """Write the cache atomically when it changed; a failure only costs re-hashing next time."""
-        if self.new == self.old:
-            return
-        tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps({"version": _STATCACHE_VERSION, "root": self.root, "files": self.new}))  # C encoder
-            os.replace(tmp, self.path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-
-
-def scan(workspace: str | os.PathLike[str], use_cache: bool = True) -> Manifest:
-    """The :class:`Manifest` of ``workspace``: kept paths, their hashes, and the tree's digest.
-
-    Reads only files whose stat key is not in the stat cache (``use_cache=False`` reads every file).
-    Raises :class:`WorkspaceError` for a missing or unreadable workspace or an escaping symlink.
-    """
-    label = os.fspath(workspace)
-    if not label:
-        raise WorkspaceError("workspace is empty: give a directory (or leave --workspace out)")
-    root = os.path.abspath(os.path.expanduser(label))
-    if not os.path.isdir(root):
-        raise WorkspaceError(f"workspace {label!r} is not a directory; give the project directory to ship")
-    real_root = os.path.realpath(root)
-    from tsm.store import tsm_home
-
-    home_st = os.stat(tsm_home())
-    home_id = (home_st.st_dev, home_st.st_ino)
-    rules = load_ignore_files(Path(real_root))
-    cache = _StatCache(real_root)
-    start_ns = time.time_ns()
-    entries: list[Entry] = []
-    manifest = Manifest(root=real_root, entries=entries, digest="")
-    stack: list[tuple[str, str]] = [(real_root, "")]
-    while stack:
-        abs_dir, rel_dir = stack.pop()
-        try:
-            with os.scandir(abs_dir) as it:
-                children = sorted(it, key=lambda d: d.name)
-        except OSError as e:
-            raise WorkspaceError(f"workspace {label}: cannot read directory {rel_dir or '.'!r}: {e.strerror}") from e
-        subdirs = []
-        for d in children:
-            rel = f"{rel_dir}/{d.name}" if rel_dir else d.name
-            try:
-                st = d.stat(follow_symlinks=False)
-            except OSError as e:
-                raise WorkspaceError(f"workspace {label}: cannot stat {rel!r}: {e.strerror}") from e
-            is_dir = stat.S_ISDIR(st.st_mode)
-            if rules.ignored(rel, is_dir):
-                manifest.ignored.append(rel + ("/" if is_dir else ""))
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                entries.append(Entry(rel, "link", target=_link_target(d.path, rel, real_root, label)))
-            elif is_dir:
-                if (st.st_dev, st.st_ino) == home_id:
-                    manifest.ignored.append(rel + "/")  # tsm's own state never ships
-                    continue
-                entries.append(Entry(rel, "dir"))
-                subdirs.append((d.path, rel))
-            elif stat.S_ISREG(st.st_mode):
-                key = _stat_key(st)
-                digest = cache.get(rel, key) if use_cache else None
-                if digest is not None:
-                    manifest.settled[rel] = key
-                else:
-                    try:
-                        digest, _ = _hash_file(d.path)
-                        after = os.stat(d.path, follow_symlinks=False)
-                    except OSError as e:
-                        raise WorkspaceError(f"workspace {label}: cannot read {rel!r}: {e.strerror}") from e
-                    manifest.hashed_files += 1
-                    manifest.hashed_bytes += st.st_size
-                    # Cache only a file that did not change while read and is not young enough for an
-                    # edit in the same mtime tick to go unseen.
-                    if _stat_key(after) == key and st.st_mtime_ns < start_ns - _RACY_NS:
-                        cache.put(rel, key, digest)
-                        manifest.settled[rel] = key
-                entries.append(Entry(rel, "file", digest=digest, size=st.st_size, executable=bool(st.st_mode & 0o111)))
-            else:
-                manifest.skipped.append(rel)
-        stack.extend(reversed(subdirs))
-    manifest.digest = Manifest.tree_digest(entries)
-    if use_cache:
-        cache.save()
-    return manifest
-
-
-# -- the object store and snapshots ---------------------------------------------------------------------
 @dataclass
 class SnapshotReport:
     """What :meth:`DirWorkspace.build` did (or, with ``dry=True``, would do).
@@ -274,150 +114,6 @@ class SnapshotReport:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def _object_path(home: Path, e: Entry) -> str:
-    return os.path.join(home, "objects", e.digest[:2], e.digest + (".x" if e.executable else ""))
-
-
-def _clone_or_copy(src_fd: int, dst_fd: int) -> None:
-    """Copy a whole file: a copy-on-write clone where the file system can, else the kernel's copy."""
-    try:
-        fcntl.ioctl(dst_fd, _FICLONE, src_fd)
-        return
-    except OSError:
-        pass
-    while True:
-        try:
-            n = os.copy_file_range(src_fd, dst_fd, 1 << 30) if hasattr(os, "copy_file_range") else 0
-        except OSError:
-            n = -1
-        if n <= 0:
-            break
-    if n < 0 or os.fstat(dst_fd).st_size != os.fstat(src_fd).st_size:
-        os.lseek(src_fd, 0, os.SEEK_SET)
-        os.lseek(dst_fd, 0, os.SEEK_SET)
-        os.ftruncate(dst_fd, 0)
-        while chunk := os.read(src_fd, _CHUNK):
-            os.write(dst_fd, chunk)
-
-
-def _store_object(home: Path, src: str, e: Entry, settled: list[int] | None) -> bool:
-    """Copy ``src`` into the object store as ``e``'s object; False if its content no longer hashes to it.
-
-    A ``settled`` file (its hash came from an old, unchanged file) whose stat is still the same after
-    the copy is trusted without hashing the copy again, as git trusts its index; any other copy is hashed.
-    """
-    obj = _object_path(home, e)
-    os.makedirs(os.path.dirname(obj), mode=0o700, exist_ok=True)
-    tmp = os.path.join(home, "tmp", f"obj-{secrets.token_hex(8)}")
-    try:
-        with open(src, "rb") as s:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                _clone_or_copy(s.fileno(), fd)
-                st = os.fstat(s.fileno())
-                if settled is None or _stat_key(st) != settled or os.fstat(fd).st_size != e.size:
-                    os.lseek(fd, 0, os.SEEK_SET)
-                    h = hashlib.sha256()
-                    while chunk := os.read(fd, _CHUNK):
-                        h.update(chunk)
-                    if h.hexdigest() != e.digest:
-                        return False
-                os.fchmod(fd, 0o555 if e.executable else 0o444)
-            finally:
-                os.close(fd)
-        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
-        with contextlib.suppress(FileExistsError):  # another launch stored the same content meanwhile
-            os.link(tmp, obj)
-        return True
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-
-
-def _object_ok(obj: str, e: Entry) -> bool:
-    try:
-        st = os.stat(obj, follow_symlinks=False)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_size == e.size
-
-
-def _walk(root: str) -> Iterator[tuple[str, os.stat_result]]:
-    """Every path under ``root`` (relative, ``/``-separated) with its lstat, never following links."""
-    stack = [(root, "")]
-    while stack:
-        abs_dir, rel_dir = stack.pop()
-        with os.scandir(abs_dir) as it:
-            for d in it:
-                rel = f"{rel_dir}/{d.name}" if rel_dir else d.name
-                st = d.stat(follow_symlinks=False)
-                yield rel, st
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append((d.path, rel))
-
-
-def _intact(snapshot: Path, manifest: Manifest, home: Path) -> bool:
-    """True when ``snapshot`` holds exactly the manifest: same paths, files still their objects, no extras."""
-    want = {e.path: e for e in manifest.entries}
-    seen = 0
-    try:
-        for rel, st in _walk(str(snapshot)):
-            e = want.get(rel)
-            if e is None:
-                return False
-            seen += 1
-            if e.kind == "dir":
-                if not stat.S_ISDIR(st.st_mode):
-                    return False
-            elif e.kind == "link":
-                if not stat.S_ISLNK(st.st_mode) or os.readlink(snapshot / rel) != e.target:
-                    return False
-            else:
-                if not stat.S_ISREG(st.st_mode) or st.st_size != e.size:
-                    return False
-                try:
-                    ost = os.stat(_object_path(home, e))
-                except OSError:
-                    ost = None
-                if ost is not None and (ost.st_ino, ost.st_dev) != (st.st_ino, st.st_dev) and st.st_nlink > 1:
-                    return False  # a link that is no longer the object's
-    except OSError:
-        return False
-    return seen == len(want)
-
-
-def _make_writable(path: Path) -> None:
-    for dirpath, dirnames, _ in os.walk(path):
-        for name in dirnames:
-            with contextlib.suppress(OSError):
-                os.chmod(os.path.join(dirpath, name), 0o700, follow_symlinks=False)
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o700)
-
-
-def remove_tree(path: Path) -> None:
-    """Delete a snapshot (or a half-built one): its directories are read-only, so open them first."""
-    _make_writable(path)
-    shutil.rmtree(path, ignore_errors=True)
-
-
-#: A half-built snapshot or object this old was left by a launch that died: it is removed.
-STALE_TMP_SECONDS = 24 * 3600
-
-
-def _remove_stale_tmp(home: Path) -> None:
-    """Remove what killed launches left in ``tmp/`` (older than :data:`STALE_TMP_SECONDS`)."""
-    cutoff = time.time() - STALE_TMP_SECONDS
-    with contextlib.suppress(OSError), os.scandir(home / "tmp") as it:
-        for d in it:
-            with contextlib.suppress(OSError):
-                if d.stat(follow_symlinks=False).st_mtime < cutoff:
-                    if d.is_dir(follow_symlinks=False):
-                        remove_tree(Path(d.path))
-                    else:
-                        os.unlink(d.path)
-
-
 class DirWorkspace(WorkspaceBuilder[None]):
     """Snapshots a workspace directory into ``$TSM_HOME/workspaces`` and runs roles in the snapshot.
 
@@ -438,7 +134,10 @@ class DirWorkspace(WorkspaceBuilder[None]):
         """
         t0 = time.perf_counter()
         for _ in range(3):
-            manifest = scan(workspace)
+            try:
+                manifest = scan(workspace)
+            except TreeChanged:
+                continue
             report = self._build(manifest, os.fspath(workspace), dry)
             if report is not None:
                 report.seconds = round(time.perf_counter() - t0, 4)
@@ -449,10 +148,18 @@ class DirWorkspace(WorkspaceBuilder[None]):
     def _build(self, manifest: Manifest, label: str, dry: bool) -> SnapshotReport | None:
         home = workspaces_home()
         if not dry:
-            _remove_stale_tmp(home)
+            remove_stale_tmp(home)
+        verified = Verified(home)
+        try:
+            return self._build_verified(manifest, label, dry, home, verified)
+        finally:
+            verified.save()
+
+    def _build_verified(self, manifest: Manifest, label: str, dry: bool, home: Path,
+                        verified: Verified) -> SnapshotReport | None:
         snapshots = home / "snapshots"
         name, n = manifest.digest, 1
-        while (snapshots / name).exists() and not _intact(snapshots / name, manifest, home):
+        while (snapshots / name).exists() and not intact(snapshots / name, manifest, verified):
             n += 1
             name = f"{manifest.digest}-{n}"
         final = snapshots / name
@@ -466,60 +173,88 @@ class DirWorkspace(WorkspaceBuilder[None]):
             return report
         files = [e for e in manifest.entries if e.kind == "file"]
         if dry:
-            missing = {(e.digest, e.executable): e.size for e in files if not _object_ok(_object_path(home, e), e)}
+            missing = {(e.digest, e.executable): e.size for e in files
+                       if not verified.holds(object_path(home, e), e.digest, e.size)}
             report.files_copied = len(missing)
             report.bytes_copied = sum(missing.values())
             report.files_linked = len(files)
             return report
         tmp = home / "tmp" / f"snap-{secrets.token_hex(8)}"
         tmp.mkdir(mode=0o700)
-        tmp_s = str(tmp)
+        done = False
         try:
-            for e in manifest.entries:
-                dst = os.path.join(tmp_s, e.path)
-                if e.kind == "dir":
-                    os.mkdir(dst, 0o700)
-                elif e.kind == "link":
-                    os.symlink(e.target, dst)
-                else:
-                    obj = _object_path(home, e)
-                    if not _object_ok(obj, e):
-                        with contextlib.suppress(FileNotFoundError):
-                            os.unlink(obj)  # damaged: replace it
-                        try:
-                            ok = _store_object(home, os.path.join(manifest.root, e.path), e, manifest.settled.get(e.path))
-                        except OSError as err:
-                            raise WorkspaceError(f"workspace {label}: cannot copy {e.path!r}: {err.strerror}") from err
-                        if not ok:
-                            return None  # edited since it was hashed: scan again
-                        report.files_copied += 1
-                        report.bytes_copied += e.size
-                    try:
-                        os.link(obj, dst)
-                        report.files_linked += 1
-                    except OSError as err:
-                        if err.errno not in (errno.EXDEV, errno.EMLINK, errno.EPERM, errno.ENOTSUP):
-                            raise
-                        shutil.copy2(obj, dst)  # no hard link possible here: a private copy
-                        report.files_copied += 1
-                        report.bytes_copied += e.size
+            if not self._fill(tmp, manifest, label, home, verified, report):
+                return None  # a file was edited or swapped since it was hashed: scan again
             self._write_manifest(home, manifest)
-            for e in sorted((e for e in manifest.entries if e.kind == "dir"), key=lambda e: -e.path.count("/")):
-                os.chmod(tmp / e.path, 0o555)
             os.chmod(tmp, 0o555)
             try:
                 os.rename(tmp, final)
+                done = True
             except OSError as err:
                 if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                     raise
                 # Another launch built the same snapshot meanwhile: use theirs.
-                remove_tree(tmp)
                 report.reused = True
                 report.files_linked = 0
-        except BaseException:
-            remove_tree(tmp)
-            raise
+        finally:
+            if not done:
+                remove_tree(tmp)
         return report
+
+    @staticmethod
+    def _fill(tmp: Path, manifest: Manifest, label: str, home: Path, verified: Verified,
+              report: SnapshotReport) -> bool:
+        """Make the snapshot tree in ``tmp``: directories, links, and a hard link to each file's object.
+
+        Works relative to open directories (any depth). False when a workspace file changed since it was
+        hashed, or is not the regular file that was (the caller scans again).
+        """
+        ws_fd = os.open(manifest.root, _DIR_FLAGS)
+        snap_fd = os.open(tmp, _DIR_FLAGS)
+        src, dst = DirFds(ws_fd), DirFds(snap_fd)
+        try:
+            for e in manifest.entries:
+                head, tail = split(e.path)
+                dfd = dst.get(head)
+                if e.kind == "dir":
+                    os.mkdir(tail, 0o700, dir_fd=dfd)
+                    continue
+                if e.kind == "link":
+                    os.symlink(e.target, tail, dir_fd=dfd)
+                    continue
+                obj = object_path(home, e)
+                if not verified.holds(obj, e.digest, e.size):
+                    try:
+                        ok = store_object(home, src.get(head), tail, e, manifest.seen.get(e.path),
+                                          manifest.settled.get(e.path), verified)
+                    except ChangedError:
+                        return False
+                    except OSError as err:
+                        raise WorkspaceError(f"workspace {label}: cannot copy {e.path!r}: {err.strerror}") from err
+                    if not ok:
+                        return False
+                    report.files_copied += 1
+                    report.bytes_copied += e.size
+                try:
+                    before = time.time_ns()
+                    os.link(obj, tail, dst_dir_fd=dfd)
+                    verified.linked(dfd, tail, e.digest, before)
+                    report.files_linked += 1
+                except OSError as err:
+                    if err.errno not in (errno.EXDEV, errno.EMLINK, errno.EPERM, errno.ENOTSUP):
+                        raise
+                    _private_copy(obj, dfd, tail, e.executable)  # no hard link possible here
+                    report.files_copied += 1
+                    report.bytes_copied += e.size
+            for e in sorted((e for e in manifest.entries if e.kind == "dir"), key=lambda e: -e.path.count("/")):
+                head, tail = split(e.path)
+                os.chmod(tail, 0o555, dir_fd=dst.get(head))
+            return True
+        finally:
+            src.close()
+            dst.close()
+            os.close(ws_fd)
+            os.close(snap_fd)
 
     @staticmethod
     def _write_manifest(home: Path, manifest: Manifest) -> None:
@@ -654,7 +389,7 @@ def write_context_tar(snapshot: str | os.PathLike[str], out: Any, extra: Mapping
                 with open(path, "rb") as f:
                     tar.addfile(info, f)
 
-        for rel, st in sorted(_walk(root), key=lambda item: item[0]):
+        for rel, st in sorted(walk(root), key=lambda item: item[0]):
             if rel in extra:
                 continue
             full = os.path.join(root, rel)
@@ -668,15 +403,30 @@ def write_context_tar(snapshot: str | os.PathLike[str], out: Any, extra: Mapping
             add(name, tarfile.REGTYPE, 0o644, data=extra[name])
 
 
-#: Schedulers whose roles run in a directory path: the directory workspace serves them.
-DIR_SCHEDULERS = ("local", "local_cwd", "slurm")
-
-
 def builder_for(scheduler_name: str, scheduler: object = None) -> WorkspaceBuilder[Any] | None:
-    """The workspace builder for a scheduler: its own when it is one, the directory builder for
-    :data:`DIR_SCHEDULERS`, else None (the scheduler cannot ship a workspace)."""
+    """The workspace builder for a scheduler, by what it declares: its own when it is a
+    :class:`WorkspaceBuilder` (an image), the directory builder when it declares
+    :class:`~tsm.schedulers.api.DirectoryWorkspaces`, else None (it cannot ship a workspace).
+
+    ``scheduler_name`` is kept for callers' messages; the choice never depends on it."""
+    from tsm.schedulers.api import DirectoryWorkspaces
+
     if isinstance(scheduler, WorkspaceBuilder):
         return scheduler
-    if scheduler_name in DIR_SCHEDULERS:
+    if isinstance(scheduler, DirectoryWorkspaces):
         return DirWorkspace()
     return None
+
+
+def _private_copy(obj: str, dir_fd: int, name: str, executable: bool) -> None:
+    """A private copy of object ``obj`` as ``name`` in ``dir_fd`` (where no hard link can be made)."""
+    s = os.open(obj, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        d = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        try:
+            copy_file(s, d)
+            os.fchmod(d, 0o555 if executable else 0o444)
+        finally:
+            os.close(d)
+    finally:
+        os.close(s)

@@ -14,8 +14,9 @@ Two steps, split the way the schedulers need them (the plan at dry run, the buil
 
 The Docker backend runs the image on that engine; the Kubernetes backend relies on the kubelet using the
 same engine (dockershim on the node that runs tsm, as ``scripts/k8s-up`` sets up) with
-``imagePullPolicy: IfNotPresent``, so no registry is involved. The Docker client is the docker backend's
-:class:`~tsm.schedulers.docker.client.DockerClient` (the ``docker`` package, imported on first use).
+``imagePullPolicy: IfNotPresent``, so no registry is involved. Both talk to the engine's images through
+:class:`ImageEngine` here (the ``docker`` package, imported on first use), so neither backend imports the
+other; the Docker backend's own client handles containers only.
 """
 
 from __future__ import annotations
@@ -25,14 +26,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tsm.errors import SubmissionError
+from tsm.errors import SchedulerError, SchedulerUnavailableError, SubmissionError, TsmError
+from tsm.schedulers.common.errors import ApiError, ClientBase
 from tsm.specs.api import Role
 from tsm.workspace.api import METADATA_KEY, image_tag
 
-if TYPE_CHECKING:
-    from tsm.schedulers.docker.client import DockerClient
+START_HINT = (
+    "start Docker: `sudo scripts/docker-up` (or `sudo dockerd &`), or point DOCKER_HOST at a running engine"
+)
 
 #: the name the generated Dockerfile has in the build context (the engine leaves it out of the image)
 BUILD_DOCKERFILE = ".tsm-build.Dockerfile"
@@ -72,14 +75,111 @@ class ImagePlan:
             return None
 
 
-def docker_client() -> DockerClient:
-    """The local engine's client (the ``docker`` package is imported here, on first use)."""
-    from tsm.schedulers.docker.client import DockerClient
+def short_error(e: BaseException) -> str:
+    """The first line of an exception's text (at most 300 characters), or its type's name."""
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
 
-    return DockerClient()
+
+def docker_translate(what: str, e: BaseException, errors: Any) -> TsmError | None:
+    """A ``docker`` SDK exception as tsm's: an HTTP answer is :class:`ApiError` (its status kept), a
+    connection problem :class:`SchedulerUnavailableError` saying how to start Docker; others pass."""
+    if isinstance(e, errors.APIError):
+        status = getattr(getattr(e, "response", None), "status_code", None)
+        text = str(getattr(e, "explanation", None) or e).strip()[:500]
+        return ApiError(f"{what} failed: {text}", status)
+    if isinstance(e, (errors.DockerException, ConnectionError, OSError)):
+        return SchedulerUnavailableError(f"{what}: cannot reach the Docker engine ({short_error(e)}); {START_HINT}")
+    return None
 
 
-def plan_image(role: Role, workspace: str, client: DockerClient, pull: str = "missing") -> ImagePlan:
+class ImageEngine(ClientBase):
+    """The images of the local Docker engine: look up, pull per a policy, build (calls counted)."""
+
+    def __init__(self, timeout: float = 600.0) -> None:
+        super().__init__()
+        from tsm.schedulers.common.optional import import_client
+
+        self._docker = import_client("docker", extra="docker", backend="docker")
+        self._errors = import_client("docker.errors", extra="docker", backend="docker")
+        self._timeout = timeout
+        self._client: Any = None
+
+    @property
+    def api(self) -> Any:
+        """The connected ``docker.DockerClient``; connecting errors say how to start Docker."""
+        if self._client is None:
+            try:
+                client = self._docker.from_env(timeout=int(self._timeout))
+                client.ping()
+            except Exception as e:  # noqa: BLE001 (the SDK raises DockerException, requests' errors, OSError)
+                raise SchedulerUnavailableError(f"cannot reach the Docker engine ({short_error(e)}); {START_HINT}") from e
+            self._client = client
+        return self._client
+
+    def translate(self, what: str, e: BaseException) -> TsmError | None:
+        return docker_translate(what, e, self._errors)
+
+    def image_id(self, image: str) -> str | None:
+        """The local id of ``image``, or None when it is not present here."""
+        try:
+            with self.call("image_inspect"):
+                return str(self.api.images.get(image).id)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def ensure_image(self, image: str, policy: str) -> str:
+        """Make ``image`` present per ``policy``; returns "" when it is, else the reason it is not."""
+        present = self.image_id(image) is not None
+        if policy == "never" or (policy == "missing" and present):
+            return "" if present else f"image {image!r} is not present locally and pull=never"
+        repo, tag = _split_tag(image)
+        try:
+            with self.call("pull"):
+                self.api.images.pull(repo, tag=tag)
+        except (SchedulerError, SchedulerUnavailableError) as e:
+            # pull=always means "run what the registry has now": a local copy is not silently used instead
+            return f"pulling image {image!r} failed (pull={policy}): {e}"
+        return ""
+
+    def build(self, context: bytes, tag: str, labels: dict[str, str], dockerfile: str = "Dockerfile") -> str:
+        """Build an image from a tar build context; returns its id. Failures carry the build's log tail."""
+        try:
+            with self.call("build"):
+                image, _ = self.api.images.build(
+                    fileobj=io.BytesIO(context), custom_context=True, tag=tag, labels=labels, rm=True,
+                    forcerm=True, dockerfile=dockerfile,
+                )
+        except Exception as e:
+            if isinstance(e, self._errors.BuildError):
+                tail = "".join(str(x.get("stream", x.get("error", ""))) for x in list(e.build_log)[-10:])
+                raise SchedulerError(f"building the workspace image {tag} failed: {e.msg}\n{tail}") from e
+            raise
+        return str(image.id)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def _split_tag(image: str) -> tuple[str, str | None]:
+    if "@" in image:
+        return image, None
+    repo, sep, tag = image.rpartition(":")
+    if not sep or "/" in tag:
+        return image, "latest"
+    return repo, tag
+
+
+def docker_client() -> ImageEngine:
+    """The local engine's images (the ``docker`` package is imported here, on first use)."""
+    return ImageEngine()
+
+
+def plan_image(role: Role, workspace: str, client: ImageEngine, pull: str = "missing") -> ImagePlan:
     """Snapshot ``workspace`` and point ``role`` at the tag of its image on ``role.image`` (built later).
 
     The base image is pulled per ``pull`` (``missing``/``always``/``never``) when it is not present, since
@@ -111,8 +211,8 @@ def plan_image(role: Role, workspace: str, client: DockerClient, pull: str = "mi
 
 def context_tar(snapshot: str, dockerfile: str) -> bytes:
     """The build context: the snapshot (less what its ``.dockerignore`` excludes) plus the Dockerfile."""
-    from tsm.schedulers.docker.dockerignore import filter_tar
     from tsm.workspace.dir import write_context_tar
+    from tsm.workspace.dockerignore import filter_tar
 
     try:
         user_ignore = (Path(snapshot) / ".dockerignore").read_text()
@@ -127,7 +227,7 @@ def context_tar(snapshot: str, dockerfile: str) -> bytes:
     return filter_tar(buf.getvalue(), f"{user_ignore}\n!{BUILD_DOCKERFILE}\n!.dockerignore\n")
 
 
-def build_image(plan: ImagePlan, client: DockerClient) -> bool:
+def build_image(plan: ImagePlan, client: ImageEngine) -> bool:
     """Build ``plan``'s image unless its tag is on the engine already; True when it built one."""
     if client.image_id(plan.tag) is not None:
         return False
@@ -141,4 +241,5 @@ def pull_policy(cfg: Mapping[str, Any]) -> str:
     return str(cfg.get("pull") or "missing")
 
 
-__all__ = ["BUILD_DOCKERFILE", "ImagePlan", "build_image", "context_tar", "docker_client", "plan_image", "pull_policy"]
+__all__ = ["BUILD_DOCKERFILE", "ImageEngine", "ImagePlan", "build_image", "context_tar", "docker_client",
+           "docker_translate", "plan_image", "pull_policy", "short_error"]

@@ -133,9 +133,13 @@ def test_retry_policies_map_to_backoff_limit_or_tsm() -> None:
 def test_dollar_is_escaped_so_kubernetes_expansion_gives_the_bytes_back() -> None:
     assert escape("$(HOME) $$ $x $") == "$$(HOME) $$$$ $$x $$"
     role = Role("r", "img", "echo", ["$(TSM_APP_ID)"], env={"V": "$(PATH)"})
-    c = _pod_spec(_req(AppDef("a", [role])).jobs[0])["containers"][0]
+    req = _req(AppDef("a", [role]))
+    c = _pod_spec(req.jobs[0])["containers"][0]
     assert c["args"] == ["$$(TSM_APP_ID)"]
-    assert {e["name"]: e["value"] for e in c["env"]}["V"] == "$$(PATH)"
+    assert {e["name"]: e.get("value") for e in c["env"]}["TSM_APP_ID"] == req.app_id
+    # the role's env is in the Secret, which Kubernetes never expands: the value is kept as given
+    ref = next(e for e in c["env"] if e["name"] == "V")["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == req.app_id and req.secret["stringData"][ref["key"]] == "$(PATH)"
 
 
 def test_names_are_shortened_with_a_stable_hash() -> None:
@@ -177,6 +181,21 @@ def test_pod_overlay_is_deep_merged() -> None:
     assert pod["containers"][0]["securityContext"] == {"privileged": True}
     assert pod["containers"][0]["image"] == "img"
     assert deep_merge({"a": [1]}, {"a": [2]}) == {"a": [2]}
+
+
+def test_torchx_v1pod_overlay_patches_the_pod_spec_with_put_join_del() -> None:
+    """TorchX's ``set_overlay(role, "kubernetes", "V1Pod", ...)`` form: JOIN by default, PUT replaces, DEL drops."""
+    from tsm.specs.overlays import DEL, PUT, set_overlay
+
+    role = Role("r", "img", "sh", resource=Resource(cpu=1, memMB=10, capabilities={"pool": "x"}))
+    set_overlay(role, "kubernetes", "V1Pod", {"spec": {"nodeSelector": {"zone": "a"}}})
+    set_overlay(role, "kubernetes", "V1Pod", {"spec": {PUT("tolerations"): [{"key": "gpu", "operator": "Exists"}]}})
+    set_overlay(role, "kubernetes", "V1Pod", {"spec": {DEL("restartPolicy"): None}})
+    pod = _pod_spec(_req(AppDef("a", [role])).jobs[0])
+    assert pod["nodeSelector"] == {"pool": "x", "zone": "a"}
+    assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert "restartPolicy" not in pod
+    assert pod["containers"][0]["image"] == "img"
 
 
 def test_owner_and_rank0_ip_are_applied_to_a_copy() -> None:
@@ -234,9 +253,9 @@ def test_dry_run_prints_every_manifest_as_yaml() -> None:
     req = _req(AppDef("a", [Role("r", "img", "python", ["-c", "print('a: b')"], num_replicas=2)]))
     text = format_request(req)
     assert text.count("\n---\n") + text.count("---\n") >= 3
-    assert "kind: Service" in text and text.count("kind: Job") == 2
+    assert 'kind: "Service"' in text and text.count('kind: "Job"') == 2 and 'kind: "Secret"' in text
     assert json.dumps("print('a: b')") in text
-    assert f"name: {req.app_id}-r-1" in text
+    assert f'name: "{req.app_id}-r-1"' in text
 
 
 def _pod(role: str, k: int, phase: str, attempt: int = 0, created: str = "2026-01-01T00:00:00Z",
@@ -306,7 +325,7 @@ def test_dry_run_yaml_parses_back_to_the_manifests_for_the_hostile_corpus() -> N
            if hostile.is_utf8(k) and hostile.is_utf8(v) and re.match(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", k)}
     req = _req(AppDef("y", [Role("r", "img", "python", args, env=env, num_replicas=2)]))
     docs = [d for d in yaml.safe_load_all(format_request(req)) if d]
-    assert docs == [req.service, *req.jobs]
+    assert docs == [req.service, req.secret, *req.jobs]
 
 
 def test_quantities_requests_start_and_the_replicas_pod_for_the_views() -> None:

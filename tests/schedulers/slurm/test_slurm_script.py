@@ -352,9 +352,8 @@ def test_hostile_arguments_and_env_reach_the_replica_byte_exact(
     job_dir, _ = run_locally(sched, app, fake_cluster, tmp_path)
     got_args, got_env = hostile.read_dump((job_dir / "r" / "0.stdout").read_text(errors="surrogateescape"))
     assert not hostile.mismatches(got_args, got_env, args, env)
-    assert got_env.get(b"PATH") == os.fsencode(
-        fake_cluster["PATH"]
-    )  # env(1) read "--unset=PATH" as a variable
+    # env(1) read "--unset=PATH" as a variable; the interpreter's directory comes first (see test_python_*)
+    assert got_env.get(b"PATH") == os.fsencode(f"{os.path.dirname(sys.executable)}:{fake_cluster['PATH']}")
     assert (job_dir / "r" / "0.stderr").read_text() == ""
     assert not marker.exists()
 
@@ -391,6 +390,7 @@ def test_replica_env_and_runtime_macros(
             "E_HOSTILE": env["E_HOSTILE"],
             "odd.name": "x=y",
             "TSM_HOME": os.environ["TSM_HOME"],  # the submitter's environment travels with the job
+            "TSM_PYTHON_BIN": os.path.dirname(sys.executable),  # the interpreter rule (test_python_*)
         }
         f = read_status(job_dir / "w" / f"{k}.status")
         assert (

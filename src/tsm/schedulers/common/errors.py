@@ -7,6 +7,11 @@ one into an error with :func:`check_cli`; a client-library backend wraps its cal
     no answer in time      -> SchedulerError             (says which service to check)
     "cannot reach" stderr  -> SchedulerUnavailableError  (says how to start the service)
     any other failure      -> SchedulerError             ("<what> failed: <the tool's own words>")
+
+A client-library backend builds its client on :class:`ClientBase`: every call is counted by name
+(:attr:`ClientBase.calls`, for tests and benchmarks) and its errors leave through the backend's
+``translate``; an HTTP answer becomes :class:`ApiError`, which keeps the status as a field, so callers
+test ``e.status == 404``, never the message text.
 """
 
 from __future__ import annotations
@@ -19,6 +24,56 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
 from tsm.errors import SchedulerError, SchedulerUnavailableError, TsmError
+
+
+class ApiError(SchedulerError):
+    """An engine's API refused a call: ``status`` is its HTTP status (404 not found, 409 exists, ...)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def is_status(e: BaseException, *statuses: int) -> bool:
+    """True when ``e`` is an :class:`ApiError` with one of ``statuses``."""
+    return isinstance(e, ApiError) and e.status in statuses
+
+
+class ClientBase:
+    """What every engine client shares: a call counter and one error translation (see the module doc).
+
+    A subclass implements :meth:`translate` (a library exception -> a tsm error, or None to let it pass)
+    and wraps each engine call in ``with self.call("list pods"):``.
+    """
+
+    def __init__(self) -> None:
+        #: calls made, by name ("list pods", "create", ...), for tests and benchmarks
+        self.calls: Counter[str] = Counter()
+        self._calls_lock = threading.Lock()
+
+    def count(self, name: str) -> None:
+        """Count one call named ``name``."""
+        with self._calls_lock:
+            self.calls[name] += 1
+
+    def translate(self, what: str, e: BaseException) -> TsmError | None:
+        """The tsm error for ``e`` raised by the call ``what``; None lets ``e`` through. None by default."""
+        return None
+
+    @contextlib.contextmanager
+    def call(self, what: str, *, count: bool = True) -> Iterator[None]:
+        """Count the call ``what`` and raise what its failure means in tsm's terms."""
+        if count:
+            self.count(what)
+        try:
+            yield
+        except TsmError:
+            raise
+        except Exception as e:
+            err = self.translate(what, e)
+            if err is None:
+                raise
+            raise err from e
 
 
 class CommandCounter:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -34,6 +36,32 @@ def write_private(path: Path, text: str) -> None:
     os.fchmod(fd, 0o600)  # the umask may have taken the owner's bits; an existing file may have been wider
     with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write(text)
+
+
+def write_atomic(path: Path, data: str | bytes | Iterable[bytes]) -> int:
+    """Replace ``path`` whole with ``data`` (text, bytes, or chunks streamed to disk); returns the bytes written.
+
+    The content goes to a private (0600) temporary file beside ``path``, which is then renamed over it: a
+    reader sees the old file or the new one, never half of either, and a crash leaves no partial file under
+    the real name. Chunks are written as they come, so a long log is never held in memory whole. Text is
+    written as UTF-8 with surrogate escapes as their bytes.
+    """
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    written = 0
+    try:
+        os.fchmod(fd, 0o600)  # the umask may have taken the owner's bits
+        with os.fdopen(fd, "wb") as f:
+            if isinstance(data, str):
+                data = data.encode("utf-8", errors="surrogateescape")
+            for chunk in [data] if isinstance(data, bytes) else data:
+                f.write(chunk)
+                written += len(chunk)
+        os.replace(tmp, path)
+    except BaseException:
+        unlink(tmp)
+        raise
+    return written
 
 
 def read_text(path: Path) -> str | None:

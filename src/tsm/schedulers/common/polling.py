@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from tsm.schedulers.api import DescribeAppResponse
 
 BACKOFF_FACTOR = 1.5
+T = TypeVar("T")
 
 
 def poll_until_terminal(
@@ -41,6 +43,32 @@ def poll_until_terminal(
             return desc
         if deadline is not None and time.monotonic() >= deadline:
             return desc
+        pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
+        time.sleep(pause)
+        delay = min(delay * BACKOFF_FACTOR, cap)
+
+
+def poll_until(
+    check: Callable[[], T | None],
+    timeout: float | None,
+    *,
+    initial: float = 0.1,
+    cap: float = 1.0,
+) -> T | None:
+    """Call ``check()`` until it gives something other than None, or ``timeout`` seconds pass (then None).
+
+    The same back-off as :func:`poll_until_terminal` (``initial``, x1.5, capped at ``cap``), the last pause
+    shortened to keep ``timeout``; ``timeout=None`` polls for ever. For waits with no event to block on (a
+    pod to get its IP, a container to start).
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = initial
+    while True:
+        got = check()
+        if got is not None:
+            return got
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
         pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
         time.sleep(pause)
         delay = min(delay * BACKOFF_FACTOR, cap)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tsm.schedulers.api import DescribeAppResponse
-from tsm.schedulers.common.files import read_text
+from tsm.schedulers.common.files import make_private_dirs, read_text, write_atomic
 from tsm.specs.api import AppDef, AppState, ReplicaStatus, RoleStatus
 
 
@@ -80,7 +80,8 @@ def with_record(status: DescribeAppResponse | None, path: Path) -> DescribeAppRe
     record = AppRecord.load(path)
     out = DescribeAppResponse(
         app_id=status.app_id, state=status.state, num_restarts=status.num_restarts, msg=status.msg,
-        created=status.created, roles_statuses=status.roles_statuses, app=record.app if record else None,
+        structured_error_msg=status.structured_error_msg, created=status.created,
+        roles_statuses=status.roles_statuses, app=record.app if record else None,
     )
     if record is not None and not out.roles_statuses:
         out.roles_statuses = [RoleStatus(r.name) for r in record.app.roles]
@@ -92,6 +93,7 @@ def status_to_json(d: DescribeAppResponse) -> str:
     row per replica); read back by :func:`status_from_json`."""
     return json.dumps({
         "app_id": d.app_id, "state": d.state.name, "msg": d.msg, "num_restarts": d.num_restarts, "created": d.created,
+        "structured_error_msg": d.structured_error_msg,
         "roles": [[rs.role, [[r.id, r.state.name, r.exit_code, r.error_msg, r.restarts, r.hostname]
                              for r in rs.replicas]] for rs in d.roles_statuses],
     })
@@ -105,17 +107,17 @@ def status_from_json(text: str) -> DescribeAppResponse | None:
                                                   restarts=n, hostname=h) for i, s, c, m, n, h in reps])
                  for name, reps in data["roles"]]
         return DescribeAppResponse(app_id=data["app_id"], state=AppState[data["state"]], msg=data["msg"],
-                                   num_restarts=data["num_restarts"], created=data["created"], roles_statuses=roles)
+                                   num_restarts=data["num_restarts"], created=data["created"], roles_statuses=roles,
+                                   structured_error_msg=str(data.get("structured_error_msg") or ""))
     except (ValueError, KeyError, TypeError):
         return None
 
 
 def save_final(app_dir: Path, d: DescribeAppResponse) -> None:
-    """Write ``app_dir/final.json``, the app's last status, whole (a reader never sees half of it)."""
-    app_dir.mkdir(parents=True, exist_ok=True)
-    tmp = app_dir / "final.json.tmp"
-    tmp.write_text(status_to_json(d))
-    tmp.replace(app_dir / "final.json")
+    """Write ``app_dir/final.json``, the app's last status, whole (a reader never sees half of it) and
+    private (0600 in a 0700 directory: it may name secrets in messages)."""
+    make_private_dirs(app_dir)
+    write_atomic(app_dir / "final.json", status_to_json(d))
 
 
 def load_final(app_dir: Path) -> DescribeAppResponse | None:

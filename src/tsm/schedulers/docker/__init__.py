@@ -30,8 +30,12 @@ What it does:
   removes the containers and the network: nothing is left.
 * **Retention**: an app that ends by itself keeps its (stopped) containers and network so ``docker
   inspect`` and ``docker logs`` work, until ``tsm rm`` (:meth:`DockerScheduler.remove`),
-  :meth:`DockerScheduler.cleanup` (``python -m tsm.schedulers.docker cleanup``: every ended app, and
-  networks whose app is gone -- what a crashed launcher leaves), or ``-c remove_finished=True``.
+  :meth:`DockerScheduler.cleanup` (``python -m tsm.schedulers.docker cleanup [--dry-run] [--include-running]``:
+  every ended app, and networks whose app is gone -- what a crashed launcher leaves), or ``-c remove_finished=True``.
+* **Owners**: every container and network carries the owner label (``tsm.owner``, the login name or
+  ``$TSM_OWNER``); list, status, cancel and cleanup see only the caller's. A status look acts (retries,
+  stopping the others after a failure) only on apps whose request this ``$TSM_HOME`` holds. Files kept in
+  ``$TSM_HOME`` are private (0600/0700) whatever its mode; a container's log is streamed to disk, never read whole.
 * **Workspaces**: ``--workspace DIR`` snapshots DIR (``.tsmignore``) and builds ``FROM <role image>`` +
   ``COPY . /workspace`` (or the workspace's ``Dockerfile.tsm``), tagged by the snapshot's content hash and
   the base image id: an unchanged workspace reuses the image and builds nothing; the dry run says which.
@@ -50,6 +54,8 @@ if TYPE_CHECKING:
 
 def create_scheduler(session_name: str, **kwargs: object) -> DockerScheduler:
     """The docker scheduler for ``session_name`` (the SDK is imported on first use, not here)."""
+    from tsm.schedulers.common.factory import scheduler_params
     from tsm.schedulers.docker.scheduler import DockerScheduler
 
+    scheduler_params("docker", kwargs, ())  # takes no parameters: any keyword is an error naming it
     return DockerScheduler(session_name)

@@ -1,30 +1,56 @@
-"""``python -m tsm.schedulers.docker cleanup [--all]``: remove what ended tsm apps left in Docker."""
+"""``python -m tsm.schedulers.docker cleanup``: remove what ended tsm apps left in Docker.
+
+tsm keeps an app's stopped containers and network after it ends by itself (so ``docker inspect`` and
+``docker logs`` work) until ``tsm rm``; what nothing removed (a killed launcher, ``tsm run --detach``)
+goes with this, by hand or from cron::
+
+    python -m tsm.schedulers.docker cleanup                     # every ended app of yours, and orphan networks
+    python -m tsm.schedulers.docker cleanup --dry-run           # only list them
+    python -m tsm.schedulers.docker cleanup --include-running   # running apps too (cancelled)
+
+Only the caller's apps are touched (the owner label). One line per app (``removed <app_id>``, or ``would
+remove`` with ``--dry-run``); exit status 0, 1 when Docker cannot be reached or refuses, 2 on a usage error.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Sequence
 
-from tsm.errors import TsmError
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv``, run :meth:`DockerScheduler.cleanup`, print one line per app; the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m tsm.schedulers.docker",
+                                     description="Maintenance of the docker scheduler's containers and networks.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("cleanup", help="remove the containers and networks of your ended tsm apps")
+    p.add_argument("--include-running", "--all", action="store_true", dest="include_running",
+                   help="cancel and remove running apps too")
+    p.add_argument("--dry-run", action="store_true", help="only print what would be removed")
+    p.add_argument("--session", default=None, help="only the apps of this tsm session")
+    args = parser.parse_args(argv)
 
-def main(argv: list[str]) -> int:
-    """Run the cleanup; ``--all`` also cancels apps still running. Exit 1 with one line on an error."""
-    if not argv or argv[0] != "cleanup" or any(a not in ("--all",) for a in argv[1:]):
-        print("usage: python -m tsm.schedulers.docker cleanup [--all]", file=sys.stderr)
-        return 2
+    from tsm.errors import TsmError
     from tsm.schedulers.docker.scheduler import DockerScheduler
 
     sched = DockerScheduler("cleanup")
     try:
-        done = sched.cleanup(include_running="--all" in argv)
+        done = sched.cleanup(include_running=args.include_running, session=args.session, dry_run=args.dry_run)
     except TsmError as e:
-        print(f"error: {e}", file=sys.stderr)
+        sys.stderr.write(f"cleanup: {e}\n")
         return 1
+    finally:
+        sched.close()
     for problem in sched.cleanup_errors:
-        print(f"warning: {problem} (restarting dockerd clears such a network)", file=sys.stderr)
-    print(f"removed {len(done)} app(s): {' '.join(done)}" if done else "nothing to remove")
+        sys.stderr.write(f"warning: {problem} (restarting dockerd clears such a network)\n")
+    verb = "would remove" if args.dry_run else "removed"
+    for app_id in done:
+        sys.stdout.write(f"{verb} {app_id}\n")
+    if not done:
+        sys.stdout.write("nothing to remove\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -7,13 +7,16 @@ Naming, per app ``<app_id>``:
 
 * network ``tsm-<app_id>`` (a bridge network of its own, so Docker's DNS serves only this app);
 * container ``<app_id>-<role>-<k>`` with host name and network alias ``<role>-<k>``: replicas reach each
-  other by that name, and ``TSM_RANK0_HOST`` (the ``${rank0_env}`` macro) is ``<role0>-0``;
-* labels ``tsm.*`` (:data:`LABEL_APP` ...) on every container and the network: status, ``list`` and
-  cleanup select by them, so what a crashed launcher left is still found.
+  other by that name, and ``TSM_RANK0_HOST`` (the ``${rank0_env}`` macro) is ``<role0>-0``; a host name
+  longer than Linux's 63 characters is cut and ends with a hash of the whole (:func:`dns_name`);
+* labels ``tsm.*`` (:data:`LABEL_APP` ...) on every container and the network, among them the owner
+  (:data:`LABEL_OWNER`, :mod:`tsm.schedulers.common.owner`): status, ``list``, cancel and cleanup select by
+  them, so what a crashed launcher left is still found and another user's apps are never touched.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -31,6 +34,7 @@ from tsm.workspace.image import ImagePlan as WorkspaceBuild  # a workspace image
 LABEL_SCHEDULER = "tsm.scheduler"
 LABEL_APP = "tsm.app-id"
 LABEL_SESSION = "tsm.session"
+LABEL_OWNER = "tsm.owner"
 LABEL_ROLE = "tsm.role"
 LABEL_REPLICA = "tsm.replica-id"
 LABEL_ATTEMPT = "tsm.attempt"
@@ -40,6 +44,8 @@ LABEL_CREATED = "tsm.created"
 
 PULL_POLICIES = ("missing", "always", "never")
 _NAME_OK = re.compile(r"[^a-z0-9-]+")
+#: the longest host name Linux takes (HOST_NAME_MAX is 64 with its NUL) and a DNS label may have
+HOST_MAX = 63
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,8 @@ class DockerRequest:
     roles: list[list[Any]]
     builds: list[WorkspaceBuild] = field(default_factory=list)
     spec: dict[str, Any] = field(default_factory=dict)
+    #: the owner label value of every object of the app
+    owner: str = ""
 
     def to_json(self) -> str:
         """The request as JSON (what is saved beside the app and read back to recreate containers)."""
@@ -121,9 +129,16 @@ class DockerRequest:
 def dns_name(role: str, replica_id: int) -> str:
     """The host name replica ``replica_id`` of ``role`` has on its app's network: ``<role>-<k>``.
 
-    Docker's DNS wants ``[a-z0-9-]``: other characters become ``-`` (``Trainer_A`` -> ``trainer-a-0``).
+    Docker's DNS wants ``[a-z0-9-]``: other characters become ``-`` (``Trainer_A`` -> ``trainer-a-0``). A
+    name over :data:`HOST_MAX` characters is cut, and ends with ``-<8 hex of the role>-<k>``, so two long
+    roles sharing a prefix stay apart and the same role always gets the same name.
     """
-    return f"{_NAME_OK.sub('-', role.lower()).strip('-') or 'role'}-{replica_id}"
+    base = _NAME_OK.sub("-", role.lower()).strip("-") or "role"
+    name = f"{base}-{replica_id}"
+    if len(name) <= HOST_MAX:
+        return name
+    tail = f"-{hashlib.sha256(role.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}-{replica_id}"
+    return base[: HOST_MAX - len(tail)].rstrip("-") + tail
 
 
 def new_app_id(app_name: str) -> str:
@@ -184,8 +199,9 @@ def validate(app: AppDef, has_gpus: bool) -> None:
         raise InvalidAppError(f"roles map to the same host names on Docker's network: {', '.join(sorted(dup))}")
 
 
-def build_request(app: AppDef, opts: DockerOptions, session: str, app_dir_root: str, created: float) -> DockerRequest:
-    """The containers for ``app``; pure but for a fresh random app id."""
+def build_request(app: AppDef, opts: DockerOptions, session: str, app_dir_root: str, created: float,
+                  owner: str = "") -> DockerRequest:
+    """The containers for ``app`` (labelled with ``owner``); pure but for a fresh random app id."""
     app_id = new_app_id(app.name)
     network = f"tsm-{app_id}"
     rank0 = dns_name(app.roles[0].name, 0)
@@ -217,7 +233,7 @@ def build_request(app: AppDef, opts: DockerOptions, session: str, app_dir_root: 
                 labels={
                     LABEL_SCHEDULER: "docker", LABEL_APP: app_id, LABEL_SESSION: session, LABEL_ROLE: role.name,
                     LABEL_REPLICA: str(i), LABEL_ATTEMPT: "0", LABEL_ROLES: json.dumps(shape),
-                    LABEL_CREATED: f"{created:.3f}",
+                    LABEL_CREATED: f"{created:.3f}", LABEL_OWNER: owner,
                 },
                 nano_cpus=int(res.cpu * 1e9) if sized and res.cpu > 0 else None,
                 mem_limit=mem,
@@ -232,7 +248,7 @@ def build_request(app: AppDef, opts: DockerOptions, session: str, app_dir_root: 
     return DockerRequest(
         app_id=app_id, app_name=app.name, session=session, network=network, pull=opts.pull, images=images,
         containers=containers, app_dir=os.path.join(app_dir_root, app_id), remove_finished=opts.remove_finished,
-        roles=shape, spec=app.to_dict(),
+        roles=shape, spec=app.to_dict(), owner=owner,
     )
 
 
@@ -272,6 +288,7 @@ def format_request(req: DockerRequest) -> str:
     for image in req.images:
         how = {"missing": "pull if not present", "always": "pull", "never": "use local only"}[req.pull]
         lines.append(f"# image {image}: {how}")
-    lines.append(shlex.join(["docker", "network", "create", "--label", f"{LABEL_APP}={req.app_id}", req.network]))
+    lines.append(shlex.join(["docker", "network", "create", "--label", f"{LABEL_APP}={req.app_id}",
+                             "--label", f"{LABEL_OWNER}={req.owner}", req.network]))
     lines += [shlex.join(docker_run_args(c, req.network)) for c in req.containers]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from tsm.schedulers.common.status import AppStatusView, Seen, StateTable, aggregate_roles
@@ -48,6 +49,7 @@ class Observed:
     oom_killed: bool = False
     restarts: int = 0
     finished_at: str = ""
+    started_at: str = ""
     error: str = ""
     #: set when the container ended and will not be restarted by Docker (its record no longer changes)
     final: bool = False
@@ -91,6 +93,7 @@ def complete(obs: Observed, attrs: dict[str, Any]) -> Observed:
     obs.oom_killed = bool(st.get("OOMKilled", False))
     obs.restarts = int(attrs.get("RestartCount", 0))
     obs.finished_at = str(st.get("FinishedAt", ""))
+    obs.started_at = str(st.get("StartedAt", ""))
     obs.error = str(st.get("Error", "") or "")
     # Docker decides whether to restart a container as it records the exit (under the container's lock):
     # one it will restart is "restarting", so an "exited" one is final (retries spent, or stopped by hand)
@@ -168,3 +171,26 @@ def app_status(view: AppView) -> AppStatusView:
         return replica_status(c), c.finished_at, why
 
     return aggregate_roles(view.roles or [[c.role, 1] for c in view.containers], seen, view.attempt)
+
+
+def parse_time(text: str) -> float | None:
+    """Docker's RFC 3339 time with nanoseconds (``2026-11-25T13:19:04.123456789Z``) as epoch seconds;
+    None for an empty one or Docker's "never" (``0001-01-01T00:00:00Z``)."""
+    if not text or text.startswith("0001-"):
+        return None
+    base, _, frac = text.rstrip("Z").partition(".")
+    try:
+        when = datetime.fromisoformat(base + "+00:00").timestamp()
+        return when + (float("0." + frac[:6]) if frac and frac[:6].isdigit() else 0.0)
+    except ValueError:
+        return None
+
+
+def app_times(containers: Sequence[Observed]) -> tuple[float | None, float | None]:
+    """``(started, ended)`` of an app from its inspected containers: the first start, and the last end once
+    every container has ended for good (None while one still runs or nothing is known)."""
+    starts = [t for c in containers if (t := parse_time(c.started_at)) is not None]
+    ends = [parse_time(c.finished_at) for c in containers]
+    ended = max(e for e in ends if e is not None) if containers and all(c.final for c in containers) and any(
+        e is not None for e in ends) else None
+    return (min(starts) if starts else None), ended

@@ -30,9 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tsm.schedulers.common.record import AppRecord
+from tsm.schedulers.common.viewmodel import AppSummary, requests_of, settled, view_of_describe
 from tsm.specs.api import AppState
-from tsm.views.snapshot import AppView, requests_of, settled, view_of_describe
 
 if TYPE_CHECKING:
     from tsm.schedulers.docker.client import DockerClient
@@ -162,12 +161,12 @@ class DockerView:
 
     def __init__(self, sched: DockerScheduler, usage: bool = True) -> None:
         self.sched = sched
-        self._ended: dict[str, AppView] = {}
+        self._ended: dict[str, AppSummary] = {}
         self._reqs: dict[str, dict[str, tuple[float | None, float | None, int | None]]] = {}
         #: the stats sampler (None with ``usage=False``: usage n/a)
         self.sampler: StatsSampler | None = StatsSampler(sched.client) if usage else None
 
-    def snapshot(self, app_ids: Sequence[str]) -> list[AppView]:
+    def snapshot(self, app_ids: Sequence[str]) -> list[AppSummary]:
         """Views of the apps of ``app_ids`` Docker (or the store) knows; see the module doc."""
         from tsm.schedulers.docker.scheduler import MAX_AGE
 
@@ -182,15 +181,17 @@ class DockerView:
             desc = listed.get(app_id)
             if desc is None:
                 desc = self.sched._final(app_id)  # its containers are gone: the store has its end
-                if desc is None and (self.sched._app_dir(app_id) / "cancelling").exists():
+                if desc is None and self.sched._dir(app_id).cancelling:
                     desc = self.sched._lookup([app_id]).get(app_id)
             if desc is None:
                 continue
             reqs = self._reqs.get(app_id)
             if reqs is None:
-                record = AppRecord.load(self.sched._app_dir(app_id) / "app.json")
+                record = self.sched._dir(app_id).record()
                 reqs = self._reqs[app_id] = requests_of(record.app.to_dict()) if record is not None else {}
             view = view_of_describe(desc, "docker", name=app_id.rsplit("-", 1)[0], reqs=reqs)
+            view.started, ended = self.sched.times(app_id)  # a fixed DURATION once the app has ended
+            view.ended = ended if view.terminal else None
             if settled(view):
                 self._ended[app_id] = view
             views.append(view)
@@ -201,7 +202,7 @@ class DockerView:
                 del cache[k]
         return out + views
 
-    def _fill_usage(self, views: list[AppView]) -> None:
+    def _fill_usage(self, views: list[AppSummary]) -> None:
         """Usage of running replicas from the sampler's latest figures (containers are named by host)."""
         if self.sampler is None:
             return

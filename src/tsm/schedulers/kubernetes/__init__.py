@@ -11,7 +11,13 @@ What it does (works on any cluster >= 1.20, built-in objects only):
 * **Objects**: per app one headless Service ``<app_id>`` (``clusterIP: None``, ``publishNotReadyAddresses``)
   and one Job per replica whose pod has ``hostname: <role>-<k>``, ``subdomain: <app_id>``, ``tsm/*`` labels,
   and an ``ownerReference`` to the Service: deleting the Service deletes everything. ``tsm run --dryrun``
-  prints the manifests as YAML exactly as they are created (names cut to 63 characters with a stable hash).
+  prints the manifests as YAML exactly as they are created (names cut to 63 characters with a stable hash;
+  every string quoted, so kubectl's YAML 1.1 reader keeps ``yes``/``On``/``Null`` strings).
+* **Secrets and owners**: the roles' env values go in one Secret per app (owned by the Service, deleted
+  with it); the Jobs name them (``secretKeyRef``), never hold them. Every object carries the owner label
+  (``tsm/owner``, the login name or ``$TSM_OWNER``) and every list, cancel and cleanup selects by it.
+* **Bounded calls**: every API call has a ``_request_timeout``: an API server that never answers makes
+  ``status``/``cancel``/a view's refresh fail with one line within it, never hang.
 * **Rank 0**: ``TSM_RANK0_HOST`` (``${rank0_env}``) is ``<role0>-0.<app_id>``, the Service's DNS name. On a
   cluster without DNS (run option ``dns=auto`` detects it; ``yes``/``no`` force it) rank 0 is created first
   and reads its own pod IP (downward API); the others get that IP (again for a retried role/app) and
@@ -63,8 +69,10 @@ def create_scheduler(session_name: str, **kwargs: object) -> KubernetesScheduler
 
     ``namespace``, ``kubeconfig`` and ``context`` keyword arguments choose the cluster ``list`` reads.
     """
+    from tsm.schedulers.common.factory import scheduler_params
     from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
 
+    kwargs = scheduler_params("kubernetes", kwargs, ("namespace", "kubeconfig", "context"))
     ns = kwargs.get("namespace")
     kc = kwargs.get("kubeconfig")
     ctx = kwargs.get("context")

@@ -1,9 +1,11 @@
 """Pure: an AppDef and :class:`KubernetesOptions` -> :class:`KubernetesRequest`, the exact manifests to create.
 
 No API call happens here (a dry run needs no cluster). :func:`format_request` prints the manifests as the
-YAML documents ``schedule`` creates, in order: the app's headless Service first (the *anchor*: every Job
-gets an ``ownerReference`` to it, filled with its ``uid`` once it exists, so one delete removes all), then
-one ``batch/v1`` Job per replica.
+YAML documents ``schedule`` creates, in order: the app's headless Service first (the *anchor*: every other
+object gets an ``ownerReference`` to it, filled with its ``uid`` once it exists, so one delete removes all),
+the app's Secret (the roles' env values: a Job spec names them, never holds them), then one ``batch/v1`` Job
+per replica. Every string in that YAML is quoted, so a YAML 1.1 reader (kubectl's) reads ``yes``, ``On``,
+``NO`` or ``Null`` as the strings they are.
 
 Naming, per app ``<app_id>`` (``<name>-<8 hex>``, a DNS-1035 label):
 
@@ -12,8 +14,10 @@ Naming, per app ``<app_id>`` (``<name>-<8 hex>``, a DNS-1035 label):
   replica 0. On a cluster without DNS, ``schedule`` starts rank 0 first and hands its pod IP to the others.
 * Job ``<app_id>-<role>-<k>`` (``-a<n>`` appended for the n-th ROLE/APPLICATION retry); every name longer
   than Kubernetes allows is cut and ends with a stable hash of the whole name (:func:`short_name`).
-* labels ``tsm/*`` on every object and pod; the role's real name (which a label may not hold) and the
-  app's shape are annotations.
+* labels ``tsm/*`` on every object and pod, the owner's among them (:data:`LABEL_OWNER`); the role's real
+  name (which a label may not hold) and the app's shape are annotations;
+* a container port per ``port_map`` entry, named from its key as Kubernetes wants a port name (at most 15 of
+  ``[a-z0-9-]``, a letter, no ``--``): :func:`port_name`; two keys that give one name are refused at dry run.
 
 Kubernetes expands ``$(VAR)`` in ``command``, ``args`` and env values; every ``$`` is written ``$$`` so the
 replica receives exactly the bytes given (:func:`escape`).
@@ -40,6 +44,7 @@ LABEL_SESSION = "tsm/session"
 LABEL_ROLE = "tsm/role"
 LABEL_REPLICA = "tsm/replica-id"
 LABEL_ATTEMPT = "tsm/attempt"
+LABEL_OWNER = "tsm/owner"
 #: annotations: the role's own name, the app's shape ``[[role, replicas, max_retries, policy], ...]``, creation
 ANN_ROLE = "tsm/role-name"
 ANN_ROLES = "tsm/roles"
@@ -134,6 +139,8 @@ class KubernetesRequest:
     context: str | None = None
     #: workspace images (:class:`tsm.workspace.image.ImagePlan` as dicts) built on the local engine at schedule
     builds: list[dict[str, Any]] = field(default_factory=list)
+    #: the app's Secret: the roles' env values, which the Jobs reference by key
+    secret: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """The request as JSON (saved beside the app; read back to recreate Jobs on ROLE/APPLICATION retries)."""
@@ -191,6 +198,23 @@ def new_app_id(app_name: str) -> str:
     return f"{base[:40].rstrip('-')}-{secrets.token_hex(4)}"
 
 
+_PORT_BAD = re.compile(r"[^a-z0-9]+")
+
+
+def port_name(key: str) -> str:
+    """A ``port_map`` key as a Kubernetes port name (IANA service name): lower case, runs of other characters
+    as one ``-``, no ``-`` at either end, at most 15 characters, and a letter (``8080`` -> ``p8080``)."""
+    name = _PORT_BAD.sub("-", key.lower()).strip("-")[:15].strip("-")
+    if not re.search(r"[a-z]", name):
+        name = ("p" + name)[:15].strip("-")
+    return name
+
+
+def secret_key(role_index: int, replica_id: int, env_name: str) -> str:
+    """The key of one replica's env value in the app's Secret (``r<role>-<k>.<NAME>``: a valid Secret key)."""
+    return f"r{role_index}-{replica_id}.{env_name}"
+
+
 def escape(value: str) -> str:
     """``value`` with every ``$`` doubled, so Kubernetes' ``$(VAR)`` expansion gives back ``value`` exactly."""
     return value.replace("$", "$$")
@@ -228,10 +252,27 @@ def validate(app: AppDef) -> None:
         overlay = role.metadata.get(OVERLAY_KEY)
         if overlay is not None and not isinstance(overlay, dict):
             raise InvalidAppError(f"role '{role.name}': metadata['{OVERLAY_KEY}'] must be a dict merged into the pod spec")
+        ports: dict[str, str] = {}
+        for key in role.port_map:
+            name = port_name(key)
+            if name in ports:
+                raise InvalidAppError(
+                    f"role '{role.name}': port_map keys {ports[name]!r} and {key!r} both give the port name {name!r}; "
+                    "Kubernetes port names are at most 15 of [a-z0-9-] with a letter: rename one")
+            ports[name] = key
         h = host_name(role.name, 0)
         if h in hosts:
             raise InvalidAppError(f"roles '{hosts[h]}' and '{role.name}' map to the same pod host names ({h})")
         hosts[h] = role.name
+
+
+def with_pod_overlay(pod_spec: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec patched by a TorchX ``V1Pod`` overlay (its ``spec`` part; PUT/JOIN/DEL as :mod:`tsm.specs.overlays`)."""
+    from tsm.specs.overlays import apply_overlay
+
+    pod = {"spec": copy.deepcopy(pod_spec)}
+    apply_overlay(pod, overlay)
+    return pod["spec"]  # type: ignore[no-any-return]
 
 
 def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
@@ -310,14 +351,17 @@ def _resources(role: Role, fraction: float) -> tuple[dict[str, Any], Need]:
     return {"requests": requests, "limits": limits}, Need(role.name, cpu_milli, mem, max(res.gpu, 0))
 
 
-def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_root: str, created: float) -> KubernetesRequest:
-    """The manifests for ``app``; pure but for a fresh random app id."""
+def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_root: str, created: float,
+                  owner: str = "x") -> KubernetesRequest:
+    """The manifests for ``app`` (labelled with ``owner``); pure but for a fresh random app id."""
     app_id = new_app_id(app.name)
     ns = opts.namespace
     role0 = app.roles[0].name
     rank0 = f"{host_name(role0, 0)}.{app_id}"
     shape = [[r.name, r.num_replicas, r.max_retries, r.retry_policy.value] for r in app.roles]
-    base_labels = {LABEL_SCHEDULER: "kubernetes", LABEL_APP: app_id, LABEL_SESSION: label_value(session)}
+    base_labels = {LABEL_SCHEDULER: "kubernetes", LABEL_APP: app_id, LABEL_SESSION: label_value(session),
+                   LABEL_OWNER: label_value(owner)}
+    secret_data: dict[str, str] = {}
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -328,7 +372,7 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
     }
     jobs: list[dict[str, Any]] = []
     needs: list[Need] = []
-    for role in app.roles:
+    for ri, role in enumerate(app.roles):
         resources, need = _resources(role, opts.request_fraction)
         shm = int(role.resource.memMB * opts.shm_fraction) if not is_null_resource(role.resource) else 0
         vols, vmounts = _volumes(role, shm)
@@ -336,13 +380,19 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
         for i in range(role.num_replicas):
             needs.append(need)
             r = macros.Values(img_root="", app_id=app_id, replica_id=str(i)).apply(role)
-            env = dict(r.env)
-            env.update({
+            own = {
                 "TSM_APP_ID": app_id, "TSM_ROLE_NAME": role.name, "TSM_REPLICA_ID": str(i),
                 "TSM_NUM_REPLICAS": str(role.num_replicas), RANK0_VAR: rank0, "PYTHONUNBUFFERED": "1",
-            })
-            if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
-                env[TORCHX_RANK0_VAR] = rank0
+            }
+            if "TORCHX_JOB_ID" in r.env:  # the runner sets TorchX's names unless torchx_env=false
+                own[TORCHX_RANK0_VAR] = rank0
+            env_spec: list[dict[str, Any]] = []
+            for k, v in r.env.items():  # the role's values live in the Secret; the Job names them
+                if k in own:
+                    continue
+                secret_data[secret_key(ri, i, k)] = v
+                env_spec.append({"name": k, "valueFrom": {"secretKeyRef": {"name": app_id, "key": secret_key(ri, i, k)}}})
+            env_spec += [{"name": k, "value": escape(v)} for k, v in own.items()]
             labels = {**base_labels, LABEL_ROLE: label_value(role.name), LABEL_REPLICA: str(i), LABEL_ATTEMPT: "0"}
             annotations = {ANN_ROLE: role.name, ANN_ROLES: json.dumps(shape), ANN_CREATED: f"{created:.3f}",
                            ANN_RANK0: rank0}
@@ -352,14 +402,14 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
                 "imagePullPolicy": opts.image_pull_policy,
                 "command": [escape(r.entrypoint)],
                 "args": [escape(a) for a in r.args],
-                "env": [{"name": k, "value": escape(v)} for k, v in env.items()],
+                "env": env_spec,
             }
             if resources:
                 container["resources"] = resources
             if vmounts:
                 container["volumeMounts"] = vmounts
             if role.port_map:
-                container["ports"] = [{"name": dns_part(k)[:15], "containerPort": p} for k, p in role.port_map.items()]
+                container["ports"] = [{"name": port_name(k), "containerPort": p} for k, p in role.port_map.items()]
             pod: dict[str, Any] = {
                 "restartPolicy": "Never",
                 "hostname": host_name(role.name, i),
@@ -377,7 +427,9 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
             if opts.priority_class:
                 pod["priorityClassName"] = opts.priority_class
             overlay = r.metadata.get(OVERLAY_KEY)
-            if isinstance(overlay, dict):
+            if isinstance(overlay, dict) and isinstance(overlay.get("V1Pod"), dict):  # TorchX's set_overlay(role, "kubernetes", "V1Pod", ...)
+                pod = with_pod_overlay(pod, overlay["V1Pod"])
+            elif isinstance(overlay, dict):
                 pod = deep_merge(pod, overlay)
             jobs.append({
                 "apiVersion": "batch/v1",
@@ -391,10 +443,16 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
                     "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod},
                 },
             })
+    secret = {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": app_id, "namespace": ns, "labels": dict(base_labels)},
+        "stringData": secret_data,
+    }
     return KubernetesRequest(
         app_id=app_id, app_name=app.name, session=session, namespace=ns, service=service, jobs=jobs, roles=shape,
         needs=needs, dns=opts.dns, gang_timeout=opts.gang_timeout, grace_period=opts.grace_period,
         app_dir=f"{app_dir_root}/{app_id}", spec=app.to_dict(), kubeconfig=opts.kubeconfig, context=opts.context,
+        secret=secret,
     )
 
 
@@ -412,7 +470,7 @@ def rank0_names(job: dict[str, Any]) -> list[str]:
     ``socket.getfqdn()`` returns inside it, hence what torch's c10d rendezvous advertises)."""
     dns = job["metadata"]["annotations"].get(ANN_RANK0)  # "<host>.<app_id>"
     if not dns:  # a request saved before the annotation existed: the env still holds the DNS name
-        env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+        env = {e["name"]: e.get("value", "") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
         dns = env[RANK0_VAR].replace("$$", "$")
     short = dns.split(".", 1)[0]
     svc = f"{dns}.{job['metadata']['namespace']}.svc"
@@ -459,15 +517,21 @@ def retried(job: dict[str, Any], app_id: str, attempt: int) -> dict[str, Any]:
     return out
 
 
+#: plain words a YAML 1.1 reader takes for booleans or null (compared lower-case)
+_YAML11_WORDS = {"y", "n", "yes", "no", "true", "false", "on", "off", "null", "~"}
+
+
 def _yaml(obj: Any, indent: int = 0) -> list[str]:
-    """A small YAML writer (block style, JSON-quoted scalars): exact and needs no YAML library."""
+    """A small YAML writer (block style, every string value quoted): exact under YAML 1.1 and 1.2 readers, and
+    needs no YAML library. Keys stay plain only when they are plain identifiers no reader takes for anything else."""
     pad = "  " * indent
     lines: list[str] = []
     if isinstance(obj, dict):
         if not obj:
             return [pad + "{}"]
         for k, v in obj.items():
-            key = json.dumps(k) if not re.fullmatch(r"[A-Za-z0-9_./-]+", k) else k
+            plain = re.fullmatch(r"[A-Za-z][A-Za-z0-9_./-]*", k) and k.lower() not in _YAML11_WORDS
+            key = k if plain else _quoted(k)
             if isinstance(v, (dict, list)) and v:
                 lines.append(f"{pad}{key}:")
                 lines += _yaml(v, indent + 1)
@@ -493,10 +557,7 @@ def _scalar(v: Any) -> str:
         return json.dumps(v)
     if isinstance(v, (dict, list)):
         return json.dumps(v)
-    s = str(v)
-    if re.fullmatch(r"[A-Za-z_/][A-Za-z0-9_./-]*", s) and s not in ("true", "false", "null", "yes", "no", "on", "off"):
-        return s
-    return _quoted(s)
+    return _quoted(str(v))  # every string: YAML 1.1 reads plain yes/On/NO/Null/0x1f/1_000 as something else
 
 
 def _quoted(s: str) -> str:
@@ -533,5 +594,5 @@ def format_request(req: KubernetesRequest) -> str:
         what = "build" if b.get("build") else "reuse (already built)"
         head.append(f"# workspace image of role '{b['role']}': {what} {b['tag']} on {b['base_image']} "
                     f"from {b['snapshot']} (local Docker engine, the kubelet's runtime: no registry)")
-    docs = [to_yaml(req.service)] + [to_yaml(j) for j in req.jobs]
+    docs = [to_yaml(req.service)] + ([to_yaml(req.secret)] if req.secret else []) + [to_yaml(j) for j in req.jobs]
     return "\n".join(head) + "\n---\n" + "---\n".join(docs)

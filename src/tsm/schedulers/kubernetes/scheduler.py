@@ -1,46 +1,43 @@
 """KubernetesScheduler: the interface, gluing the pure request/status modules to the API client.
 
-Local store ``$TSM_HOME/kubernetes/<app_id>/``: ``request.json`` (the manifests, to recreate Jobs for
-ROLE/APPLICATION retries: the retry count itself lives on the objects, label ``tsm/attempt``), ``app.json``
-(the :class:`AppRecord`), ``logs/<host>/<attempt>-<created>-<pod>.log`` (each pod's log with Kubernetes'
-timestamps, snapshotted before tsm deletes the pod) and ``final.json`` (the last status, written when the
-app's objects are deleted: by ``cancel``, a final failure, the gang timeout, or cleanup).
+Local store ``$TSM_HOME/kubernetes/<app_id>/`` (:class:`~tsm.schedulers.common.appdir.AppDir`: private files,
+written whole): ``request.json`` (the manifests, to recreate Jobs for ROLE/APPLICATION retries),
+``attempts.json`` (the try each role is on; the new Jobs carry it too, label ``tsm/attempt``), ``app.json``
+(the :class:`AppRecord`), ``logs/<host>/<attempt>-<created>-<pod>.log`` (each pod's log, snapshotted before
+tsm deletes the pod: :mod:`.logs`) and ``final.json`` (the last status and the app's start and end, written
+when the app's objects are deleted: by ``cancel``, a final failure, the gang timeout, or cleanup).
+
+**Status looks act.** Each look at an app (``describe``, ``wait``, ``status``, a view's refresh) is the kit's
+controller step (:mod:`tsm.schedulers.common.controller`): observe (one owner-scoped pod list), decide (pure),
+act (:meth:`KubernetesScheduler.act`): a ROLE/APPLICATION retry replaces the failed scope's Jobs; an app
+that ended (success, a final failure, the gang timeout) has its logs and final status kept and every object
+deleted. Only an app whose request this ``$TSM_HOME`` holds is acted on; any other is only reported.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-import json
 import os
-import shutil
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tsm.errors import (
-    InvalidRunOptionError,
-    NotSupportedError,
-    SchedulerError,
-    SubmissionError,
-)
-from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
-from tsm.schedulers.common.logs import (
-    check_log_target,
-    decode,
-    filter_regex,
-    in_window,
-    replica_counts,
-    split_lines,
-    split_lines_iterator,
-    utf8_chunks,
-)
-from tsm.schedulers.common.record import AppRecord, ended_status, load_final, save_final, with_record
+from tsm.errors import InvalidRunOptionError, SchedulerError, SubmissionError
+from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler
+from tsm.schedulers.common.appdir import AppDir, kept_status, list_rows
+from tsm.schedulers.common.controller import Decision, Finish, Retry, decide, shapes
+from tsm.schedulers.common.errors import is_status
+from tsm.schedulers.common.failure import failure_of
+from tsm.schedulers.common.owner import owner
+from tsm.schedulers.common.polling import poll_until
+from tsm.schedulers.common.record import AppRecord, ended_status, with_record
+from tsm.schedulers.common.status import AppStatusView
 from tsm.schedulers.common.watcher import StatusWatcher
 from tsm.schedulers.kubernetes.client import KubeClient
+from tsm.schedulers.kubernetes.logs import KubernetesLogs
 from tsm.schedulers.kubernetes.request import (
     ANN_CREATED,
     ANN_ROLE,
@@ -51,7 +48,6 @@ from tsm.schedulers.kubernetes.request import (
     KubernetesRequest,
     build_request,
     format_request,
-    host_name,
     retried,
     validate,
     with_own_ip_as_rank0,
@@ -71,12 +67,11 @@ from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.store import tsm_home
 from tsm.workspace.api import WorkspaceBuilder
-from tsm.workspace.image import ImagePlan, build_image, docker_client, plan_image
+from tsm.workspace.image import ImageEngine, ImagePlan, build_image, plan_image
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from tsm.schedulers.docker.client import DockerClient
-    from tsm.views.snapshot import AppView as ViewApp
+    from tsm.schedulers.common.viewmodel import AppSummary as ViewApp
 
 
 #: seconds a Service without any pod is left alone by :meth:`KubernetesScheduler.cleanup` (its Jobs' pods
@@ -88,15 +83,18 @@ def store_root() -> Path:
     return tsm_home() / "kubernetes"
 
 
-class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
+class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], WorkspaceBuilder[None], BatchedViews):
     """Runs each replica as a ``batch/v1`` Job behind one headless Service (see :mod:`tsm.schedulers.kubernetes`).
+
+    Capabilities: ``WorkspaceBuilder`` (below) and ``BatchedViews`` (one pod list per view refresh). Not
+    ``SizedPlacement``: a role without a resource gets no requests or limits.
 
     ``--workspace``: the first role's image becomes an image of the workspace built on it by the local Docker
     engine (:mod:`tsm.workspace.image`: content-hash tag, reused when unchanged), which the kubelet runs
     without a registry when its runtime is that engine (dockershim on this machine, as ``scripts/k8s-up``).
-    """
 
-    requires_resource = False
+    ``client`` is the seam to the cluster (tests pass a client of ``tests/schedulers/kubernetes/fake_kube.py``).
+    """
 
     def __init__(self, session_name: str, namespace: str = "default", kubeconfig: str | None = None,
                  context: str | None = None, client: KubeClient | None = None) -> None:
@@ -108,7 +106,7 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
             self._where = (client.namespace, kubeconfig, context)
         self._watcher = self._new_watcher()
         self._lock = threading.Lock()
-        self._docker: DockerClient | None = None
+        self._docker: ImageEngine | None = None
 
     def _new_watcher(self) -> StatusWatcher[DescribeAppResponse]:
         return StatusWatcher(self._snapshot, self._lookup, is_terminal=lambda d: d.state.is_terminal)
@@ -139,7 +137,7 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[KubernetesRequest]:
         opts = KubernetesOptions.from_cfg(cfg)
-        req = build_request(app, opts, self.session_name, str(store_root()), time.time())
+        req = build_request(app, opts, self.session_name, str(store_root()), time.time(), owner())
         plans = [p for p in (ImagePlan.from_metadata(r) for r in app.roles) if p is not None]
         if plans and opts.image_pull_policy == "Always":
             raise InvalidRunOptionError(
@@ -150,9 +148,9 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
         return AppDryRunInfo(request=req, fmt=format_request)
 
     # -- workspaces --------------------------------------------------------------------------------------
-    def _docker_client(self) -> DockerClient:
+    def _docker_client(self) -> ImageEngine:
         if self._docker is None:
-            self._docker = docker_client()
+            self._docker = ImageEngine()
         return self._docker
 
     def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]) -> None:
@@ -200,14 +198,15 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
                 build_image(ImagePlan(**b), self._docker_client())
             except SchedulerError as e:
                 raise SubmissionError(f"app {req.app_id}: workspace image of role '{b['role']}': {e}") from e
-        app_dir = Path(req.app_dir)
-        app_dir.mkdir(parents=True, exist_ok=True)
-        (app_dir / "request.json").write_text(req.to_json())
+        d = self._dir(req.app_id)
         app = dryrun_info.app or AppDef.from_dict(req.spec)
-        (app_dir / "app.json").write_text(AppRecord("kubernetes", req.session, app, os.getcwd(), {}).to_json())
+        d.save_submission(req.to_json(), AppRecord("kubernetes", req.session, app, os.getcwd(), {}))
         try:
             svc = client.create_service(req.service)
-            (app_dir / "service-uid").write_text(svc["metadata"]["uid"])
+            uid = svc["metadata"]["uid"]
+            d.write("service-uid", uid)
+            if req.secret:  # the env values, owned by the Service: deleted with it
+                client.create_secret(with_owner(req.secret, uid, req.app_id))
             self._watcher.submitted(req.app_id)
             self._create_jobs(req, client, req.jobs)
         except SchedulerError as e:
@@ -220,10 +219,10 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
     def _dns(self, req: KubernetesRequest, client: KubeClient) -> bool:
         if req.dns != "auto":
             return req.dns == "yes"
-        flag = Path(req.app_dir) / "dns"
-        if not flag.exists():
-            flag.write_text("yes" if client.has_dns() else "no")
-        return flag.read_text() == "yes"
+        d = self._dir(req.app_id)
+        if d.read("dns") is None:
+            d.write("dns", "yes" if client.has_dns() else "no")
+        return d.read("dns") == "yes"
 
     def _create_jobs(self, req: KubernetesRequest, client: KubeClient, jobs: builtins.list[dict[str, Any]]) -> None:
         """Create ``jobs`` owned by the Service; without DNS, rank 0 first, then its pod IP to the others.
@@ -232,7 +231,7 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
         IP plus ``hostAliases`` for rank 0's host names, since a rendezvous (torch's c10d) advertises the
         host's FQDN, which only the cluster DNS would otherwise resolve.
         """
-        uid = (Path(req.app_dir) / "service-uid").read_text()
+        uid = self._dir(req.app_id).read("service-uid") or ""
         rest = list(jobs)
         ip = ""
         if len(req.jobs) > 1 and not self._dns(req, client):
@@ -243,60 +242,57 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
                 try:
                     client.create_job(with_owner(with_own_ip_as_rank0(first), uid, req.app_id))
                 except SchedulerError as e:
-                    if "(409)" not in str(e):
+                    if not is_status(e, 409):  # 409: another process watching the app created it first
                         raise
             ip = self._rank0_ip(req, client)
         for j in rest:
             try:
                 client.create_job(with_owner(with_rank0(j, ip) if ip else j, uid, req.app_id))
             except SchedulerError as e:
-                if "(409)" not in str(e):  # 409: another process watching the app created it first
+                if not is_status(e, 409):  # 409: another process watching the app created it first
                     raise
 
     def _rank0_ip(self, req: KubernetesRequest, client: KubeClient) -> str:
         """Rank 0's pod IP once it has one (the sandbox exists), within the gang timeout."""
-        deadline = time.monotonic() + req.gang_timeout
-        pause = 0.1
-        while time.monotonic() < deadline:
+        role0 = req.roles[0][0]
+
+        def ip() -> str | None:
             pods = [from_json(p) for p in client.list_pods(req.app_id)]
-            role0 = req.roles[0][0]
-            floor = self._attempts(req.app_id).get(role0, 0)
+            floor = self._dir(req.app_id).attempts().get(role0, 0)
             mine = [p for p in pods if p.role == role0 and p.replica_id == 0 and not p.deleting and p.attempt >= floor]
             latest = max(mine, key=lambda p: (p.attempt, p.created), default=None)
-            if latest is not None and latest.ip:
-                return latest.ip
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
-        return ""  # the gang timeout will fail the app with rank 0's reason
+            return latest.ip if latest is not None and latest.ip else None
 
-    # -- status -------------------------------------------------------------------------------------------
-    def _app_dir(self, app_id: str) -> Path:
-        return store_root() / app_id
+        return poll_until(ip, req.gang_timeout, initial=0.1, cap=1.0) or ""  # "": the gang timeout fails the app
+
+    # -- status: observe -> decide -> act -------------------------------------------------------------
+    def _dir(self, app_id: str) -> AppDir:
+        return AppDir(store_root(), app_id)
 
     def _request(self, app_id: str) -> KubernetesRequest | None:
+        """The request this home submitted for ``app_id``; None for an app it did not submit."""
+        text = self._dir(app_id).request_json()
         try:
-            return KubernetesRequest.from_json((self._app_dir(app_id) / "request.json").read_text())
-        except (OSError, ValueError, TypeError, KeyError):
+            return KubernetesRequest.from_json(text) if text else None
+        except (ValueError, TypeError, KeyError):
             return None
 
     def _snapshot(self) -> dict[str, DescribeAppResponse]:
         out: dict[str, DescribeAppResponse] = {}
         pods = [from_json(p) for p in self.client.list_pods()]
         for app_id, view in group(pods).items():
-            if (self._app_dir(app_id) / "cancelling").exists() or (self._app_dir(app_id) / "final.json").exists():
+            d = self._dir(app_id)
+            if d.cancelling or d.exists("final.json"):
                 continue  # final.json answers (through lookup)
-            out[app_id] = self._settle(view)
+            out[app_id] = self._look(view)
         return out
 
     def _lookup(self, ids: builtins.list[str]) -> dict[str, DescribeAppResponse]:
         out = {}
         for app_id in ids:
-            d = self._final(app_id)
-            if d is not None:
-                out[app_id] = d
-                continue
-            if (self._app_dir(app_id) / "cancelling").exists():
-                out[app_id] = DescribeAppResponse(app_id=app_id, state=AppState.RUNNING, msg="being cancelled")
+            kept = kept_status(self._dir(app_id))
+            if kept is not None:
+                out[app_id] = kept
                 continue
             req = self._request(app_id)
             if req is None:
@@ -304,84 +300,66 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
             client = self._client_of(req)
             pods = [from_json(p) for p in client.list_pods(app_id)]
             view = AppView(app_id, req.roles, float(req.service["metadata"]["annotations"][ANN_CREATED]), pods)
-            out[app_id] = self._settle(view)
+            out[app_id] = self._look(view)
         return out
 
     def _final(self, app_id: str) -> DescribeAppResponse | None:
-        return load_final(self._app_dir(app_id))
+        return self._dir(app_id).final()
 
-    def _describe_view(self, view: AppView) -> DescribeAppResponse:
-        st = app_status(view)
+    def _describe_view(self, view: AppView, st: AppStatusView | None = None) -> DescribeAppResponse:
+        st = st or app_status(view)
         return DescribeAppResponse(app_id=view.app_id, state=st.state, msg=st.msg, num_restarts=st.num_restarts,
-                                   created=view.created, roles_statuses=st.roles)
+                                   created=view.created, roles_statuses=st.roles,
+                                   structured_error_msg=failure_of(st.state, st.msg, st.roles))
 
-    def _settle(self, view: AppView) -> DescribeAppResponse:
-        """The app's status; acts on it: ROLE/APPLICATION retries, gang timeout, final failure (delete)."""
+    def _look(self, view: AppView) -> DescribeAppResponse:
+        """One controller step: observe (``view``, less the pods of tries already replaced), decide, act."""
         req = self._request(view.app_id)
-        if req is None:  # not submitted from this machine: report only
+        if req is None:  # not submitted from this home: report only
             return self._describe_view(view)
-        attempts = self._attempts(view.app_id)
-        # pods of a try tsm has already replaced (being deleted) are not the replica any more
+        attempts = self._dir(view.app_id).attempts()
         view = AppView(view.app_id, view.roles, view.created,
                        [p for p in view.pods if p.attempt >= attempts.get(p.role, 0)])
         st = app_status(view)
-        if st.state == AppState.FAILED and st.first_failure is not None:
-            role_name = st.first_failure[0]
-            shape = {r[0]: r for r in view.roles}
-            _, _, max_retries, policy = shape.get(role_name, [role_name, 1, 0, "APPLICATION"])
-            scope = [role_name] if policy == "ROLE" else [r[0] for r in view.roles]
-            attempt = max(attempts.get(r, 0) for r in scope)
-            if policy in ("APPLICATION", "ROLE") and attempt < int(max_retries):
-                self._retry(req, view, role_name if policy == "ROLE" else None, attempt + 1)
-                return DescribeAppResponse(app_id=view.app_id, state=AppState.RUNNING, created=view.created,
-                                           num_restarts=st.num_restarts + 1, msg=f"retrying after {st.msg}")
-            desc = self._describe_view(view)
+        latest = [p.created for p in view.pods if p.attempt == view.attempt]
+        since = max(view.created or 0.0, min(latest, default=0.0))
+        decision = decide(st, shapes(view.roles), attempts, owned=True, gang_timeout=req.gang_timeout,
+                          waiting_since=since, now=time.time())
+        return self.act(req, view, st, decision)
+
+    def act(self, req: KubernetesRequest, view: AppView, st: AppStatusView, decision: Decision) -> DescribeAppResponse:
+        """Do what :func:`~tsm.schedulers.common.controller.decide` said (this home's apps only): a
+        :class:`Retry` deletes the scope's Jobs and makes them anew; a :class:`Finish` keeps the logs and the
+        final status (replicas still running: CANCELLED after a failure, FAILED by a gang timeout) and
+        deletes every object of the app. Returns the status to report."""
+        if isinstance(decision, Retry):
+            self._retry(req, view, decision.roles, decision.attempt)
+            return DescribeAppResponse(app_id=view.app_id, state=AppState.RUNNING, created=view.created,
+                                       num_restarts=st.num_restarts + 1, msg=f"retrying after {decision.why}")
+        desc = self._describe_view(view, st)
+        if isinstance(decision, Finish):
+            desc.state, desc.msg = decision.state, decision.msg
             for rs in desc.roles_statuses:
                 for r in rs.replicas:
-                    if not r.state.is_terminal:
-                        r.state, r.error_msg = AppState.CANCELLED, f"stopped: {desc.msg}"
-            self._finish(req, desc, view.pods)
-            return desc
-        if st.state in (AppState.PENDING, AppState.RUNNING) and not st.all_started:
-            latest = [p.created for p in view.pods if p.attempt == view.attempt]
-            since = max(view.created or 0.0, min(latest, default=0.0))
-            if since and time.time() - since > req.gang_timeout:
-                why = st.pending_reason or "not scheduled"
-                msg = f"not every replica was Running within gang_timeout={req.gang_timeout:g}s: {why}"
-                desc = self._describe_view(view)
-                desc.state, desc.msg = AppState.FAILED, msg
-                for rs in desc.roles_statuses:
-                    for r in rs.replicas:
-                        if not r.state.is_terminal:
-                            r.state, r.error_msg = AppState.FAILED, r.error_msg or msg
-                self._finish(req, desc, view.pods)
-                return desc
-        desc = self._describe_view(view)
-        if desc.state == AppState.SUCCEEDED:
+                    if decision.gang and not r.state.is_terminal:
+                        r.state, r.error_msg = AppState.FAILED, r.error_msg or decision.msg
+                    elif decision.stop and not r.state.is_terminal:
+                        r.state, r.error_msg = AppState.CANCELLED, f"stopped: {decision.msg}"
+            desc.structured_error_msg = failure_of(desc.state, desc.msg, desc.roles_statuses)
             self._finish(req, desc, view.pods)
         return desc
 
-    def _attempts(self, app_id: str) -> dict[str, int]:
-        """``{role: n}``: the ROLE/APPLICATION try each role is on (0 when never retried)."""
-        try:
-            data = json.loads((self._app_dir(app_id) / "attempts.json").read_text())
-        except (OSError, ValueError):
-            return {}
-        return {str(k): int(v) for k, v in data.items()}
-
-    def _retry(self, req: KubernetesRequest, view: AppView, role: str | None, attempt: int) -> None:
-        """Delete the role's (``role``) or app's (None) Jobs, logs snapshotted, and create them anew.
+    def _retry(self, req: KubernetesRequest, view: AppView, roles: Sequence[str], attempt: int) -> None:
+        """Delete the Jobs of ``roles``, logs snapshotted, and create them anew as try ``attempt``.
 
         The new try is recorded first (``attempts.json``), so a refresh that still sees the old pods while
         they are being deleted does not retry again; the new Jobs carry ``tsm/attempt`` too.
         """
         client = self._client_of(req)
-        roles = [role] if role is not None else [r[0] for r in req.roles]
-        attempts = self._attempts(req.app_id)
+        d = self._dir(req.app_id)
+        attempts = d.attempts()
         attempts.update(dict.fromkeys(roles, attempt))
-        tmp = Path(req.app_dir) / "attempts.json.tmp"
-        tmp.write_text(json.dumps(attempts))
-        tmp.replace(Path(req.app_dir) / "attempts.json")
+        d.set_attempts(attempts)
         for p in view.pods:
             if p.role in roles:
                 self._snapshot_log(req.app_id, client, p)
@@ -391,28 +369,20 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
         self._create_jobs(req, client, [retried(j, req.app_id, attempt) for j in jobs])
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        return with_record(self._watcher.get(app_id), self._app_dir(app_id) / "app.json")
+        """The app's status from one pod list shared by every app of the process.
+
+        A look is a controller step (:meth:`act`, see the module doc): for an app this home submitted it
+        may retry Jobs, or delete every object of an app that has ended (its logs and status kept here).
+        """
+        return with_record(self._watcher.get(app_id), self._dir(app_id).path / "app.json")
 
     def list(self) -> builtins.list[ListAppResponse]:
-        rows = {a: ListAppResponse(a, d.state, name=a.rsplit("-", 1)[0], created=d.created)
-                for a, d in self._watcher.all().items()}
-        root = store_root()
-        if root.is_dir():
-            for entry in os.scandir(root):
-                if entry.name not in rows:
-                    d = self._final(entry.name)
-                    if d is None and (Path(entry.path) / "cancelling").exists():
-                        d = DescribeAppResponse(app_id=entry.name, state=AppState.RUNNING)
-                    elif d is None and (Path(entry.path) / "request.json").exists():
-                        d = self._watcher.get(entry.name)  # just submitted: its pods are not made yet
-                    if d is not None:
-                        rows[entry.name] = ListAppResponse(entry.name, d.state, name=entry.name.rsplit("-", 1)[0],
-                                                           created=d.created)
-        return sorted(rows.values(), key=lambda r: -(r.created or 0))
+        # an app just submitted whose pods are not made yet is asked of the watcher (its lookup reads the request)
+        return list_rows(store_root(), self._watcher.all(), self._watcher.get)
 
     # -- views (tsm top / tsm serve) ----------------------------------------------------------------------
     def view_snapshot(self, app_ids: Sequence[str]) -> builtins.list[ViewApp]:
-        """The views' batched refresh (:class:`tsm.views.snapshot.BatchSnapshot`): every app of ``app_ids``
+        """The views' batched refresh (:class:`tsm.schedulers.api.BatchedViews`): every app of ``app_ids``
         this scheduler knows, from ONE label-selected pod list per namespace (one in practice, whatever the
         number of apps and replicas) plus, when the cluster serves ``metrics.k8s.io``, one pod-metrics list.
 
@@ -446,21 +416,21 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
                     view = AppView(app_id, req.roles, float(req.service["metadata"]["annotations"][ANN_CREATED]), [])
                 elif req is not None:
                     view.roles = req.roles
-                if (self._app_dir(app_id) / "cancelling").exists():
+                if self._dir(app_id).cancelling:
                     desc = DescribeAppResponse(app_id=app_id, state=AppState.RUNNING, msg="being cancelled",
                                                created=view.created, roles_statuses=app_status(view).roles)
                 else:
-                    desc = self._settle(view)
+                    desc = self._look(view)
                 out.append(self._view_of(desc, _pods_by_replica(view), usage, req.app_name if req else None))
         return out
 
     def _view_of(self, desc: DescribeAppResponse, pods: dict[tuple[str, int], Pod],
                  usage: dict[str, tuple[float, float]] | None, name: str | None) -> ViewApp:
-        """One app as the views show it: ``desc`` (:func:`~tsm.views.snapshot.view_of_describe`, requests
+        """One app as the views show it: ``desc`` (:func:`~tsm.schedulers.common.viewmodel.view_of_describe`, requests
         from the submitted app) plus, per replica, its pod's IP, requests, start and end, and usage."""
-        from tsm.views.snapshot import requests_of, view_of_describe
+        from tsm.schedulers.common.viewmodel import requests_of, view_of_describe
 
-        record = AppRecord.load(self._app_dir(desc.app_id) / "app.json")
+        record = self._dir(desc.app_id).record()
         reqs = requests_of(record.app.to_dict()) if record is not None else {}
         view = view_of_describe(desc, "kubernetes", name=name or desc.app_id.rsplit("-", 1)[0], reqs=reqs)
         started: builtins.list[float] = []
@@ -483,19 +453,20 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
             (r.error for r in view.replicas if r.error), "")
         view.started = min(started) if started else None
         view.ended = (max(ended) if ended else None) if desc.state.is_terminal else None
+        if not pods and desc.state.is_terminal:  # its pods are gone: the final status kept when it started and ended
+            view.started, view.ended = self._dir(desc.app_id).final_times()
         return view
 
     # -- cancel / finish -----------------------------------------------------------------------------------
     def cancel(self, app_id: str) -> None:
+        """Delete every object of the app (pods get ``grace_period`` after SIGTERM), its logs and final
+        status kept. Only this owner's objects are seen: another user's app is unknown here."""
         current = self.describe(app_id)
         if current is None or current.state.is_terminal:
             return
         req = self._request(app_id)
         client = self._client_of(req)
-        app_dir = self._app_dir(app_id)
-        app_dir.mkdir(parents=True, exist_ok=True)
-        (app_dir / "cancelling").touch()
-        try:
+        with self._dir(app_id).cancel_marker():
             pods = [from_json(p) for p in client.list_pods(app_id)]
             desc = DescribeAppResponse(app_id=app_id, state=AppState.CANCELLED, msg="cancelled", created=current.created,
                                        num_restarts=current.num_restarts, roles_statuses=current.roles_statuses)
@@ -503,27 +474,27 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
                 for r in rs.replicas:
                     if r.state != AppState.SUCCEEDED:
                         r.state, r.error_msg = AppState.CANCELLED, "cancelled"
-            grace = req.grace_period if req else 10
             if req is not None:
-                self._finish(req, desc, pods, grace=grace)
+                self._finish(req, desc, pods, grace=req.grace_period)
             else:
-                client.delete_app(app_id, grace)
-        finally:
-            with contextlib.suppress(OSError):
-                (app_dir / "cancelling").unlink()
+                client.delete_app(app_id, 10)
         self._watcher.invalidate()
 
     def _finish(self, req: KubernetesRequest, desc: DescribeAppResponse, pods: builtins.list[Pod],
                 grace: int = 0) -> None:
-        """Snapshot every pod's log, write the final status, then delete the app's objects (all of them)."""
+        """Snapshot every pod's log, write the final status (with the app's start and end), then delete the
+        app's objects (all of them)."""
         client = self._client_of(req)
         for p in pods:
             self._snapshot_log(req.app_id, client, p)
-        save_final(Path(req.app_dir), desc)
+        starts = [p.started for p in pods if p.started]
+        ends = [p.finished for p in pods if p.finished]
+        self._dir(req.app_id).save_final(desc, min(starts) if starts else None, max(ends) if ends else None)
         client.delete_app(req.app_id, grace)
 
     def _write_final(self, req: KubernetesRequest, state: AppState, msg: str) -> None:
-        save_final(Path(req.app_dir), ended_status(req.app_id, req.roles, state, msg))
+        now = time.time()
+        self._dir(req.app_id).save_final(ended_status(req.app_id, req.roles, state, msg), now, now)
 
     def remove(self, app_id: str) -> bool:
         """Delete the app's objects and everything kept of it in ``$TSM_HOME``."""
@@ -532,16 +503,13 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
         if req is not None:
             self._client_of(req).delete_app(app_id, 0)
             found = True
-        app_dir = self._app_dir(app_id)
-        if app_dir.exists():
-            shutil.rmtree(app_dir, ignore_errors=True)
-            found = True
+        found = self._dir(app_id).remove() or found
         self._watcher = self._new_watcher()
         return found
 
     def cleanup(self, include_running: bool = False, older_than: float = 0.0,
                 dry_run: bool = False) -> builtins.list[str]:
-        """Delete what is left on the cluster of ended tsm apps of the namespace; returns their app ids.
+        """Delete what is left on the cluster of this owner's ended tsm apps of the namespace; returns their ids.
 
         Normally an app is deleted as soon as tsm sees it end; objects stay behind when nothing watched
         it to the end (the launcher was killed, ``tsm run --detach`` never looked again) or when it was
@@ -595,93 +563,6 @@ class KubernetesScheduler(Scheduler[KubernetesRequest], WorkspaceBuilder[None]):
         self._watcher.invalidate()
         return done
 
-    # -- logs ---------------------------------------------------------------------------------------------
-    def _log_file(self, app_id: str, p: Pod) -> Path:
-        return self._app_dir(app_id) / "logs" / host_name(p.role, p.replica_id) / f"{p.attempt:03d}-{p.created:.3f}-{p.name}.log"
-
-    def _snapshot_log(self, app_id: str, client: KubeClient, p: Pod) -> None:
-        """Copy a pod's log into the store: as written (``.log``) and with Kubernetes' timestamps (``.ts``,
-        for since/until: the runtime cuts lines over 16 KiB and stamps each part, so only the plain copy is exact)."""
-        path = self._log_file(app_id, p)
-        if path.exists():
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stamped = client.log(p.name, timestamps=True)
-        plain = client.log(p.name)
-        for target, data in ((path.with_suffix(".ts"), stamped), (path, plain)):
-            tmp = target.with_suffix(".tmp")
-            tmp.write_bytes(data)
-            tmp.replace(target)
-
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterator[str]:
-        req = self._request(app_id)
-        roles = replica_counts(req.roles if req else None, lambda: self.describe(app_id))
-        check_log_target("kubernetes", app_id, roles, role_name, k)
-        if streams is not None and Stream(streams) != Stream.COMBINED:
-            raise NotSupportedError(
-                "Kubernetes keeps a container's stdout and stderr in one log: only the combined stream can be "
-                f"read (drop --streams {Stream(streams).value}, or write the streams to files in the job)"
-            )
-        return filter_regex(regex, self._lines(app_id, role_name, k, since, until, should_tail))
-
-    def _lines(self, app_id: str, role: str, k: int, since: datetime | None, until: datetime | None,
-               tail: bool) -> Iterator[str]:
-        req = self._request(app_id)
-        client = self._client_of(req)
-
-        def live_pods() -> builtins.list[Pod]:
-            if self._final(app_id) is not None:
-                return []
-            mine = [p for p in (from_json(x) for x in client.list_pods(app_id)) if p.role == role and p.replica_id == k]
-            return sorted(mine, key=lambda p: (p.attempt, p.created, p.name))
-
-        live = live_pods()
-        if tail and not live:  # following a replica whose pod is not made yet: wait for it or the app's end
-            deadline = time.monotonic() + 600
-            while not live and time.monotonic() < deadline:
-                now = self.describe(app_id)
-                if now is None or now.state.is_terminal:
-                    break
-                time.sleep(0.5)
-                live = live_pods()
-        d = self._app_dir(app_id) / "logs" / host_name(role, k)
-        saved = sorted(d.glob("*.log")) if d.is_dir() else []
-        live_files = {self._log_file(app_id, p).name for p in live}
-        window = since is not None or until is not None
-
-        def saved_lines(f: Path) -> Iterator[str]:
-            if window:
-                return _stamped_lines(f.with_suffix(".ts").read_bytes(), since, until)
-            return iter(split_lines(decode(f.read_bytes())))
-
-        for f in saved:
-            if f.name not in live_files:
-                yield from saved_lines(f)
-        for i, p in enumerate(live):
-            f = self._log_file(app_id, p)
-            if f.exists():
-                yield from saved_lines(f)
-                continue
-            last = i == len(live) - 1
-            if tail and last and until is None:
-                s = int(time.time() - since.timestamp()) + 1 if since else None
-                yield from _follow(self, client, app_id, p, s)
-                return
-            if window:
-                yield from _stamped_lines(client.log(p.name, timestamps=True), since, until)
-            else:
-                yield from split_lines(decode(client.log(p.name)))
-
     def close(self) -> None:
         for c in self._clients.values():
             c.close()
@@ -695,45 +576,6 @@ def _pods_by_replica(view: AppView) -> dict[tuple[str, int], Pod]:
         by.setdefault((p.role, p.replica_id), []).append(p)
     return {k: pod for k, pods in by.items() if (pod := latest_pod(pods)) is not None}
 
-
-def _follow(sched: KubernetesScheduler, client: KubeClient, app_id: str, p: Pod, since: int | None) -> Iterator[str]:
-    """Follow a live pod: wait until its container started, then stream until it ends."""
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        cur = next((from_json(x) for x in client.list_pods(app_id) if x["metadata"]["name"] == p.name), None)
-        if cur is None or cur.phase != "Pending":
-            break
-        time.sleep(0.5)
-    try:
-        chunks = (decode(b) for b in utf8_chunks(client.follow(p.name, since=since)))
-        yield from split_lines_iterator(chunks)
-    except SchedulerError:  # the pod went away (the app ended and was deleted): its snapshot has the log
-        f = sched._log_file(app_id, p)
-        if not f.exists():
-            raise
-        yield from split_lines(decode(f.read_bytes()))
-
-
-def _stamped_lines(raw: bytes, since: datetime | None, until: datetime | None) -> Iterator[str]:
-    """Lines of a log read with ``timestamps=true`` (``<RFC3339Nano> <line>``), stamps removed, in the window."""
-    if not raw:
-        return
-    out = bytearray()
-    for line in raw.split(b"\n")[: -1 if raw.endswith(b"\n") else None]:
-        head, _, body = line.partition(b" ")
-        if since is not None or until is not None:
-            try:
-                text = head.decode().rstrip("Z")
-                base, _, frac = text.partition(".")
-                when: float | None = datetime.fromisoformat(base + "+00:00").timestamp() + float("0." + (frac[:6] or "0"))
-            except ValueError:
-                when = None
-            if not in_window(when, since, until):
-                continue
-        out += body + b"\n"
-    if raw and not raw.endswith(b"\n") and out:
-        out = out[:-1]  # the last line had no newline
-    yield from split_lines(decode(bytes(out)))
 
 
 __all__ = ["RANK0_VAR", "KubernetesScheduler"]

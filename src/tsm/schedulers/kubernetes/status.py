@@ -55,7 +55,13 @@ def latest_pod(pods: list[Pod]) -> Pod | None:
     if not pods:
         return None
     latest = max(p.attempt for p in pods)
-    return max((p for p in pods if p.attempt == latest), key=lambda p: (p.created, p.name))
+    return max((p for p in pods if p.attempt == latest), key=_newest)
+
+
+def _newest(p: Pod) -> tuple[float, bool, str]:
+    """Order of a replica's pods, oldest first. Creation times have whole seconds: a Job makes the next pod
+    only after the last one failed, so of two made in the same second the one not Failed is the newer."""
+    return (p.created, p.phase != "Failed", p.name)
 
 
 def parse_time(text: str | None) -> float:
@@ -182,7 +188,7 @@ def replica(pods: list[Pod], role: str, k: int, max_retries: int, policy: str) -
     if not pods:
         return ReplicaStatus(id=k, state=AppState.PENDING, role=role), None
     latest = max(p.attempt for p in pods)
-    mine = sorted((p for p in pods if p.attempt == latest), key=lambda p: (p.created, p.name))
+    mine = sorted((p for p in pods if p.attempt == latest), key=_newest)
     p = mine[-1]
     failed = sum(1 for q in mine if q.phase == "Failed")
     restarts = failed - (1 if p.phase == "Failed" else 0) + p.restarts

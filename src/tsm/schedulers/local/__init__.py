@@ -9,9 +9,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from tsm.schedulers.local.scheduler import LocalScheduler
 
-def create_scheduler(session_name: str, **kwargs: Any) -> Any:
-    """Factory registered as ``local``; imports the scheduler on first use."""
-    from tsm.schedulers.local.scheduler import create_scheduler as create
 
-    return create(session_name, **kwargs)
+def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
+    """Factory registered as ``local``; imports the scheduler on first use. Takes ``backend`` only."""
+    from tsm.schedulers.common.factory import scheduler_params
+    from tsm.schedulers.local.scheduler import LocalScheduler
+
+    params = scheduler_params("local", kwargs, ("backend",))  # any other keyword: an error naming it
+    return LocalScheduler(session_name, str(params.get("backend") or "local"))

@@ -315,3 +315,24 @@ def makedirs_private(path: str) -> None:
                 raise
             continue
         os.chmod(d, 0o700)  # mkdir's mode is masked by the umask; the owner's bits must all be there
+
+
+def set_cmdline(*args: str) -> bool:
+    """Rewrite this process's command line (``/proc/self/cmdline``, what ``ps`` shows) to ``args``, in place.
+
+    For a process forked from the launcher, whose command line would otherwise be the launcher's: a
+    supervisor then still names its app folder, as a spawned one does. The arguments are written over the
+    original argument area (``/proc/self/mem``), cut to fit it; False when that is not possible.
+    """
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2 :].split()
+        start, end = int(fields[45]), int(fields[46])
+        raw = b"\0".join(os.fsencode(a) for a in args)[: end - start - 1]
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            mem.write(raw.ljust(end - start, b"\0"))
+        return True
+    except (OSError, ValueError, IndexError):
+        return False

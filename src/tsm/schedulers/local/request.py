@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError
+from tsm.schedulers.common.interpreter import Interpreter, replica_python
 from tsm.schedulers.common.options import RunOptions, option
 from tsm.specs.api import Role
 
@@ -24,33 +24,34 @@ from tsm.specs.api import Role
 MAX_GRACE_PERIOD = 86400.0
 
 
-def replica_path(prefix: Sequence[str], role_path: str | None) -> str:
+def replica_path(prefix: Sequence[str], role_path: str | None, python: Interpreter | None = None) -> str:
     """The PATH a replica runs with: ``prefix`` (image, current directory) then the role's PATH.
 
-    When the role's env does not set PATH, the launching interpreter's bin directory comes before the
-    caller's PATH, so ``python`` in a replica (``dist.ddp``'s launcher, ``ElasticRole``'s torchrun) is
-    the interpreter that launched the app even from a virtualenv that is not activated. A role that sets
-    PATH gets exactly its own after the prefix.
+    When the role's env does not set PATH, the directory of the replicas' python comes before the caller's
+    PATH: ``python`` (default: :func:`~tsm.schedulers.common.interpreter.replica_python`, the activated
+    environment's, else the interpreter that launched the app even from a virtualenv that is not
+    activated -- the same rule as on Slurm). A role that sets PATH gets exactly its own after the prefix.
     """
     if role_path is not None:
         rest = [role_path]
     else:
-        rest = [os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)]
+        rest = [(python or replica_python()).bin_dir, os.environ.get("PATH", os.defpath)]
     return os.pathsep.join([*prefix, *rest])
 
 
-def python_entrypoint(entrypoint: str, img_root: str) -> list[str]:
-    """The command that starts ``entrypoint``: ``[sys.executable, FILE]`` for a script that can't run alone.
+def python_entrypoint(entrypoint: str, img_root: str, python: Interpreter | None = None) -> list[str]:
+    """The command that starts ``entrypoint``: ``[PYTHON, FILE]`` for a script that can't run alone.
 
     A ``*.py`` entrypoint that is a file of the image (relative to ``img_root``, or absolute) without the
-    execute bit runs with the launching interpreter, as the seed TSM API ran ``.runs("train_main.py")``;
-    anything else is run as given. Decided at dry run, so the dry run shows the command that runs.
+    execute bit runs with the replicas' python (see :func:`replica_path`), as the seed TSM API ran
+    ``.runs("train_main.py")``; anything else is run as given. Decided at dry run, so the dry run shows the
+    command that runs.
     """
     if not entrypoint.endswith(".py"):
         return [entrypoint]
     target = entrypoint if os.path.isabs(entrypoint) else os.path.join(img_root, entrypoint)
     if os.path.isfile(target) and not os.access(target, os.X_OK):
-        return [sys.executable, target]
+        return [(python or replica_python()).path, target]
     return [entrypoint]
 
 
@@ -108,6 +109,10 @@ class LocalOptions(RunOptions):
         True,
     )
     cwd: str | None = option("working directory of replicas whose image is not a directory; default the current one")
+    python: str | None = option(
+        "the python replicas run (an interpreter, its bin directory or an environment's root); default: the "
+        "activated environment's, else the one running tsm (a role's env TSM_PYTHON wins)"
+    )
 
     def check(self) -> None:
         """Refuse a grace period outside 0..MAX_GRACE_PERIOD and a ``cwd`` that is not a directory."""

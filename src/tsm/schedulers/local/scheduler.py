@@ -14,24 +14,35 @@ import os
 import select
 import shutil
 import signal
-import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError, SubmissionError, UnknownAppError
-from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from tsm.schedulers.api import (
+    DescribeAppResponse,
+    DirectoryWorkspaces,
+    EventWait,
+    ListAppResponse,
+    MultiReplicaLogs,
+    Scheduler,
+    Stream,
+)
+from tsm.schedulers.common.failure import structured_error
+from tsm.schedulers.common.interpreter import replica_python
 from tsm.schedulers.common.logs import check_replica
 from tsm.schedulers.local import (
     _os,
+    control,
     logs as _logs,
+)
+from tsm.schedulers.local.control import (  # re-exported: part of this module's face
+    CONNECT_TIMEOUT,
 )
 from tsm.schedulers.local.logs import STDERR, STDOUT, replica_dir
 from tsm.schedulers.local.request import (  # the request types and builders, re-exported here
-    MAX_GRACE_PERIOD,
     LocalOptions,
     LocalReplicaRequest,
     LocalRequest,
@@ -42,6 +53,7 @@ from tsm.schedulers.local.request import (  # the request types and builders, re
     python_entrypoint,
     replica_path,
 )
+from tsm.schedulers.local.view import LocalViews
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus, macros
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import check_exec_size
@@ -56,19 +68,15 @@ if TYPE_CHECKING:
 _TERMINAL = tuple(int(s) for s in AppState if s.is_terminal)
 _TERMINAL_SQL = "(" + ", ".join(map(str, _TERMINAL)) + ")"
 
-#: Seconds ``cancel`` waits past the grace period for the supervisor to end the app before it ends the
-#: app's processes itself (a supervisor that is stopped with SIGSTOP, or hung).
-CANCEL_MARGIN = 5.0
 
-#: Seconds a connection to a supervisor may take before the caller treats it as not there for now.
-CONNECT_TIMEOUT = 5.0
+class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, DirectoryWorkspaces, EventWait):
+    """Runs apps as local processes under a detached supervisor; the default scheduler.
 
-
-class LocalScheduler(Scheduler[LocalRequest]):
-    """Runs apps as local processes under a detached supervisor; the default scheduler."""
-
-    #: Replicas run on this machine whatever their size, so a role without a resource is fine here.
-    requires_resource = False
+    Capabilities: :class:`~tsm.schedulers.local.view.LocalViews` (``DetailedViews``: two store queries per
+    view refresh), ``MultiReplicaLogs`` (``log_iter_many``), ``DirectoryWorkspaces`` (roles run in a
+    directory), ``EventWait`` (the supervisor tells ``wait``). Not ``SizedPlacement``: replicas run on this
+    machine whatever their size, so a role without a resource is fine here.
+    """
 
     def __init__(self, session_name: str, backend: str = "local") -> None:
         super().__init__(backend, session_name)
@@ -112,6 +120,7 @@ class LocalScheduler(Scheduler[LocalRequest]):
                 path_prefix.append(img_root)
             if opts.prepend_cwd:
                 path_prefix.append(os.getcwd())
+            python = replica_python(role.env, opts.python)  # the one rule: tsm.schedulers.common.interpreter
             for i in range(role.num_replicas):
                 r = macros.Values(img_root=img_root, app_id=app_id, replica_id=str(i)).apply(role)
                 env = dict(r.env)
@@ -127,10 +136,10 @@ class LocalScheduler(Scheduler[LocalRequest]):
                 env.setdefault("PYTHONUNBUFFERED", "1")
                 if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
                     env["TORCHX_RANK0_HOST"] = env["TSM_RANK0_HOST"]
-                env["PATH"] = replica_path(path_prefix, r.env.get("PATH"))
+                env["PATH"] = replica_path(path_prefix, r.env.get("PATH"), python)
                 if (role.name, i) in gpus:
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
-                cmd = [*python_entrypoint(r.entrypoint, img_root), *r.args]
+                cmd = [*python_entrypoint(r.entrypoint, img_root, python), *r.args]
                 # what the supervisor will exec: the caller's environment under the replica's own
                 check_exec_size(f"role '{role.name}' replica {i}", cmd, {**os.environ, **env})
                 rreq.replicas.append(LocalReplicaRequest(i, cmd, img_root, env))
@@ -215,56 +224,10 @@ class LocalScheduler(Scheduler[LocalRequest]):
             shutil.rmtree(d, ignore_errors=True)
 
     def _spawn_supervisor(self, req: LocalRequest) -> None:
-        import subprocess
+        """Start the app's supervisor (forked by the launcher, else spawned) and wait until it is ready."""
+        from tsm.schedulers.local.spawn import start_supervisor
 
-        # The supervisor needs only the standard library and tsm, so it starts without site-packages.
-        pkg_parent = str(Path(__file__).resolve().parents[3])
-        code = (
-            "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-            "from tsm.schedulers.local.supervisor import main; sys.exit(main())"
-        )
-        r, w = os.pipe()
-        log = os.open(os.path.join(req.app_dir, "supervisor.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-S", "-c", code, pkg_parent, req.app_dir, str(w)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=log,
-                start_new_session=True, pass_fds=(w,), close_fds=True,
-            )
-        finally:
-            os.close(w)
-            os.close(log)
-        try:
-            ready = b""
-            deadline = time.monotonic() + 30.0
-            poller = select.poll()  # poll, not select: the caller may hold more than 1024 descriptors
-            poller.register(r, select.POLLIN)
-            while not ready and time.monotonic() < deadline:
-                if poller.poll(_ms(deadline - time.monotonic())):
-                    ready = os.read(r, 1) or b"EOF"
-        finally:
-            os.close(r)
-        self._launchers = [p for p in self._launchers if p.poll() is None]
-        self._launchers.append(proc)
-        if ready not in (b"R", b"C"):  # C: cancelled by someone else before it started: not a failure
-            with contextlib.suppress(OSError):
-                proc.kill()
-            detail = ""
-            with contextlib.suppress(OSError):
-                lines = Path(req.app_dir, "supervisor.log").read_text(errors="replace").strip().splitlines()
-                detail = lines[-1] if lines else ""
-            if not detail:
-                rc = proc.poll()
-                detail = f"it exited with code {rc} and no output" if rc is not None else "no answer within 30s"
-            self.store.write([(
-                f"UPDATE local_apps SET state=?, msg=?, ended=? WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
-                (int(AppState.FAILED), f"supervisor failed to start: {detail or 'no output'}", time.time(), req.app_id),
-            )])
-            raise SubmissionError(
-                f"the local supervisor for {req.app_id} failed to start ({detail or 'no output'}); "
-                f"see {req.app_dir}/supervisor.log"
-            )
+        start_supervisor(self, req)
 
     # -- queries -----------------------------------------------------------------------------------
     def _app_row(self, app_id: str) -> Any:
@@ -382,7 +345,7 @@ class LocalScheduler(Scheduler[LocalRequest]):
                 message=error or row["msg"],
                 stderr_tail=stderr_tail(replica_dir(row["log_dir"], culprit["role"], culprit["idx"])),
             )
-        return json.dumps(out)
+        return structured_error(**out)
 
     def list(self) -> list[ListAppResponse]:
         rows = self.store.query(
@@ -402,27 +365,13 @@ class LocalScheduler(Scheduler[LocalRequest]):
 
     # -- events ------------------------------------------------------------------------------------
     def _connect(self, app_id: str, app_dir: str, timeout: float | None = CONNECT_TIMEOUT) -> socket.socket | None:
-        """A connection to the app's supervisor, or None when it is not running or does not take the
-        connection within ``timeout`` seconds (its backlog is full: a replica is flooding it). The
-        socket returned is blocking."""
-        import socket
+        """A blocking connection to the app's supervisor, or None; see :func:`.control.connect`."""
+        return control.connect(app_dir, timeout)
 
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        addr, dfd = _os.unix_address(os.path.join(app_dir, "sock"))
-        try:
-            sock.connect(addr)
-            sock.settimeout(None)
-            return sock
-        except OSError:
-            sock.close()
-            return None
-        finally:
-            if dfd is not None:
-                os.close(dfd)
-
-    def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
-        """Block until the app ends (told by its supervisor, not by polling) or ``timeout`` passes."""
+    def wait(
+        self, app_id: str, timeout: float | None = None, poll_interval: float | None = None
+    ) -> DescribeAppResponse | None:
+        """Block until the app ends (told by its supervisor, not by polling: ``poll_interval`` is unused)."""
         row = self._app_row(app_id)
         if row is None:
             return None
@@ -445,7 +394,7 @@ class LocalScheduler(Scheduler[LocalRequest]):
                     continue
                 poller = select.poll()
                 poller.register(sock, select.POLLIN)
-                if not poller.poll(None if left is None else _ms(left)):
+                if not poller.poll(None if left is None else control.ms(left)):
                     continue
                 try:
                     data = sock.recv(65536)
@@ -463,111 +412,11 @@ class LocalScheduler(Scheduler[LocalRequest]):
         return self.describe(app_id)
 
     def cancel(self, app_id: str) -> None:
-        """Ask the supervisor to stop the app and return once it has ended; nothing if it already has.
-
-        Idempotent, and a no-op for an id this scheduler does not know (as TorchX's ``cancel``). Never
-        waits forever: a supervisor that has not ended the app within its grace period plus
-        :data:`CANCEL_MARGIN` seconds (stopped with SIGSTOP, hung) is bypassed, see :meth:`_force_cancel`.
-        """
-        row = self._app_row(app_id)
-        if row is None or row["state"] in _TERMINAL:
-            return
-        deadline = time.monotonic() + self._grace_of(row) + CANCEL_MARGIN
-        sock = self._connect(app_id, row["app_dir"], timeout=CANCEL_MARGIN)
-        while sock is None:
-            if row["sup_pid"] is not None:
-                # Its supervisor is on its way out (socket closed) or dead: wait() follows it, or its
-                # watchdog, to the recorded end, so cancel never returns while the app still runs.
-                self._wait_or_force(app_id, deadline)
-                return
-            # No supervisor yet (still starting, or its launcher died before starting it): cancel in the
-            # store. A supervisor registers only while the app is SUBMITTED, so one that starts later sees
-            # the cancellation and launches nothing; if it registered first, connect to it instead.
-            now = time.time()
-            self.store.write([
-                (
-                    f"UPDATE local_replicas SET state={int(AppState.CANCELLED)}, ended=? WHERE app_id=? "
-                    f"AND state NOT IN {_TERMINAL_SQL} AND "
-                    "(SELECT sup_pid FROM local_apps WHERE app_id=?) IS NULL",
-                    (now, app_id, app_id),
-                ),
-                (
-                    f"UPDATE local_apps SET state={int(AppState.CANCELLED)}, ended=?, msg=? "
-                    f"WHERE app_id=? AND sup_pid IS NULL AND state NOT IN {_TERMINAL_SQL}",
-                    (now, "cancelled by user before its supervisor started", app_id),
-                ),
-            ])
-            row = self._app_row(app_id)
-            if row["state"] in _TERMINAL:
-                return
-            sock = self._connect(app_id, row["app_dir"])
-        try:
-            sock.sendall(b"cancel\n")
-            # Stay connected until the supervisor exits (EOF): closing at once could race its
-            # notifications and lose the request; waiting here also means cancel returns when it's done.
-            while True:
-                sock.settimeout(max(0.001, deadline - time.monotonic()))
-                if not sock.recv(65536):
-                    break
-        except OSError:  # includes the timeout: _wait_or_force decides
-            pass
-        finally:
-            sock.close()
-        self._wait_or_force(app_id, deadline)
-
-    @staticmethod
-    def _grace_of(row: Any) -> float:
-        """The app's grace period from its request (the default when the request cannot be read)."""
-        try:
-            with open(os.path.join(row["app_dir"], "request.json"), "rb") as f:
-                return min(max(float(json.load(f)["grace_period"]), 0.0), MAX_GRACE_PERIOD)
-        except (OSError, ValueError, KeyError, TypeError):
-            return 10.0
-
-    def _wait_or_force(self, app_id: str, deadline: float) -> None:
-        """Wait for the app's recorded end until ``deadline``, then end its processes directly."""
-        desc = self.wait(app_id, timeout=max(0.0, deadline - time.monotonic()))
-        if desc is None or desc.state.is_terminal:
-            return
-        self._force_cancel(app_id)
+        """Ask the supervisor to stop the app and return once it has ended; see :func:`.control.cancel`."""
+        control.cancel(self, app_id)
 
     def _force_cancel(self, app_id: str) -> None:
-        """SIGKILL the app's watchdog, supervisor and every process of the app, then record CANCELLED.
-
-        For a supervisor that does not answer (SIGSTOPped, hung): the watchdog goes first so it records
-        nothing, then the supervisor, then every process under them and every process started with this
-        app's ``TSM_APP_ID`` (escaped ``setsid`` children that re-parented elsewhere).
-        """
-        row = self._app_row(app_id)
-        if row is None or row["state"] in _TERMINAL:
-            return
-        owners = [(row["watchdog_pid"], row["watchdog_start"]), (row["sup_pid"], row["sup_start"])]
-        victims: list[int] = []
-        for pid, started in owners:
-            if pid and started is not None and self._alive_for_sure(pid, started):
-                victims += [pid, *_os.descendants(pid)]
-        victims += _os.app_processes(app_id)
-        order = list(dict.fromkeys(victims))
-        for pid in order:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        for pid in order:
-            _os.wait_exit(pid, None, 5.0)
-        now = time.time()
-        grace = self._grace_of(row)
-        self.store.write([
-            (
-                f"UPDATE local_replicas SET state={int(AppState.CANCELLED)}, ended=COALESCE(ended, ?) "
-                f"WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
-                (now, app_id),
-            ),
-            (
-                f"UPDATE local_apps SET state={int(AppState.CANCELLED)}, ended=?, msg=? "
-                f"WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
-                (now, f"cancelled by user; the supervisor did not end the app within {grace + CANCEL_MARGIN:g}s "
-                      f"(stopped or hung), so its {len(order)} process(es) were killed directly", app_id),
-            ),
-        ])
+        control.force_cancel(self, app_id)
 
     def log_iter(
         self,
@@ -628,13 +477,13 @@ class LocalScheduler(Scheduler[LocalRequest]):
         codes = {Stream.STDOUT: frozenset({STDOUT}), Stream.STDERR: frozenset({STDERR})}.get(
             stream, frozenset({STDOUT, STDERR})
         )
-        waiter = _SupervisorEvents(self, app_id, row["app_dir"]) if should_tail else None
+        waiter = control.SupervisorEvents(self, app_id, row["app_dir"]) if should_tail else None
         events = _logs.follow(
             [(r, i, replica_dir(row["log_dir"], r, i)) for r, i in targets], codes, self._log_states(app_id, spec),
             waiter, regex, since.timestamp() if since else None, until.timestamp() if until else None, attempt,
             idle, text_only,
         )
-        return events if waiter is None else _closing(events, waiter)
+        return events if waiter is None else control.closing(events, waiter)
 
     def _log_states(self, app_id: str, spec: dict[str, Any]) -> Any:
         """The ``states`` callable of :func:`.logs.follow`: one store query for every replica of the app.
@@ -709,68 +558,6 @@ def stderr_tail(rdir: str, lines: int = TAIL_LINES, limit: int = TAIL_BYTES) -> 
     return [line.rstrip("\r") for line in out[-lines:]]
 
 
-def _ms(seconds: float) -> int:
-    """A ``poll`` timeout in milliseconds, rounded up and kept inside what the kernel accepts."""
-    return max(0, min(int(seconds * 1000) + 1, 2**31 - 1))
-
-
 def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
     """Factory registered as ``local`` (and its alias ``local_cwd``)."""
     return LocalScheduler(session_name, **kwargs)
-
-
-class _SupervisorEvents:
-    """The ``wait_event`` of a log follower: blocks for the app supervisor's next report on its socket.
-
-    Connected at once, before the follower's first pass, so nothing that happens after that pass is
-    missed. Returns what the supervisor reported (``S`` a state changed, ``L`` logs grew). Once the
-    supervisor is gone it waits for the app's recorded end (its watchdog may still be writing it) and
-    reports ``S``; while the supervisor is still starting (or alive but refusing connections) it retries
-    the connection every 5 ms (50 ms), reporting ``S`` each time so the follower reads on meanwhile.
-    """
-
-    def __init__(self, sched: LocalScheduler, app_id: str, app_dir: str) -> None:
-        self.sched, self.app_id, self.app_dir = sched, app_id, app_dir
-        self.sock = sched._connect(app_id, app_dir)
-
-    def __call__(self) -> str:
-        if self.sock is None:
-            row = self.sched._app_row(self.app_id)
-            if row is None or row["state"] in _TERMINAL:
-                return "S"
-            try:
-                up = row["sup_pid"] is None or _os.is_alive(row["sup_pid"], row["sup_start"])
-            except OSError:  # cannot tell (our fd table is full): it may well be alive
-                up = True
-            if up:
-                # starting (its socket is moments away), or alive but not taking us now: try again shortly
-                time.sleep(0.005 if row["sup_pid"] is None else 0.05)
-                self.sock = self.sched._connect(self.app_id, self.app_dir)
-                return "S"
-            self.sched.wait(self.app_id)
-            return "S"
-        try:
-            data = self.sock.recv(65536)
-        except OSError:
-            data = b""
-        if not data:  # the supervisor exited: its last state is in the store, or its watchdog's soon
-            self.close()
-            self.sched.wait(self.app_id)
-            return "S"
-        return data.decode("ascii", "replace")
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-
-
-def _closing(events: Iterator[Any], waiter: _SupervisorEvents) -> Iterator[Any]:
-    """``events``, then the follower's connection closed (also when the consumer stops early)."""
-    try:
-        yield from events
-    finally:
-        close = getattr(events, "close", None)  # a Lines (text_only) is walked in C: close it as yield from would
-        if close is not None:
-            close()
-        waiter.close()

@@ -131,7 +131,7 @@ def _exit_reason(code: int) -> str:
 class SupervisorState:
     """The state of one app's supervisor, its process set-up and its notes; the loop is :class:`Supervisor`."""
 
-    def __init__(self, req: dict[str, Any], ready_fd: int) -> None:
+    def __init__(self, req: dict[str, Any], ready_fd: int, store: Any = None) -> None:
         from tsm.store import Store
 
         self.req = req
@@ -139,7 +139,10 @@ class SupervisorState:
         self.app_dir: str = req["app_dir"]
         self.grace: float = min(max(float(req["grace_period"]), 0.0), MAX_SLEEP * 24)
         self.base_env: dict[str, str] = req["base_env"]
-        self.store = Store()
+        self.store = store or Store()  # a standby supervisor (see launcher.py) opened it before its app came
+        # Its writes are a few small rows: SQLite's default page cache (up to 2 MB) would only be private
+        # memory in every one of a hundred supervisors.
+        self.store.conn.execute("PRAGMA cache_size=-64")
         self.ready_fd = ready_fd
         self.roles: dict[str, RoleState] = {}
         self.replicas: list[Replica] = []
@@ -200,7 +203,9 @@ class SupervisorState:
         self.signals: list[int] = []
         self.sel.register(self.sig_r, selectors.EVENT_READ, "signal")
 
-        sock_path = os.path.join(self.app_dir, "sock")
+        # Bound at a name of its own; ``run`` renames it to ``sock`` once this supervisor is registered, so
+        # a second supervisor of the same app (which loses the registration) never takes or removes it.
+        sock_path = self.sock_tmp = os.path.join(self.app_dir, f"sock.{os.getpid()}")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(sock_path)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

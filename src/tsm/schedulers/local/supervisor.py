@@ -281,12 +281,16 @@ class Supervisor(ReplicaLifecycle):
         )])
         rows = self.store.query("SELECT sup_pid FROM local_apps WHERE app_id=?", (self.app_id,))
         if not rows or rows[0]["sup_pid"] != me:
+            # Cancelled first, or another supervisor of this app registered (a launcher that resumed after
+            # its caller spawned one): leave without touching anything of the app, its socket included.
             with contextlib.suppress(BrokenPipeError):
                 os.write(self.ready_fd, b"C")
             os.close(self.ready_fd)
             with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.app_dir, "sock"))
+                os.unlink(self.sock_tmp)
             return 0
+        # Only the registered supervisor takes the app's socket name (atomically: a client sees none or it).
+        os.rename(self.sock_tmp, os.path.join(self.app_dir, "sock"))
         with contextlib.suppress(BrokenPipeError):  # the launcher died meanwhile: the app runs on regardless
             os.write(self.ready_fd, b"R")
         os.close(self.ready_fd)
@@ -389,33 +393,74 @@ def _watchdog(child: int, req: dict[str, Any]) -> int:
                 (FAILED, now, msg, req["app_id"]),
             ),
         ])
-    with contextlib.suppress(OSError):
-        os.unlink(os.path.join(req["app_dir"], "sock"))
+    for name in ("sock", f"sock.{child}"):  # registered or not, its socket is dead
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(req["app_dir"], name))
     return 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``supervisor APP_DIR READY_FD``."""
+    """Entry point of a spawned supervisor: ``supervisor APP_DIR READY_FD``.
+
+    A spawned supervisor means no launcher served the caller, so it first starts one beside itself (see
+    :mod:`.launcher`) for the callers that come next, then runs the app as :func:`start`.
+    """
     argv = sys.argv[1:] if argv is None else argv
     app_dir, ready_fd = argv[0], int(argv[1])
+    try:
+        from tsm.schedulers.local import launcher
+        from tsm.store import tsm_home
+
+        launcher.start_beside(os.path.abspath(tsm_home()), (ready_fd,))
+    except Exception as e:  # noqa: BLE001 - the app starts without a launcher rather than not at all
+        with contextlib.suppress(OSError):
+            os.write(2, f"launcher not started: {e}\n".encode(errors="replace"))
+    return start(app_dir, ready_fd)
+
+
+def start(app_dir: str, ready_fd: int) -> int:
+    """Run the app of ``app_dir`` as watchdog (this process) and supervisor (its child); the watchdog's code."""
     os.umask(0o077)
     with open(os.path.join(app_dir, "request.json"), "rb") as f:
         req = json.load(f)
     _os.set_child_subreaper()
     pid = os.fork()
     if pid == 0:
-        code = 1
-        try:
-            code = Supervisor(req, ready_fd).run()
-        except BaseException:
-            import traceback
-
-            with open(os.path.join(app_dir, "supervisor.log"), "a") as log:
-                traceback.print_exc(file=log)
-        finally:
-            os._exit(code)
+        os._exit(run_app(app_dir, ready_fd, req=req))
     os.close(ready_fd)
     return _watchdog(pid, req)
+
+
+def run_app(app_dir: str, ready_fd: int, take_env: bool = False, req: dict[str, Any] | None = None,
+            store: Any = None) -> int:
+    """The supervisor's code (its watchdog is its parent); its exit code.
+
+    ``take_env``: the process was forked by the launcher, so it takes the caller's environment from the
+    request (``base_env``), as a spawned supervisor inherits it. ``store``: a store connection the standby
+    opened already (used unless the caller's environment asks for another store timeout).
+    """
+    code = 1
+    try:
+        os.umask(0o077)
+        if req is None:
+            with open(os.path.join(app_dir, "request.json"), "rb") as f:
+                req = json.load(f)
+        if take_env:
+            os.environ.clear()
+            os.environ.update(req["base_env"])
+        if store is not None:
+            from tsm.store import store_timeout
+
+            if store_timeout() != store.timeout:
+                store.close()
+                store = None
+        code = Supervisor(req, ready_fd, store).run()
+    except BaseException:
+        import traceback
+
+        with open(os.path.join(app_dir, "supervisor.log"), "a") as log:
+            traceback.print_exc(file=log)
+    return code
 
 
 if __name__ == "__main__":

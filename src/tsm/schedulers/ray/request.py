@@ -36,6 +36,13 @@ META_CREATED = "tsm.created"
 #: The payload's module name on the cluster: ``tsm_ray_payload_<app id, made an identifier>``.
 PAYLOAD_PREFIX = "tsm_ray_payload_"
 STRATEGIES = ("SPREAD", "PACK")
+#: What each replica of a role without a resource holds: 1 CPU, no GPU, no memory reservation (TorchX's Ray
+#: scheduler gave such a role one CPU too).
+DEFAULT_BUNDLE: dict[str, float] = {"CPU": 1.0}
+#: The largest working directory tsm ships (Ray refuses packages above its gRPC message size, 512 MiB).
+MAX_WORKING_DIR_BYTES = 500 * 1024 * 1024
+#: Left out when the launching directory is shipped implicitly (besides what its ``.gitignore`` lists).
+IMPLICIT_EXCLUDES = [".git", ".venv", "venv", ".tox", ".mypy_cache", ".pytest_cache", "node_modules"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,11 @@ class RayOptions(RunOptions):
     placement_strategy: str = option("how the replicas' placement group spreads them: SPREAD or PACK", "SPREAD")
     gang_timeout: float = option("seconds to wait for every replica's resources at once before the app FAILS", 120.0)
     grace_period: float = option("seconds cancel waits after SIGTERM before SIGKILL of a replica's processes", 5.0)
+    ship_cwd: bool = option(
+        "without --workspace, ship the launching directory as the job's working directory (as TorchX did), so "
+        "relative paths such as --script train.py run; False: replicas start in the Ray worker's directory",
+        True,
+    )
 
     def check(self) -> None:
         if self.placement_strategy not in STRATEGIES:
@@ -124,6 +136,12 @@ class RayRequest:
     #: the dir workspace's snapshot made the job's ``working_dir`` ("" when none)
     working_dir: str = ""
     spec: dict[str, Any] = field(default_factory=dict)
+    #: the directory the working_dir is a snapshot of (``--workspace``, or the launching directory)
+    working_dir_source: str = ""
+    #: roles that gave no resource and hold :data:`DEFAULT_BUNDLE`
+    default_sized: list[str] = field(default_factory=list)
+    #: the working_dir is the launching directory, shipped without --workspace (run option ``ship_cwd``)
+    implicit_working_dir: bool = False
 
 
 def actor_name(app_id: str, role: str, replica_id: int) -> str:
@@ -169,14 +187,17 @@ def build_request(app: AppDef, opts: RayOptions, session: str, address: str, cre
     app_id = new_app_id(app.name)
     roles = [RoleSpec(r.name, r.num_replicas, r.max_retries, r.retry_policy.value) for r in app.roles]
     replicas: list[ReplicaSpec] = []
-    working_dir = ""
+    working_dir = source = ""
+    default_sized: list[str] = []
     for role in app.roles:
         res = role.resource
+        if is_null_resource(res):
+            default_sized.append(role.name)
         sized = not is_null_resource(res)
-        bundle = bundle_of(res.cpu if sized else 1, res.gpu if sized else 0, res.memMB if sized else 0)
+        bundle = bundle_of(res.cpu, res.gpu, res.memMB) if sized else dict(DEFAULT_BUNDLE)
         ws = role.metadata.get("tsm.workspace")
         if isinstance(ws, dict) and ws.get("ray_working_dir"):
-            working_dir = str(ws["ray_working_dir"])
+            working_dir, source = str(ws["ray_working_dir"]), str(ws.get("workspace") or "")
         for i in range(role.num_replicas):
             r = macros.Values(img_root="", app_id=app_id, replica_id=str(i), rank0_env="TSM_RANK0_HOST").apply(role)
             env = dict(r.env)
@@ -196,7 +217,7 @@ def build_request(app: AppDef, opts: RayOptions, session: str, address: str, cre
     # the driver asks for no CPU: only the replicas' actors hold resources
     runtime_env: dict[str, Any] = {"env_vars": {"RAY_JOB_SUBMISSION_ID_TSM": app_id}}
     return RayRequest(app_id, app.name, session, address, entrypoint, metadata, runtime_env, payload,
-                      working_dir, app.to_dict())
+                      working_dir, app.to_dict(), source, default_sized)
 
 
 def format_request(req: RayRequest) -> str:
@@ -212,9 +233,18 @@ def format_request(req: RayRequest) -> str:
                     "--no-wait", "--metadata-json", json.dumps(req.metadata, sort_keys=True),
                     "--runtime-env-json", json.dumps(env, sort_keys=True), "--", *shlex.split(req.entrypoint)]),
     ]
+    if req.implicit_working_dir:
+        lines.append(f"# replicas start in the job's working_dir: the launching directory {req.working_dir}, shipped "
+                     f"by Ray at submission (no --workspace given; .gitignore and {', '.join(IMPLICIT_EXCLUDES)} left "
+                     "out; -c ship_cwd=False to ship nothing)")
+    elif req.working_dir:
+        lines.append(f"# replicas start in the job's working_dir, a snapshot of {req.working_dir_source or req.working_dir}")
+    else:
+        lines.append("# no working_dir: replicas start in the Ray worker's directory (relative paths are the worker's)")
     for role in req.payload.roles:
         lines.append(f"# role {role.name}: {role.num_replicas} replica(s), retries {role.max_retries} "
-                     f"({role.retry_policy})")
+                     f"({role.retry_policy})" + ("" if role.name not in req.default_sized else
+                                                 "; no resource given: each replica holds the default 1 CPU"))
     for r in req.payload.replicas:
         res = " ".join(f"{k}={v:g}" for k, v in sorted(r.bundle.items()))
         envs = " ".join(shlex.quote(f"{k}={v}") for k, v in r.env.items())

@@ -1,9 +1,13 @@
 """RayScheduler: the interface, gluing the pure request/status modules to the Ray client.
 
-Local store, per app: ``$TSM_HOME/ray/<app_id>/`` holds ``app.json`` (the :class:`AppRecord`, for
-``describe``'s AppDef) and ``tsm_ray_payload_<id>/`` (the driver payload shipped in ``py_modules``). Ray
-itself keeps the job (metadata, status) and the driver's status record and the replicas' logs on the
-nodes' log directories, read with Ray's log API.
+Local store, per app: ``$TSM_HOME/ray/<app_id>/`` (0700, whatever the mode of ``$TSM_HOME``) holds
+``app.json`` (the :class:`AppRecord`, for ``describe``'s AppDef and the cluster's address) and
+``tsm_ray_payload_<id>/`` (the driver payload shipped in ``py_modules``), every file 0600. Ray itself keeps
+the job (metadata, status) and the driver's status record and the replicas' logs on the nodes' log
+directories, read with Ray's log API.
+
+Every call about an app goes to the cluster it was submitted to (the address kept in its ``app.json``), so
+``-c address=`` at submission wins over ``$RAY_ADDRESS`` for its whole life.
 """
 
 from __future__ import annotations
@@ -17,14 +21,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tsm.errors import InvalidAppError
-from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from tsm.errors import InvalidAppError, InvalidRunOptionError
+from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from tsm.schedulers.common.files import make_private_dirs, write_private
 from tsm.schedulers.common.logs import check_log_target, decode, filter_regex, in_window, stream_names
 from tsm.schedulers.common.record import AppRecord, with_record
 from tsm.schedulers.common.watcher import StatusWatcher
 from tsm.schedulers.ray import status as st
 from tsm.schedulers.ray.client import RayClient, resolve_address
 from tsm.schedulers.ray.request import (
+    IMPLICIT_EXCLUDES,
+    MAX_WORKING_DIR_BYTES,
     RayOptions,
     RayRequest,
     build_request,
@@ -39,10 +46,12 @@ from tsm.workspace.api import METADATA_KEY, WorkspaceBuilder
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from tsm.schedulers.common.viewmodel import AppSummary as AppView
     from tsm.schedulers.ray.view import RayView
-    from tsm.views.snapshot import AppView
 
 _TERMINAL_JOB = {"SUCCEEDED", "FAILED", "STOPPED"}
+#: Seconds between two checks of a followed replica's state (one job call and one status-record read).
+FOLLOW_CHECK = 1.0
 
 
 def store_root() -> Path:
@@ -74,8 +83,14 @@ def parse_log(raw: bytes, names: builtins.list[str], since: datetime | None, unt
     return out
 
 
-class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
-    """Runs an app as a Ray job whose driver starts one actor per replica (see :mod:`tsm.schedulers.ray`)."""
+class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
+    """Runs an app as a Ray job whose driver starts one actor per replica (see :mod:`tsm.schedulers.ray`).
+
+    Capabilities: ``WorkspaceBuilder`` (the workspace ships as the job's working_dir; without one, the
+    launching directory does) and ``BatchedViews`` (one job list per view refresh). Not ``SizedPlacement``:
+    a role without a resource gets :data:`~tsm.schedulers.ray.request.DEFAULT_BUNDLE` per replica (1 CPU, no
+    GPU, no memory reservation), as TorchX's Ray scheduler gave such a role.
+    """
 
     def __init__(self, session_name: str, address: str = "") -> None:
         super().__init__("ray", session_name)
@@ -83,9 +98,8 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
         self._clients: dict[str, RayClient] = {}
         self._final: dict[str, DescribeAppResponse] = {}
         self._lock = threading.Lock()
-        self._watcher: StatusWatcher[DescribeAppResponse] = StatusWatcher(
-            self._snapshot, self._lookup, is_terminal=lambda d: d.state.is_terminal
-        )
+        self._watchers: dict[str, StatusWatcher[DescribeAppResponse]] = {}
+        self._app_addresses: dict[str, str] = {}
         self._view: RayView | None = None
 
     def client(self, address: str = "") -> RayClient:
@@ -94,6 +108,28 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
             if addr not in self._clients:
                 self._clients[addr] = RayClient(addr)
             return self._clients[addr]
+
+    def address_of(self, app_id: str) -> str:
+        """The cluster an app was submitted to (kept in its ``app.json``), else this scheduler's default."""
+        with self._lock:
+            known = self._app_addresses.get(app_id)
+        if known is not None:
+            return known
+        rec = AppRecord.load(store_root() / app_id / "app.json") if app_id and "/" not in app_id else None
+        addr = resolve_address(str((rec.details if rec is not None else {}).get("address") or self._address))
+        if rec is not None:
+            with self._lock:
+                self._app_addresses[app_id] = addr
+        return addr
+
+    def _watcher(self, address: str) -> StatusWatcher[DescribeAppResponse]:
+        """The status batcher of one cluster: one ``list_jobs`` per refresh for every app on it."""
+        with self._lock:
+            w = self._watchers.get(address)
+            if w is None:
+                w = self._watchers[address] = StatusWatcher(
+                    lambda: self._snapshot(address), self._lookup, is_terminal=lambda d: d.state.is_terminal)
+            return w
 
     # -- requests -----------------------------------------------------------------------------------------
     def run_opts(self) -> runopts:
@@ -105,7 +141,31 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RayRequest]:
         opts = RayOptions.from_cfg(cfg)
         req = build_request(app, opts, self.session_name, resolve_address(opts.address or self._address), time.time())
+        if not req.working_dir and self._ships_cwd(app, opts):
+            req.working_dir = req.working_dir_source = os.getcwd()
+            req.implicit_working_dir = True
         return AppDryRunInfo(request=req, fmt=format_request)
+
+    @staticmethod
+    def _ships_cwd(app: AppDef, opts: RayOptions) -> bool:
+        """Without ``--workspace``, the launching directory is the job's ``working_dir`` (as TorchX's Ray
+        scheduler shipped it), so ``--script train.py`` -- checked to exist here at dry run -- runs from it.
+
+        Only when some role has no image (runs "from here"). Ray zips it at submission, leaving out what
+        ``.gitignore`` lists and :data:`~tsm.schedulers.ray.request.IMPLICIT_EXCLUDES`; with the run option
+        ``ship_cwd=False`` nothing is shipped and replicas start in the Ray worker's directory (give absolute
+        paths every node has).
+        """
+        if not opts.ship_cwd or all(r.image for r in app.roles):
+            return False
+        cwd = os.getcwd()
+        home = os.path.realpath(tsm_home())
+        if home == os.path.realpath(cwd) or home.startswith(os.path.realpath(cwd) + os.sep):
+            raise InvalidRunOptionError(
+                f"the launching directory {cwd} holds tsm's home ({home}), so it is not shipped as the Ray job's "
+                "working directory: launch from your project directory, give --workspace DIR, or "
+                "-c ship_cwd=False with absolute paths")
+        return True
 
     def check_feasible(self, req: RayRequest) -> None:
         """Refuse a replica no node of the cluster could ever hold (Ray would leave it pending forever)."""
@@ -124,11 +184,14 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
         self.check_feasible(req)
         app_dir = store_root() / req.app_id
         pkg = app_dir / payload_module(req.app_id)
-        pkg.mkdir(parents=True, exist_ok=True)
-        (pkg / "__init__.py").write_text("")
-        (pkg / "payload.json").write_text(req.payload.to_json())
+        make_private_dirs(pkg)  # 0700 whatever $TSM_HOME's mode: the payload holds the roles' env values
+        write_private(pkg / "__init__.py", "")
+        write_private(pkg / "payload.json", req.payload.to_json())
         app = dryrun_info.app or AppDef.from_dict(req.spec)
-        (app_dir / "app.json").write_text(AppRecord("ray", req.session, app, os.getcwd(), {"address": req.address}).to_json())
+        write_private(app_dir / "app.json",
+                      AppRecord("ray", req.session, app, os.getcwd(), {"address": req.address}).to_json())
+        with self._lock:
+            self._app_addresses[req.app_id] = req.address
         import tsm
 
         runtime_env: dict[str, Any] = dict(req.runtime_env)
@@ -136,11 +199,13 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
         runtime_env["excludes"] = ["__pycache__", "*.pyc"]
         if req.working_dir:
             runtime_env["working_dir"] = req.working_dir
+        if req.implicit_working_dir:
+            runtime_env["excludes"] += IMPLICIT_EXCLUDES
         self.client(req.address).submit(
             entrypoint=req.entrypoint, submission_id=req.app_id, metadata=dict(req.metadata), runtime_env=runtime_env,
             entrypoint_num_cpus=0,
         )
-        self._watcher.submitted(req.app_id)
+        self._watcher(req.address).submitted(req.app_id)
         return req.app_id
 
     # -- workspaces --------------------------------------------------------------------------------------
@@ -150,12 +215,25 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
         The snapshot is named by its content hash and Ray names the uploaded package by the hash of its
         content, so an unchanged workspace is neither copied nor uploaded again. Replicas start in it.
         """
+        self._ship(role, workspace, implicit=False)
+
+    @staticmethod
+    def _ship(role: Role, workspace: str, implicit: bool) -> None:
+        """Snapshot ``workspace`` and record it in the role's metadata as the job's ``working_dir``."""
         from tsm.workspace.dir import DirWorkspace
 
         report = DirWorkspace().build(workspace)
+        if report.bytes > MAX_WORKING_DIR_BYTES:
+            raise InvalidRunOptionError(
+                f"{'the launching directory' if implicit else 'workspace'} {os.path.abspath(workspace)} holds "
+                f"{report.bytes} bytes, more than Ray takes as a working directory ({MAX_WORKING_DIR_BYTES} bytes): "
+                "list what to leave out in .tsmignore, give --workspace DIR with only what the job needs, or "
+                "-c ship_cwd=False with absolute paths")
         role.metadata[METADATA_KEY] = {
             "workspace": os.path.abspath(workspace), "digest": report.digest, "snapshot": report.snapshot,
             "files": report.files, "bytes": report.bytes, "ray_working_dir": report.snapshot,
+            "reused": report.reused, "files_copied": report.files_copied, "bytes_copied": report.bytes_copied,
+            "implicit": implicit,
         }
 
     def dryrun_push_images(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
@@ -166,32 +244,32 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
         """Nothing to push (see :meth:`dryrun_push_images`)."""
 
     # -- status -------------------------------------------------------------------------------------------
-    def _record(self, job: Any) -> dict[str, Any] | None:
-        return st.parse_record(self.client().read(getattr(job, "driver_node_id", "") or "",
-                                                  f"tsm/{job.submission_id}/status.json"))
+    def _record(self, job: Any, address: str = "") -> dict[str, Any] | None:
+        return st.parse_record(self.client(address).read(getattr(job, "driver_node_id", "") or "",
+                                                         f"tsm/{job.submission_id}/status.json"))
 
-    def _describe_job(self, job: Any) -> DescribeAppResponse:
+    def _describe_job(self, job: Any, address: str = "") -> DescribeAppResponse:
         app_id = str(job.submission_id)
         if app_id in self._final:
             return self._final[app_id]
         status = _job_status(job)
-        d = st.describe(app_id, status, str(job.message or ""), dict(job.metadata or {}), self._record(job))
+        d = st.describe(app_id, status, str(job.message or ""), dict(job.metadata or {}), self._record(job, address))
         if status in _TERMINAL_JOB:
             self._final[app_id] = d
         return d
 
-    def _snapshot(self) -> dict[str, DescribeAppResponse]:
-        return {str(j.submission_id): self._describe_job(j) for j in self.client().list_jobs()
+    def _snapshot(self, address: str) -> dict[str, DescribeAppResponse]:
+        return {str(j.submission_id): self._describe_job(j, address) for j in self.client(address).list_jobs()
                 if st.is_tsm_job(j.metadata) and j.submission_id}
 
     def _lookup(self, ids: builtins.list[str]) -> dict[str, DescribeAppResponse]:
         return {}
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        return with_record(self._watcher.get(app_id), store_root() / app_id / "app.json")
+        return with_record(self._watcher(self.address_of(app_id)).get(app_id), store_root() / app_id / "app.json")
 
     def view_snapshot(self, app_ids: Sequence[str]) -> builtins.list[AppView]:
-        """The views' batch hook (:class:`tsm.views.snapshot.BatchSnapshot`): every app of ``app_ids`` from one
+        """The views' batch hook (:class:`tsm.schedulers.api.BatchedViews`): every app of ``app_ids`` from one
         ``list_jobs`` call (plus, per app, its driver's status record when it changed or got old); see
         :mod:`tsm.schedulers.ray.view`."""
         if self._view is None:
@@ -212,7 +290,7 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
         current = self.describe(app_id)
         if current is None or current.state.is_terminal:
             return
-        c = self.client()
+        c = self.client(self.address_of(app_id))
         c.stop(app_id)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -222,12 +300,12 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
             time.sleep(0.2)
         while time.monotonic() < deadline and c.actors(app_id):
             time.sleep(0.2)
-        self._watcher.invalidate()
+        self._watcher(c.address).invalidate()
 
     # -- logs ---------------------------------------------------------------------------------------------
     def _roles(self, app_id: str) -> dict[str, int] | None:
         """``{role: replica count}`` from the job's metadata; None when Ray has no tsm job ``app_id``."""
-        job = self.client().job(app_id)
+        job = self.client(self.address_of(app_id)).job(app_id)
         if job is None or not st.is_tsm_job(job.metadata):
             return None
         return dict(st.shape(dict(job.metadata)))
@@ -249,11 +327,11 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
 
     def _replica(self, app_id: str, role: str, k: int) -> tuple[dict[str, Any], bool]:
         """The replica's record entry and whether it (and so its log) has ended for good."""
-        c = self.client()
+        c = self.client(self.address_of(app_id))
         job = c.job(app_id)
         if job is None:
             return {}, True
-        rec = self._record(job)
+        rec = self._record(job, c.address)
         ended = _job_status(job) in _TERMINAL_JOB
         rep = st.replica_of(rec, role, k)
         if rep.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED") and rec is not None:
@@ -262,34 +340,103 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None]):
 
     def _lines(self, app_id: str, role: str, k: int, names: builtins.list[str], since: datetime | None,
                until: datetime | None, tail: bool) -> Iterator[str]:
-        c = self.client()
+        """The replica's lines, attempt after attempt; following, the running attempt's file is *streamed*
+        (Ray's log stream sends each addition once) and the replica's state is checked every
+        :data:`FOLLOW_CHECK` seconds, instead of downloading the whole file on every poll."""
+        c = self.client(self.address_of(app_id))
         rep, ended = self._replica(app_id, role, k)
-        emitted = 0
         attempt = 0
         while True:
             node = str(rep.get("node_id") or "")
             last = int(rep.get("attempt") or 0)
-            while attempt <= last:
-                raw = c.read(node, f"tsm/{app_id}/{role}.{k}.{attempt}.log") or b""
-                if attempt == last and tail and not ended:
-                    # follow: keep only whole records of the attempt still running
-                    raw = raw[: raw.rfind(b"\n") + 1]
-                lines = parse_log(raw, names, since, until)
-                yield from lines[emitted:]
-                if attempt < last:
-                    attempt, emitted = attempt + 1, 0
-                else:
-                    emitted = len(lines)
-                    break
+            for a in range(attempt, last):  # attempts that ended: read each once
+                yield from parse_log(c.read(node, f"tsm/{app_id}/{role}.{k}.{a}.log") or b"", names, since, until)
+            attempt = last
+            name = f"tsm/{app_id}/{role}.{k}.{last}.log"
             if not tail or ended:
+                yield from parse_log(c.read(node, name) or b"", names, since, until)
                 return
-            time.sleep(0.3)
+            seen = 0  # whole records of this attempt already handled
+            where = {"node": node}  # filled in by the follower once the replica is placed
+            for chunk_records in self._follow(c, where, name, app_id, role, k, last):
+                yield from parse_log(b"".join(chunk_records), names, since, until)
+                seen += len(chunk_records)
+            # the attempt ended, or another began: what the stream had not sent yet, from one last read
             rep, ended = self._replica(app_id, role, k)
-            if int(rep.get("attempt") or 0) != last:
-                # the attempt ended and another started: read what remains of this one first
-                raw = c.read(node, f"tsm/{app_id}/{role}.{k}.{last}.log") or b""
-                yield from parse_log(raw, names, since, until)[emitted:]
-                attempt, emitted = last + 1, 0
+            node = str(rep.get("node_id") or where["node"])
+            rest = (c.read(node, name) or b"").split(b"\n")[seen:]
+            yield from parse_log(b"\n".join(rest), names, since, until)
+            if int(rep.get("attempt") or 0) == last:
+                return  # ended for good
+            attempt = last + 1
+
+    def _follow(self, c: RayClient, where: dict[str, str], name: str, app_id: str, role: str, k: int,
+                attempt: int) -> Iterator[builtins.list[bytes]]:
+        """Whole records (each with its newline) of a running attempt's file as they are written, until the
+        replica ends or starts another attempt. A reader thread holds the stream (reopened, skipping what was
+        seen, when the head closes it); this generator checks the replica's state between chunks."""
+        import queue
+
+        chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=64)  # bounded: a slow reader slows the stream
+        stop = threading.Event()
+
+        def reader() -> None:
+            try:
+                while not stop.is_set():
+                    stream = c.stream(where["node"], name)
+                    if stream is None:
+                        if stop.wait(FOLLOW_CHECK):
+                            return
+                        continue
+                    try:
+                        for data in stream:
+                            while not stop.is_set():
+                                try:
+                                    chunks.put(data, timeout=FOLLOW_CHECK)
+                                    break
+                                except queue.Full:
+                                    continue
+                            if stop.is_set():
+                                return
+                    finally:
+                        stream.close()  # type: ignore[attr-defined]
+                    chunks.put(None)  # the head closed the stream: start over (the file again, from its start)
+            except Exception:  # noqa: BLE001 - the follower falls back to its last read
+                stop.set()
+                chunks.put(None)
+
+        threading.Thread(target=reader, name=f"tsm-ray-follow-{app_id}", daemon=True).start()
+        buf, seen, passed = b"", 0, 0  # partial record; records of this stream pass; records handed out
+        last_check = time.monotonic()
+        try:
+            while True:
+                try:
+                    data = chunks.get(timeout=FOLLOW_CHECK)
+                except queue.Empty:
+                    data = b""
+                if data is None:  # a new stream resends the file from its start
+                    if stop.is_set():
+                        return
+                    buf, seen = b"", 0
+                    continue
+                if data:
+                    buf += data
+                    recs = buf.split(b"\n")
+                    buf = recs.pop()
+                    new = [r + b"\n" for r in recs]
+                    fresh = new[max(0, passed - seen):]
+                    seen += len(new)
+                    if fresh:
+                        passed += len(fresh)
+                        yield fresh
+                if time.monotonic() - last_check >= FOLLOW_CHECK:
+                    last_check = time.monotonic()
+                    rep, ended = self._replica(app_id, role, k)
+                    where["node"] = str(rep.get("node_id") or where["node"])
+                    if ended or int(rep.get("attempt") or 0) != attempt:
+                        return
+        finally:
+            stop.set()
 
     def close(self) -> None:
         self._clients.clear()

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from tsm.schedulers.api import DescribeAppResponse, ListAppResponse
+from tsm.schedulers.common.failure import failure_of
 from tsm.schedulers.common.status import StateTable
 from tsm.schedulers.ray.request import META_APP, META_CREATED, META_ROLES, META_SCHEDULER, META_SESSION
 from tsm.specs.api import AppState, ReplicaStatus, RoleStatus
@@ -84,7 +85,8 @@ def describe(app_id: str, job_status: str, job_message: str, metadata: dict[str,
         roles.append(rs)
     return DescribeAppResponse(app_id=app_id, state=state, msg=msg,
                                num_restarts=int((record or {}).get("num_restarts") or 0),
-                               created=created(metadata), roles_statuses=roles)
+                               created=created(metadata), roles_statuses=roles,
+                               structured_error_msg=failure_of(state, msg, roles))
 
 
 def list_row(app_id: str, job_status: str, metadata: dict[str, str]) -> ListAppResponse:

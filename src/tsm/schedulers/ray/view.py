@@ -3,8 +3,9 @@
 :meth:`RayScheduler.view_snapshot <tsm.schedulers.ray.scheduler.RayScheduler.view_snapshot>` hands the app
 ids of a tick to :class:`RayView`, which makes, whatever the number of apps and replicas:
 
-* **one** ``list_jobs`` call to the cluster's job API: every app's state, message and shape (roles and
-  replica counts are in the job's metadata);
+* **one** ``list_jobs`` call to the cluster's job API (one per cluster when apps were submitted with
+  ``-c address=`` to several): every app's state, message and shape (roles and replica counts are in the
+  job's metadata);
 * reads of the driver's status record (``tsm/<app>/status.json``, through the dashboard's log API: one
   HTTP call per *app*, never per replica), which refines the replicas (state, node, exit code, error,
   restarts): an app's record is read when its job's status changed since the last read (so a failure
@@ -23,9 +24,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tsm.schedulers.common.record import AppRecord
+from tsm.schedulers.common.viewmodel import AppSummary, requests_of, settled, view_of_describe
 from tsm.schedulers.ray import status as st
 from tsm.schedulers.ray.request import META_APP
-from tsm.views.snapshot import AppView, requests_of, settled, view_of_describe
 
 if TYPE_CHECKING:
     from tsm.schedulers.ray.scheduler import RayScheduler
@@ -41,11 +42,11 @@ class RayView:
 
     def __init__(self, sched: RayScheduler) -> None:
         self.sched = sched
-        self._ended: dict[str, AppView] = {}
+        self._ended: dict[str, AppSummary] = {}
         self._records: dict[str, tuple[str, float, dict[str, Any] | None]] = {}  # app -> (job status, when, record)
         self._reqs: dict[str, dict[str, tuple[float | None, float | None, int | None]]] = {}
 
-    def snapshot(self, app_ids: Sequence[str]) -> list[AppView]:
+    def snapshot(self, app_ids: Sequence[str]) -> list[AppSummary]:
         """Views of the apps of ``app_ids`` the cluster knows; see the module doc."""
         from tsm.schedulers.ray.scheduler import _job_status, store_root
 
@@ -54,8 +55,11 @@ class RayView:
         live = set(ids) - set(self._ended)
         if not live:
             return out
-        jobs = {str(j.submission_id): j for j in self.sched.client().list_jobs()
-                if j.submission_id and str(j.submission_id) in live and st.is_tsm_job(j.metadata)}
+        # one job list per cluster the apps were submitted to (one, unless some used -c address=)
+        where = {i: self.sched.address_of(i) for i in live}
+        jobs = {str(j.submission_id): j for addr in sorted(set(where.values()))
+                for j in self.sched.client(addr).list_jobs()
+                if j.submission_id and where.get(str(j.submission_id)) == addr and st.is_tsm_job(j.metadata)}
         now = time.monotonic()
         due = []
         for app_id, job in jobs.items():
@@ -67,7 +71,7 @@ class RayView:
                 due.append((seen[1], app_id))
         for _, app_id in sorted(due)[:MAX_READS]:
             job = jobs[app_id]
-            self._records[app_id] = (_job_status(job), now, self.sched._record(job))
+            self._records[app_id] = (_job_status(job), now, self.sched._record(job, where[app_id]))
         for app_id in [i for i in ids if i in jobs]:
             job = jobs[app_id]
             status = _job_status(job)

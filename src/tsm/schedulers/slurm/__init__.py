@@ -19,7 +19,9 @@ job. Each replica gets a node of its own (``--nodes=N --ntasks-per-node=1``), or
 A role's resource becomes ``--cpus-per-task``, ``--mem`` (``--mem-per-cpu`` when packed) and GPUs:
 ``--gpus-per-node`` before Slurm 23.02, ``--gpus-per-task`` from 23.02 on or when packed (the version is
 asked of ``sbatch --version`` once per process, and only when a role wants GPUs; the run option
-``slurm_version`` overrides it). The body starts one ``srun --het-group=i`` per role in the background
+``slurm_version`` overrides it). A role without a resource gets none of these: the partition's defaults
+apply, and the dry run says so (as TorchX submits such a role). The body starts one ``srun --het-group=i``
+per role in the background
 and waits for all of them. When a replica fails, ``srun --kill-on-bad-exit`` stops the rest of its role
 and the script sends SIGTERM to every other role (SIGKILL ``kill_grace`` seconds later); the job then
 fails, and ``describe`` names the failed replica and its exit code.
@@ -36,7 +38,11 @@ run every value must fit what Linux passes to one program, the submitter's envir
 role, resolved by name, or by its ``NodeAddr`` when the name does not resolve), substitutes the run-time
 macros ``${app_id}`` and ``${replica_id}`` (the others are substituted at dry run), records the replica's
 host and exit code, and runs the command. The job keeps the submitter's environment (``--export=ALL``),
-so ``python`` is the one first on the submitter's ``PATH``: activate the venv before submitting.
+and the wrapper puts the directory of the replicas' python first on its ``PATH`` (``TSM_PYTHON_BIN``), chosen
+by the rule shared with the local scheduler (:mod:`tsm.schedulers.common.interpreter`): a role's env
+``TSM_PYTHON``, else the run option ``python``, else the activated environment (``$VIRTUAL_ENV``, a conda
+env other than ``base``), else the interpreter running tsm -- so ``venv/bin/tsm`` runs that venv's python
+on the nodes even when it is not activated. The dry run names it (``# python: ...``).
 
 Values in ``#SBATCH`` lines are shell-quoted too; ``sbatch`` reads those lines with quotes of its own
 that agree with the shell's except for backslashes and line breaks, so run options may not hold those.
@@ -72,12 +78,17 @@ file refines the role's state with the replica's own host and exit code.
 
 One process-wide :class:`SlurmQueries` (a :class:`~tsm.schedulers.common.watcher.StatusWatcher`) answers
 every ``describe``: one ``squeue`` call (at most one a second) serves every app, and ``sacct`` is asked,
-once for all the apps that need it, only about jobs ``squeue`` no longer lists. :meth:`SlurmScheduler.wait` backs off from 0.5 s to 5 s between polls, so
+once for all the apps that need it, only about jobs ``squeue`` no longer lists. Each app's job directory
+and ``app.json`` (written once, before ``sbatch``) are read once per process and kept. :meth:`SlurmScheduler.wait` backs off from 0.5 s to 5 s between polls, so
 waiting on a hundred apps in threads costs about one ``squeue`` a second in all.
 
 ``tsm top`` and ``tsm serve`` see every Slurm app of a tick through one ``view_snapshot`` call
 (:mod:`.view`): one ``squeue``, one ``sstat`` for the usage of the running jobs' steps, and ``sacct`` only
 for jobs the controller forgot.
+
+``cancel`` runs ``scancel`` and returns once Slurm reports the job ended (CANCELLED, or whatever ended it
+first; at most ``SlurmScheduler.cancel_timeout`` seconds, 120 by default), so ``tsm cancel`` and Ctrl-C of
+an attached run print the terminal state, not RUNNING/COMPLETING.
 
 Not carried over: ``min_replicas`` (Slurm allocates all ``num_replicas`` nodes; torchrun's own
 ``--nnodes min:max`` still works inside them), ``port_map`` (nodes of one job reach each other freely) and
@@ -187,6 +198,8 @@ def __getattr__(name: str) -> Any:
 
 def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
     """Factory registered as ``slurm`` in :mod:`tsm.schedulers`."""
+    from tsm.schedulers.common.factory import scheduler_params
     from tsm.schedulers.slurm.scheduler import SlurmScheduler
 
+    scheduler_params("slurm", kwargs, ("backend", "queries_"))  # any other keyword: an error naming it
     return SlurmScheduler(session_name, **kwargs)

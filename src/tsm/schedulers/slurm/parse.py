@@ -83,6 +83,10 @@ def slurm_state(names: str | Iterable[str]) -> AppState:
     return STATES.state(items)
 
 
+#: ``slurm_state`` of the state lists seen (a queue of 1,000 jobs holds a handful of distinct ones).
+_STATE_OF: dict[tuple[str, ...], AppState] = {}
+
+
 @dataclass
 class SlurmJob:
     """One job record from ``squeue``/``sacct``: a het-job component (one role of an app) or a plain job.
@@ -112,8 +116,13 @@ class SlurmJob:
 
     @property
     def state(self) -> AppState:
-        """The record's state as an :class:`AppState`."""
-        return slurm_state(self.states)
+        """The record's state as an :class:`AppState` (memoized per distinct state list: status of a whole
+        queue asks it for every job)."""
+        key = tuple(self.states)
+        found = _STATE_OF.get(key)
+        if found is None:
+            found = _STATE_OF[key] = slurm_state(self.states)
+        return found
 
     @property
     def state_name(self) -> str:

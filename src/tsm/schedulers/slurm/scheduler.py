@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -23,8 +24,16 @@ from tsm.errors import (
     SubmissionError,
     UnknownAppError,
 )
-from tsm.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from tsm.schedulers.api import (
+    BatchedViews,
+    DescribeAppResponse,
+    DirectoryWorkspaces,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+)
 from tsm.schedulers.common.errors import cli_message
+from tsm.schedulers.common.failure import failure_of
 from tsm.schedulers.common.files import make_private_dirs, read_text, rmdir, unlink, write_private
 from tsm.schedulers.common.logs import (
     check_replica,
@@ -55,8 +64,8 @@ from tsm.specs.validate import check_exec_size
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from tsm.schedulers.common.viewmodel import AppSummary as AppView
     from tsm.schedulers.slurm.view import SlurmView
-    from tsm.views.snapshot import AppView
 
 
 def _default_job_dir(app_name: str) -> str:
@@ -72,8 +81,17 @@ def _index_dir() -> Path:
     return tsm_home() / "slurm" / "index"
 
 
-class SlurmScheduler(Scheduler[SlurmBatchRequest]):
-    """Runs apps as Slurm heterogeneous batch jobs; see the package docstring (:mod:`tsm.schedulers.slurm`) for the whole picture."""
+class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorkspaces):
+    """Runs apps as Slurm heterogeneous batch jobs; see the package docstring (:mod:`tsm.schedulers.slurm`) for the whole picture.
+
+    Capabilities: ``BatchedViews`` (one ``squeue`` plus one ``sstat`` per view refresh) and
+    ``DirectoryWorkspaces`` (roles run in a directory on the shared filesystem). Not ``SizedPlacement``:
+    a role without a resource is accepted: its component gets no size
+    directives, so the partition's defaults apply, as TorchX's Slurm scheduler does.
+    """
+
+    #: Seconds :meth:`cancel` waits for Slurm to report the job ended (COMPLETING can take KillWait + more).
+    cancel_timeout = 120.0
 
     def __init__(
         self, session_name: str, backend: str = "slurm", queries_: SlurmQueries | None = None
@@ -236,7 +254,17 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         if not re.fullmatch(r"\d+", app_id):
             return None
         recs = self.queries.job(app_id, max_age=max_age)
-        return self.describe_records(app_id, recs, self._job_dir(app_id, recs))
+        known = _RECORDS.get(app_id)
+        job_dir: Path | None
+        app: AppDef | None
+        if known is not None and known[0].is_dir():
+            job_dir, app = known
+        else:
+            job_dir = self._job_dir(app_id, recs)
+            app = self._load_app(job_dir)
+            if job_dir is not None and app is not None:
+                _RECORDS.put(app_id, job_dir, app)
+        return self.describe_records(app_id, recs, job_dir, app)
 
     def describe_records(
         self, app_id: str, recs: list[SlurmJob] | None, job_dir: Path | None, app: AppDef | None = None
@@ -281,7 +309,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             state=state,
             num_restarts=restarts,
             msg=msg,
-            structured_error_msg=failure,
+            structured_error_msg=failure_of(state, msg, roles_statuses),
             roles_statuses=roles_statuses,
             app=app,
             created=leader.submit_time,
@@ -373,7 +401,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         )
 
     def view_snapshot(self, app_ids: Sequence[str]) -> builtins.list[AppView]:
-        """The views' batch hook (:class:`tsm.views.snapshot.BatchSnapshot`): every app of ``app_ids`` from one
+        """The views' batch hook (:class:`tsm.schedulers.api.BatchedViews`): every app of ``app_ids`` from one
         ``squeue``, one ``sacct`` only for jobs the controller forgot, and one ``sstat`` for the usage of the
         running ones; see :mod:`tsm.schedulers.slurm.view`."""
         if self._view is None:
@@ -382,7 +410,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             self._view = SlurmView(self)
         return self._view.snapshot(app_ids)
 
-    def wait(self, app_id: str, timeout: float | None = None) -> DescribeAppResponse | None:
+    def wait(
+        self, app_id: str, timeout: float | None = None, poll_interval: float | None = None
+    ) -> DescribeAppResponse | None:
         """Block until the app is terminal or ``timeout`` passes; return its last description.
 
         Polls :meth:`describe` starting every 0.5 s and backing off by 1.5x to every 5 s; the polls go
@@ -390,7 +420,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         calls (about one a second in all) instead of each asking the controller.
         """
         return poll_until_terminal(
-            lambda pause: self.describe(app_id, max_age=min(pause, 1.0)), timeout, initial=0.5, cap=5.0
+            lambda pause: self.describe(app_id, max_age=min(pause, 1.0)), timeout, initial=0.5,
+            cap=min(5.0, poll_interval or 5.0),
         )
 
     def list(self) -> list[ListAppResponse]:
@@ -417,16 +448,22 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         return out
 
     def cancel(self, app_id: str) -> None:
-        """``scancel`` the job (every role); cancelling an ended or unknown job is not an error."""
+        """``scancel`` the job (every role) and return once Slurm reports it ended (or
+        :attr:`cancel_timeout` seconds passed); cancelling an ended or unknown job is not an error.
+
+        Waiting matters: right after ``scancel`` the job is still RUNNING/COMPLETING while its steps are
+        killed, and ``tsm cancel`` (or Ctrl-C of an attached run) prints the state that follows the cancel.
+        """
         if not re.fullmatch(r"\d+", app_id):
             return
         proc = cli.run(["scancel", app_id])
         if proc.returncode != 0:
             err = proc.stderr.lower()
-            if "already completing or completed" in err or "invalid job id" in err:
-                return
-            cli.check(proc, f"scancel {app_id}")
+            if "already completing or completed" not in err and "invalid job id" not in err:
+                cli.check(proc, f"scancel {app_id}")
         self.queries.invalidate()
+        poll_until_terminal(lambda pause: self.describe(app_id, max_age=0.0), self.cancel_timeout,
+                            initial=0.2, cap=2.0)
 
     def remove(self, app_id: str) -> bool:
         """Delete the files tsm wrote for an ended app (its job directory and index entry).
@@ -440,6 +477,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
         if job_dir is None:
             job_dir = self._job_dir(app_id, self.queries.job(app_id))
         removed = False
+        _RECORDS.forget(app_id)
         if job_dir is not None:
             app = self._load_app(job_dir)
             removed = _remove_job_files(job_dir, [r.name for r in app.roles] if app else [])
@@ -499,6 +537,39 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest]):
             return recs is None or bool(recs) and recs[0].state.is_terminal
 
         return ended
+
+
+class _RecordCache:
+    """The job directory and app of each app id ``describe`` has read, kept for the process.
+
+    They never change after submission (``app.json`` is written once, before ``sbatch``), and reading them is
+    most of what ``describe`` costs beyond the shared ``squeue``: two file opens and a JSON parse per app
+    (docs/perf.md, "Slurm: status of 1,000 jobs"). An entry is dropped by ``remove`` and ignored once its
+    directory is gone; at most :attr:`LIMIT` apps are kept (the oldest go first). The cached ``AppDef`` is
+    shared by the descriptions of one app: treat ``DescribeAppResponse.app`` as read-only.
+    """
+
+    LIMIT = 20000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[str, tuple[Path, AppDef]] = {}
+
+    def get(self, app_id: str) -> tuple[Path, AppDef] | None:
+        return self._items.get(app_id)
+
+    def put(self, app_id: str, job_dir: Path, app: AppDef) -> None:
+        with self._lock:
+            self._items[app_id] = (job_dir, app)
+            while len(self._items) > self.LIMIT:
+                del self._items[next(iter(self._items))]
+
+    def forget(self, app_id: str) -> None:
+        with self._lock:
+            self._items.pop(app_id, None)
+
+
+_RECORDS = _RecordCache()
 
 
 def _remove_job_files(job_dir: Path, roles: list[str]) -> bool:

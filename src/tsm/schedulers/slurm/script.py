@@ -14,10 +14,11 @@ import shlex
 from dataclasses import dataclass, field
 
 from tsm.errors import InvalidRunOptionError
+from tsm.schedulers.common.interpreter import replica_python
 from tsm.schedulers.common.options import RunOptions, option
 from tsm.schedulers.common.quoting import shell_quote
 from tsm.schedulers.slurm.cli import parse_version
-from tsm.specs.api import AppDef, Role, macros
+from tsm.specs.api import AppDef, Role, is_null_resource, macros
 
 #: First Slurm version whose GPU request is ``--gpus-per-task`` (before it: ``--gpus-per-node``).
 GPUS_PER_TASK_SINCE = (23, 2)
@@ -66,6 +67,10 @@ class SlurmOptions(RunOptions):
     srun_args: list[str] | None = option("extra srun options for every role, e.g. --cpu-bind=cores")
     slurm_version: str | None = option(
         "assume this Slurm version (e.g. 23.02) instead of asking sbatch --version; decides the GPU option"
+    )
+    python: str | None = option(
+        "the python replicas run (an interpreter, its bin directory or an environment's root); default: the "
+        "activated environment's, else the one running tsm (a role's env TSM_PYTHON wins)"
     )
 
     def check(self) -> None:
@@ -127,6 +132,10 @@ def _directive(option: str, value: str | int | None = None) -> str:
     return f"#SBATCH {option}={shlex.quote(text)}"
 
 
+#: The env variable naming the directory of the python a role's replicas run (put first on their PATH by
+#: the wrapper; see :mod:`tsm.schedulers.common.interpreter`).
+PYTHON_BIN_ENV = "TSM_PYTHON_BIN"
+
 #: The fixed program every task runs (bash -c "$_tsm_replica" tsm-replica ROLE N NENV K=V... CMD...).
 #: It never contains a value of the app: those arrive as positional parameters.
 REPLICA_WRAPPER = r"""role=$1 n=$2 nenv=$3
@@ -155,6 +164,7 @@ while [ "$nenv" -gt 0 ]; do
     odd+=("${kv%%=*}=$REPLY")
   fi
 done
+case ${TSM_PYTHON_BIN:-} in ?*) export PATH="$TSM_PYTHON_BIN:$PATH" ;; esac
 cmd=()
 for a in "$@"; do
   tsm_sub "$a"
@@ -274,14 +284,16 @@ def build_script(
         else:
             lines.append(_directive("--nodes", n))
             lines.append(_directive("--ntasks-per-node", 1))
+        sized = not is_null_resource(res)  # no resource given: no size directives, the partition's defaults
         cpus = _whole(res.cpu)
-        lines.append(_directive("--cpus-per-task", cpus))
-        if res.memMB and res.memMB > 0:  # rounded up: "--mem=0" would mean all of a node's memory
+        if sized:
+            lines.append(_directive("--cpus-per-task", cpus))
+        if sized and res.memMB and res.memMB > 0:  # rounded up: "--mem=0" would mean all of a node's memory
             if pack:
                 lines.append(_directive("--mem-per-cpu", f"{-(-math.ceil(res.memMB) // cpus)}M"))
             else:
                 lines.append(_directive("--mem", f"{math.ceil(res.memMB)}M"))
-        if res.gpu and res.gpu > 0:
+        if sized and res.gpu and res.gpu > 0:
             per_task = pack or version is None or version >= GPUS_PER_TASK_SINCE
             lines.append(_directive("--gpus-per-task" if per_task else "--gpus-per-node", int(res.gpu)))
         caps = res.capabilities or {}
@@ -335,15 +347,16 @@ def build_script(
         )
         r = values.apply(role)
         n = r.num_replicas
-        cpus = _whole(r.resource.cpu)
+        sized = not is_null_resource(r.resource)
         srun = ["srun"]
         if het:
             srun.append(f"--het-group={i}")
         srun += [f"--ntasks={n}"]
         if not pack:
             srun += [f"--nodes={n}", "--ntasks-per-node=1"]
+        if sized:
+            srun.append(f"--cpus-per-task={_whole(r.resource.cpu)}")
         srun += [
-            f"--cpus-per-task={cpus}",
             f"--job-name={app.name}.{r.name}",
             f"--chdir={values.img_root}",
             f"--output={job_dir}/{r.name}/%t.stdout",
@@ -353,12 +366,20 @@ def build_script(
             "--export=ALL",
             *extra_srun,
         ]
-        env_pairs = [f"{k}={v}" for k, v in r.env.items()]
+        python = replica_python(r.env, opts.python)
+        env = dict(r.env)
+        if "PATH" not in env:
+            # the wrapper puts the chosen interpreter's directory first on the PATH the job kept
+            # (--export=ALL); a role that sets PATH gets exactly its own
+            env[PYTHON_BIN_ENV] = python.bin_dir
+        env_pairs = [f"{k}={v}" for k, v in env.items()]
         argv = [*srun, "bash", "-c", "$_tsm_replica", "tsm-replica", r.name, str(n), str(len(env_pairs))]
         argv += [*env_pairs, r.entrypoint, *r.args]
         quoted = " ".join('"$_tsm_replica"' if a == "$_tsm_replica" else shell_quote(a) for a in argv)
         lines += [
-            f"# role {i}: {r.name}, {n} replica(s)",
+            f"# role {i}: {r.name}, {n} replica(s)"
+            + ("" if sized else "; no resource given: the partition's default CPUs and memory per task apply"),
+            f"# python: {python.describe()}" + ("" if "PATH" not in r.env else "; the role sets PATH itself"),
             f'mkdir -p -- "$TSM_JOB_DIR"/{q(r.name)}',
             f"_tsm_role[{i}]={q(r.name)}",
             f"_tsm_retries[{i}]={int(r.max_retries)}",

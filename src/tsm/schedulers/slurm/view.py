@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tsm.errors import SchedulerUnavailableError
+from tsm.schedulers.common.viewmodel import AppSummary, LastLines, requests_of, settled, view_of_describe
 from tsm.schedulers.slurm import cli
 from tsm.schedulers.slurm.parse import SlurmJob
 from tsm.specs.api import AppDef, AppState
-from tsm.views.snapshot import AppView, LastLines, requests_of, settled, view_of_describe
 
 if TYPE_CHECKING:
     from tsm.schedulers.slurm.scheduler import SlurmScheduler
@@ -142,13 +142,13 @@ class SlurmView:
         self._dirs: dict[str, Path] = {}
         self._apps: dict[str, AppDef] = {}
         self._reqs: dict[str, dict[str, tuple[float | None, float | None, int | None]]] = {}
-        self._ended: dict[str, AppView] = {}
+        self._ended: dict[str, AppSummary] = {}
         self._tails = LastLines()
         self._rates: dict[tuple[str, str], _Rate] = {}  # (component, step) -> its CPU rate
         #: False once ``sstat`` said this cluster gathers no accounting: usage stays n/a.
         self.sstat_available = True
 
-    def snapshot(self, app_ids: Sequence[str]) -> list[AppView]:
+    def snapshot(self, app_ids: Sequence[str]) -> list[AppSummary]:
         """Views of the apps of ``app_ids`` Slurm (or their job directory) knows; see the module doc."""
         ids = [i for i in dict.fromkeys(app_ids) if re.fullmatch(r"\d+", i)]
         out = [self._ended[i] for i in ids if i in self._ended]
@@ -169,7 +169,7 @@ class SlurmView:
         return out
 
     def _view(self, app_id: str, recs: list[SlurmJob] | None,
-              usage: dict[str, tuple[float | None, float | None]]) -> AppView | None:
+              usage: dict[str, tuple[float | None, float | None]]) -> AppSummary | None:
         job_dir = self._dirs.get(app_id)
         if job_dir is None:
             job_dir = self.sched._job_dir(app_id, recs)

@@ -18,20 +18,43 @@ API (all JSON; ``{id}`` is an app handle, URL-encoded, or a bare app id):
 ``GET /api/events``                server-sent events: ``data: <snapshot JSON>`` per refresh
 =================================  ==============================================================
 
-**Access.** When a token is set every request must carry it: ``Authorization: Bearer <token>``, the
-query parameter ``?token=``, or the cookie the page gets when opened with ``?token=`` (HttpOnly,
-SameSite=Strict). Anything else is answered 401. ``POST`` also needs the ``X-TSM`` header, which a
-cross-site form cannot send, so another web page cannot cancel apps through a browser on this host.
+**Access** (:class:`Guard`, in this order, on every request):
+
+* **Host.** The ``Host`` header must name the server as it was bound (:class:`HostCheck`): on loopback
+  ``localhost`` or the loopback address, on a wildcard address any IP literal or this machine's names, plus
+  the names given with ``--allow-host``. A web page that rebinds its own DNS name to 127.0.0.1 sends its own
+  name and is answered 421, so it never reaches the API, even with a browser on this host.
+* **Token.** Every request must carry the token (``tsm serve`` always has one: given, or made up and printed
+  in the URL, so no other user of the machine can read logs or cancel apps): ``Authorization: Bearer
+  <token>``, the query parameter ``?token=``, or the cookie the page gets when opened with ``?token=``
+  (HttpOnly, SameSite=Strict), compared in constant time. Anything else is answered 401.
+* **State changes.** ``POST`` also needs the ``X-TSM`` header, which a cross-site form cannot send, so
+  another web page cannot cancel apps through a browser on this host.
+
+Every response says ``X-Frame-Options: DENY`` and carries a strict Content-Security-Policy (only this
+origin's script, style, images and connections; ``frame-ancestors 'none'``, so the page with Cancel buttons
+cannot be framed), ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer`` (the URL holds
+the token).
+
+**Bounds.** A log ``regex`` is matched with RE2 (``google-re2``: linear time, no backtracking, so
+``(.+)+X`` costs what ``X`` costs) and at most :data:`MAX_REGEX` characters. ``tail`` keeps at most the last
+``tail`` lines in memory while the log streams past (never the whole log; at most :data:`MAX_TAIL`). A
+followed log goes through a queue of at most :data:`FOLLOW_QUEUE` lines: a client that does not read gets
+``event: end`` saying it was too slow, and the stream closes. When a stream closes its reader thread stops and
+the scheduler's follower (with its supervisor connection) is closed, at the follower's next wake-up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
+import ipaddress
 import json
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, MutableMapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +71,19 @@ STATIC = Path(__file__).parent / "static"
 #: Seconds between two comment lines on an idle event stream (keeps proxies from closing it).
 KEEPALIVE = 15.0
 COOKIE = "tsm_token"
+#: The longest log ``regex`` accepted, and the most lines ``tail`` keeps.
+MAX_REGEX, MAX_TAIL = 512, 100_000
+#: Lines a followed log may queue for a client before the client is told it is too slow and dropped.
+FOLLOW_QUEUE = 10_000
+#: Headers on every response: no framing, only this origin's resources, no sniffing, no referrer (the token).
+SECURITY_HEADERS = [
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy",
+     b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+     b"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -75,17 +111,82 @@ class Hub:
             return self.version > version
 
 
-class TokenGate:
-    """ASGI middleware: refuse requests without the token (when one is set) and POSTs without ``X-TSM``."""
+@dataclass(frozen=True)
+class HostCheck:
+    """Which ``Host`` headers the server answers: the names it was bound for (see the module doc).
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
-        self.app, self.token = app, token
+    ``names`` are host names accepted as they are (lower case, no port); ``any_ip`` accepts any IP literal
+    (a wildcard bind: a DNS-rebinding page always sends a *name*); ``ips`` the IP literals accepted otherwise.
+    """
+
+    names: frozenset[str] = field(default_factory=frozenset)
+    ips: frozenset[str] = field(default_factory=frozenset)
+    any_ip: bool = False
+
+    @classmethod
+    def for_bind(cls, host: str, extra: Iterable[str] = ()) -> HostCheck:
+        """The check for a server bound to ``host`` (an address or a name), with ``extra`` names allowed."""
+        import socket
+
+        names = {n.lower().rstrip(".") for n in extra if n}
+        ips: set[str] = set()
+        any_ip = False
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            names.add(host.lower().rstrip("."))
+            ip = None
+        if ip is not None and ip.is_unspecified:
+            any_ip = True
+            for name in (socket.gethostname(), socket.getfqdn(), "localhost"):
+                names.add(name.lower().rstrip("."))
+        elif ip is not None:
+            ips.add(str(ip))
+            if ip.is_loopback:
+                names.add("localhost")
+                ips.update({"127.0.0.1", "::1"})
+        elif host.lower() == "localhost":
+            ips.update({"127.0.0.1", "::1"})
+        return cls(frozenset(names), frozenset(ips), any_ip)
+
+    def allows(self, header: str) -> bool:
+        """Whether a request with ``Host: header`` is for this server."""
+        name = header.strip().lower()
+        if name.startswith("["):
+            name = name[1:name.find("]")] if "]" in name else ""
+        elif name.count(":") == 1:
+            name = name.rsplit(":", 1)[0]
+        name = name.rstrip(".")
+        if not name:
+            return False
+        try:
+            ip = str(ipaddress.ip_address(name))
+        except ValueError:
+            return name in self.names
+        return self.any_ip or ip in self.ips
+
+
+class Guard:
+    """ASGI middleware: the Host check, the token, ``X-TSM`` on state changes, security headers on every answer."""
+
+    def __init__(self, app: ASGIApp, token: str | None, hosts: HostCheck | None) -> None:
+        self.app, self.token, self.hosts = app, token, hosts
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+
+        async def send_secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
         req = Request(scope)
+        if self.hosts is not None and not self.hosts.allows(req.headers.get("host", "")):
+            await JSONResponse({"error": "this server does not answer for that Host name"},
+                               status_code=421)(scope, receive, send_secured)
+            return
         if self.token is not None:
             given = [req.query_params.get("token", ""), req.cookies.get(COOKIE, "")]
             auth = req.headers.get("authorization", "")
@@ -93,20 +194,66 @@ class TokenGate:
                 given.append(auth[7:].strip())
             if not any(g and hmac.compare_digest(g.encode(), self.token.encode()) for g in given):
                 await JSONResponse({"error": "a valid token is required (?token=... or Authorization: Bearer)"},
-                                   status_code=401)(scope, receive, send)
+                                   status_code=401)(scope, receive, send_secured)
                 return
         if req.method not in ("GET", "HEAD") and req.headers.get("x-tsm") != "1":
             await JSONResponse({"error": "requests that change state need the header X-TSM: 1"},
-                               status_code=403)(scope, receive, send)
+                               status_code=403)(scope, receive, send_secured)
             return
-        await self.app(scope, receive, send)
+        await self.app(scope, receive, send_secured)
+
+
+#: Older name of :class:`Guard`.
+TokenGate = Guard
+
+
+class _Closed(Exception):
+    """Raised inside a follower (through its ``idle`` hook) to stop it once its stream has closed."""
+
+
+def compile_regex(regex: str) -> Callable[[str], bool]:
+    """A search function for a client's ``regex``: RE2, linear in the line's length; ValueError if refused."""
+    if len(regex) > MAX_REGEX:
+        raise ValueError(f"regex is longer than {MAX_REGEX} characters")
+    try:
+        import re2  # type: ignore[import-untyped,unused-ignore]
+    except ImportError as e:
+        raise ValueError("log filtering needs google-re2: pip install 'tsm[web]'") from e
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        pattern = re2.compile(regex, options)
+    except re2.error as e:
+        why = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise ValueError(f"bad regex: {why}") from None
+    return lambda line: pattern.search(line) is not None
+
+
+def last_lines(lines: Iterator[str], tail: int, keep: Callable[[str], bool] | None) -> list[str]:
+    """The last ``tail`` lines of ``lines`` that ``keep`` accepts (all when ``tail`` <= 0), holding only those."""
+    window: collections.deque[str] = collections.deque(maxlen=tail if tail > 0 else None)
+    try:
+        for line in lines:
+            line = line.rstrip("\n")
+            if keep is None or keep(line):
+                window.append(line)
+    finally:
+        close = getattr(lines, "close", None)
+        if close is not None:
+            close()
+    return list(window)
 
 
 def create_app(
     token: str | None = None, interval: float = 1.0, sample_interval: float = 5.0,
-    collector: SnapshotCollector | None = None, runner: Any = None,
+    collector: SnapshotCollector | None = None, runner: Any = None, hosts: HostCheck | None = None,
+    recorder: SampleRecorder | None = None,
 ) -> Starlette:
-    """The dashboard app. ``runner`` serves cancel and logs (default: a new one); ``collector`` the snapshots."""
+    """The dashboard app. ``runner`` serves cancel and logs (default: a new one); ``collector`` the snapshots.
+
+    ``token`` and ``hosts`` are the :class:`Guard`'s (``tsm serve`` always gives both); ``recorder`` the usage
+    samples (default: one on the collector's store, made at start-up).
+    """
     hub = Hub()
     state: dict[str, Any] = {}
 
@@ -135,7 +282,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         col = collector if collector is not None else await asyncio.to_thread(SnapshotCollector)
-        rec = await asyncio.to_thread(SampleRecorder, col.store, sample_interval)
+        rec = recorder if recorder is not None else await asyncio.to_thread(SampleRecorder, col.store, sample_interval)
         state["recorder"] = rec
         task = asyncio.create_task(ticker(col, rec))
         try:
@@ -173,58 +320,98 @@ def create_app(
         snap, app = await find(request)
         return unknown(request) if app is None else JSONResponse(app.to_dict(snap.taken))
 
-    def log_query(request: Request, app: Any) -> tuple[str, int, str | None]:
+    def log_query(request: Request, app: Any) -> tuple[str, int, Callable[[str], bool] | None]:
         q = request.query_params
         role = q.get("role") or (app.replicas[0].role if app.replicas else "")
         try:
             k = int(q.get("k", "0"))
         except ValueError as e:
             raise ValueError(f"k must be a replica number, not {q.get('k')!r}") from e
-        return role, k, q.get("regex") or None
+        regex = q.get("regex") or None
+        return role, k, None if regex is None else compile_regex(regex)
 
     async def logs(request: Request) -> Response:
         _, app = await find(request)
         if app is None:
             return unknown(request)
         try:
-            role, k, regex = log_query(request, app)
+            role, k, keep = log_query(request, app)
             tail = int(request.query_params.get("tail", "1000"))
         except ValueError as e:
             return JSONResponse({"error": str(e)}, status_code=400)
+        tail = MAX_TAIL if tail <= 0 or tail > MAX_TAIL else tail
 
         def read() -> list[str]:
-            lines = [ln.rstrip("\n") for ln in the_runner().log_lines(app.handle, role, k, regex)]
-            return lines[-tail:] if tail > 0 else lines
+            return last_lines(iter(the_runner().log_lines(app.handle, role, k)), tail, keep)
 
         try:
             lines = await asyncio.to_thread(read)
-        except Exception as e:  # noqa: BLE001 - a bad regex or unknown role is the caller's error
+        except Exception as e:  # noqa: BLE001 - an unknown role or replica is the caller's error
             return JSONResponse({"error": f"{type(e).__name__}: {e}"}, status_code=400)
         return JSONResponse({"role": role, "k": k, "lines": lines})
+
+    def follower(handle: str, role: str, k: int, stop: threading.Event) -> Iterator[str]:
+        """The lines of a replica as written; stoppable from outside through the follower's ``idle`` hook."""
+        from tsm.schedulers.api import MultiReplicaLogs
+        from tsm.specs.handles import parse_app_handle
+
+        r = the_runner()
+        parsed = parse_app_handle(handle)
+        sched = r.scheduler(parsed.scheduler_backend)
+        if isinstance(sched, MultiReplicaLogs):
+            def idle() -> None:
+                if stop.is_set():
+                    raise _Closed
+            lines: Iterator[str] = iter(sched.log_iter_many(parsed.app_id, [(role, k)], should_tail=True,
+                                                             idle=idle, text_only=True))
+            return lines
+        return iter(r.log_lines(handle, role, k, should_tail=True))
 
     async def follow(request: Request) -> Response:
         _, app = await find(request)
         if app is None:
             return unknown(request)
         try:
-            role, k, regex = log_query(request, app)
+            role, k, keep = log_query(request, app)
         except ValueError as e:
             return JSONResponse({"error": str(e)}, status_code=400)
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue(maxsize=FOLLOW_QUEUE + 1)
         stop = threading.Event()
 
+        def offer(item: tuple[str, str]) -> None:
+            # on the event loop: a full queue means the client stopped reading; tell it and drop it
+            if stop.is_set():
+                return
+            if item[0] == "line" and queue.qsize() >= FOLLOW_QUEUE:
+                stop.set()  # the follower ends; the client gets this message once it reads again
+                item = ("end", f"dropped: this client read too slowly ({FOLLOW_QUEUE} lines waited for it)")
+            queue.put_nowait(item)  # room: at most FOLLOW_QUEUE lines and one end
+
         def pump() -> None:
-            # Blocks in the scheduler's own follower (event-driven for local logs). After the page goes
-            # away the thread ends at the replica's next line or its end, whichever comes first.
+            # Blocks in the scheduler's own follower (event-driven for local logs). Once the stream closes,
+            # ``stop`` ends it at its next line or wake-up, and closing the follower releases its connection.
+            lines: Iterator[str] | None = None
             try:
-                for line in the_runner().log_lines(app.handle, role, k, regex, should_tail=True):
+                lines = follower(app.handle, role, k, stop)
+                for line in lines:
                     if stop.is_set():
                         return
-                    loop.call_soon_threadsafe(queue.put_nowait, ("line", line.rstrip("\n")))
-                loop.call_soon_threadsafe(queue.put_nowait, ("end", ""))
+                    line = line.rstrip("\n")
+                    if keep is None or keep(line):
+                        loop.call_soon_threadsafe(offer, ("line", line))
+                loop.call_soon_threadsafe(offer, ("end", ""))
+            except _Closed:
+                return
             except Exception as e:  # noqa: BLE001 - shown on the page as the stream's end
-                loop.call_soon_threadsafe(queue.put_nowait, ("end", f"{type(e).__name__}: {e}"))
+                if not stop.is_set():
+                    with contextlib.suppress(RuntimeError):  # the loop is gone: the server is stopping
+                        loop.call_soon_threadsafe(offer, ("end", f"{type(e).__name__}: {e}"))
+            finally:
+                close = getattr(lines, "close", None)
+                if close is not None:
+                    with contextlib.suppress(Exception):
+                        close()
 
         threading.Thread(target=pump, name=f"follow {app.handle}", daemon=True).start()
 
@@ -289,5 +476,5 @@ def create_app(
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
-    app.add_middleware(TokenGate, token=token)
+    app.add_middleware(Guard, token=token, hosts=hosts)
     return app

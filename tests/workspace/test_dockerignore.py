@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from tsm.schedulers.docker.dockerignore import excluded, filter_tar, parse
+from tsm.workspace.dockerignore import excluded, filter_tar, parse
 
 
 @pytest.mark.parametrize(

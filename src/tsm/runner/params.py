@@ -1,0 +1,183 @@
+"""Scheduler parameters: where the runner gets them (the caller, ``TSM_*`` variables) and how a factory gets them.
+
+Parameters given to the runner (``get_runner(namespace="ml")``) are passed to every scheduler factory it
+calls; a factory that does not take one refuses it with
+:class:`~tsm.schedulers.common.factory.UnknownSchedulerParamError` naming it (the factory rule, see
+:mod:`tsm.schedulers.common.factory`), which the caller sees. Parameters read from the environment
+(``TSM_NAMESPACE=ml``) are only *offered*: a factory that refuses one is called again without it, so an
+environment variable meant for one backend does not break the others. Nothing here looks at a factory's
+signature or module.
+
+A plugin factory written for TorchX with fixed parameters raises a plain ``TypeError`` instead; then the
+offered parameters are dropped and the factory called again, and a ``TypeError`` for parameters the caller
+gave becomes an :class:`~tsm.errors.InvalidRunOptionError`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any
+
+from tsm.errors import ConfigError, InvalidRunOptionError, UnknownSchedulerError, did_you_mean
+from tsm.schedulers.api import Scheduler
+from tsm.specs.runopts import CfgVal, runopts
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tsm.runner.config import Config
+
+#: Environment variables named ``TSM_<PARAM>`` become scheduler parameter ``<param>``.
+ENV_PREFIX = "TSM_"
+
+#: ``TSM_*`` variables that are tsm's own settings or a replica's environment, never scheduler params.
+RESERVED_ENV = frozenset({
+    "TSM_HOME", "TSM_STORE_TIMEOUT", "TSM_APP_ID", "TSM_APP_HANDLE", "TSM_ROLE_NAME", "TSM_REPLICA_ID",
+    "TSM_NUM_REPLICAS", "TSM_RANK0_HOST", "TSM_PARENT_RUN_ID", "TSM_SUPERVISOR", "TSM_TIMER_SOCKET",
+    "TSM_JOB_DIR", "TSM_JOB_ID", "TSM_TRACKERS", "TSM_KILL_GRACE", "TSM_DEBUG", "TSM_WORKSPACE",
+})
+
+#: Prefixes of ``TSM_*`` variables tsm sets per port or tracker, or that configure the project's engine
+#: scripts and their tests (``TSM_K8S_CACHE``, ``TSM_DOCKER_CACHE``, ``TSM_TEST_*``): never scheduler params.
+RESERVED_ENV_PREFIXES = ("TSM_PORT_", "TSM_TRACKER_", "TSM_K8S_", "TSM_DOCKER_", "TSM_SLURM_", "TSM_RAY_",
+                         "TSM_TEST_")
+
+#: The run option (accepted by every scheduler through the runner) that turns TorchX's names off.
+TORCHX_ENV_OPTION = "torchx_env"
+
+SchedulerFactory = Callable[..., Scheduler]
+
+
+def scheduler_params_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``TSM_<NAME>=value`` variables as scheduler params ``{"<name>": "value"}`` (see :data:`RESERVED_ENV`)."""
+    env = os.environ if environ is None else environ
+    return {
+        k[len(ENV_PREFIX):].lower(): v
+        for k, v in env.items()
+        if k.startswith(ENV_PREFIX) and len(k) > len(ENV_PREFIX) and k not in RESERVED_ENV
+        and not k.startswith(RESERVED_ENV_PREFIXES)
+    }
+
+
+def make_scheduler(
+    name: str, factory: SchedulerFactory, session: str, params: Mapping[str, object], offered: Collection[str]
+) -> Scheduler:
+    """``factory(session, **params)``, where the keys in ``offered`` came from the environment only (see the
+    module docstring for what happens when the factory refuses a parameter)."""
+    from tsm.schedulers.common.factory import UnknownSchedulerParamError
+
+    params = dict(params)
+    offered = {k for k in offered if k in params}
+    while True:
+        try:
+            return factory(session, **params)
+        except UnknownSchedulerParamError as e:
+            if e.param not in offered:
+                raise
+            offered.discard(e.param)  # only offered: this backend does not take it
+            params.pop(e.param)
+        except TypeError as e:  # a plugin factory with fixed parameters
+            if offered:
+                for key in offered:
+                    params.pop(key)
+                offered = set()
+                continue
+            if not params or "argument" not in str(e):
+                raise
+            raise InvalidRunOptionError(
+                f"scheduler '{name}' does not take the scheduler parameter(s) given to the runner "
+                f"({', '.join(sorted(params))}): {e}",
+                scheduler=name,
+            ) from e
+
+
+class RegistryFactories(Mapping[str, SchedulerFactory]):
+    """Every registered scheduler as a read-only ``{name: factory}`` mapping: what ``Runner._scheduler_factories``
+    is when the runner was given none (TorchX's attribute, so a subclass can read it). A factory's module is
+    imported only when it is looked up; an unknown name is a ``KeyError``."""
+
+    def _names(self) -> builtins.list[str]:
+        from tsm.schedulers import scheduler_names
+
+        return scheduler_names()
+
+    def __getitem__(self, name: str) -> SchedulerFactory:
+        from tsm.schedulers import get_scheduler_factory
+
+        if name not in self._names():
+            raise KeyError(name)
+        return get_scheduler_factory(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __repr__(self) -> str:
+        return f"RegistryFactories({self._names()!r})"
+
+
+def factory_of(factories: Mapping[str, SchedulerFactory], name: str) -> SchedulerFactory:
+    """``factories[name]``, or :class:`~tsm.errors.UnknownSchedulerError` with a did-you-mean."""
+    if name in factories:
+        return factories[name]
+    names = builtins.list(factories)
+    where = "available" if isinstance(factories, RegistryFactories) else "this runner has"
+    raise UnknownSchedulerError(
+        f"unknown scheduler '{name}'{did_you_mean(name, names)}; {where}: {', '.join(names) or 'none'}",
+        scheduler=name,
+    )
+
+
+def cfg_json(cfg: Mapping[str, Any] | None) -> str | None:
+    """A run config as the JSON events carry (None when empty)."""
+    import json
+
+    return json.dumps(dict(cfg), default=str, sort_keys=True) if cfg else None
+
+
+def resolve_cfg(config: Config, scheduler: str, opts: runopts, cfg: Mapping[str, CfgVal] | None) -> dict[str, CfgVal]:
+    """The config files' run options of ``scheduler`` under ``cfg`` (which wins); a bad file option is reported
+    with its file (:class:`~tsm.errors.ConfigError`), one a shared ``.torchxconfig`` names but ``opts`` lacks
+    is ignored with a warning, as TorchX does."""
+    from tsm._logging import warn
+
+    file_cfg = dict(config.scheduler_cfg.get(scheduler, {}))
+    for key, value in file_cfg.items():
+        origin = config.origin.get((scheduler, key), "config file")
+        if key == TORCHX_ENV_OPTION:
+            continue
+        opt = opts.get(key)
+        if opt is None:
+            if config.lenient.get((scheduler, key)):
+                warn("%s: [%s] '%s' is not a run option of the %s scheduler; ignored", origin, scheduler, key, scheduler)
+                continue
+            raise ConfigError(
+                f"{origin}: [scheduler.{scheduler}] unknown run option '{key}'{did_you_mean(key, dict(opts))}; "
+                f"`tsm runopts {scheduler}` lists them"
+            )
+        alone = runopts()  # check this one option's type without demanding the required ones
+        alone.add(key, opt.type_, opt.help)
+        try:
+            alone.resolve({key: value})
+        except InvalidRunOptionError as e:
+            raise ConfigError(f"{origin}: [scheduler.{scheduler}] {e}") from e
+    out = {k: v for k, v in file_cfg.items() if k in opts or k == TORCHX_ENV_OPTION}
+    out.update(cfg or {})
+    return out
+
+
+def flag(value: Any) -> bool:
+    """The ``torchx_env`` run option's value as a bool (a string from a file or ``-c`` is parsed)."""
+    if isinstance(value, str):
+        from tsm.specs.runopts import parse_cfg_value
+
+        return bool(parse_cfg_value(TORCHX_ENV_OPTION, value, bool))
+    if not isinstance(value, bool):
+        raise InvalidRunOptionError(f"run option '{TORCHX_ENV_OPTION}' expects bool, got {value!r}")
+    return value

@@ -1,0 +1,123 @@
+"""The client-side controller of the container backends, as a pure decision: observe -> decide -> act.
+
+Docker and Kubernetes run each replica as an object the engine restarts only by itself (REPLICA retries);
+ROLE and APPLICATION retries, the gang timeout and "a replica failed for good, stop the others" are done by
+tsm, in the process that looks at the app. Each look is three steps:
+
+1. **observe** (the backend): one batched list of the app's containers or pods, read into an
+   :class:`~tsm.schedulers.common.status.AppStatusView` (:func:`~tsm.schedulers.common.status.aggregate_roles`);
+2. **decide** (here, pure, no I/O): :func:`decide` turns that view, the app's :class:`RoleShape` rows, the
+   try each role is on and the clock into at most one :data:`Decision`;
+3. **act** (the backend's ``act``): replace the objects of a :class:`Retry`, stop or delete what a
+   :class:`Finish` says.
+
+Only the submitter acts: an app whose request this ``$TSM_HOME`` does not hold (another user's, another
+home's, another machine's) is observed and reported, never changed (``owned=False`` decides nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tsm.schedulers.common.status import AppStatusView
+from tsm.specs.api import AppState
+
+POLICIES = ("REPLICA", "ROLE", "APPLICATION")
+
+
+@dataclass(frozen=True)
+class RoleShape:
+    """One role as the controller needs it: name, replicas, retries and their policy.
+
+    Kept on the engine's objects (a label or an annotation ``[[name, replicas, max_retries, policy], ...]``)
+    so an app can be shaped without the local request.
+    """
+
+    name: str
+    replicas: int
+    max_retries: int = 0
+    policy: str = "APPLICATION"
+
+    @classmethod
+    def of(cls, row: Sequence[Any]) -> RoleShape:
+        """A shape from a ``[name, replicas, max_retries, policy]`` row (missing fields: no retries)."""
+        name, n, *rest = row
+        retries = int(rest[0]) if rest else 0
+        policy = str(rest[1]) if len(rest) > 1 else "APPLICATION"
+        return cls(str(name), int(n), retries, policy if policy in POLICIES else "APPLICATION")
+
+    def row(self) -> list[Any]:
+        """The ``[name, replicas, max_retries, policy]`` row this shape is kept as."""
+        return [self.name, self.replicas, self.max_retries, self.policy]
+
+
+def shapes(rows: Iterable[Sequence[Any]]) -> list[RoleShape]:
+    """:meth:`RoleShape.of` of each row."""
+    return [RoleShape.of(r) for r in rows]
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Replace the objects of ``roles`` (every role for APPLICATION) by try ``attempt``."""
+
+    roles: tuple[str, ...]
+    attempt: int
+    #: the failure retried after (the status says "retrying after <why>")
+    why: str
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The app has ended: ``state`` with ``msg``. ``stop``: replicas still running are stopped (a final
+    failure, a gang timeout); ``gang``: it ended because not every replica ran within the gang timeout."""
+
+    state: AppState
+    msg: str
+    stop: bool = False
+    gang: bool = False
+
+
+#: What one look decides: nothing to do (None), a retry, or the end.
+Decision = Retry | Finish | None
+
+
+def decide(
+    view: AppStatusView,
+    shape: Sequence[RoleShape],
+    attempts: Mapping[str, int],
+    *,
+    owned: bool,
+    gang_timeout: float | None = None,
+    waiting_since: float | None = None,
+    now: float = 0.0,
+) -> Decision:
+    """What to do about an app after one look (pure: same inputs, same answer).
+
+    * not ``owned``: nothing (only the submitter acts);
+    * FAILED with a replica to blame: a :class:`Retry` of the failed replica's role (ROLE) or of every role
+      (APPLICATION) while the tries made (``attempts``: role -> try, the highest in scope counts) are fewer
+      than the role's ``max_retries``; else :class:`Finish` FAILED that stops the others;
+    * not every replica running ``gang_timeout`` seconds after ``waiting_since`` (the current try's start):
+      :class:`Finish` FAILED with the first reason a replica gives (``gang``);
+    * any other terminal state: :class:`Finish` in it (nothing left to stop);
+    * else nothing.
+    """
+    if not owned:
+        return None
+    if view.state == AppState.FAILED and view.first_failure is not None:
+        role_name = view.first_failure[0]
+        role = next((r for r in shape if r.name == role_name), RoleShape(role_name, 1))
+        scope = (role_name,) if role.policy == "ROLE" else tuple(r.name for r in shape)
+        tried = max((attempts.get(r, 0) for r in scope), default=0)
+        if role.policy in ("ROLE", "APPLICATION") and tried < role.max_retries:
+            return Retry(scope, tried + 1, view.msg)
+        return Finish(AppState.FAILED, view.msg, stop=True)
+    if view.state.is_terminal:
+        return Finish(view.state, view.msg)
+    if gang_timeout is not None and waiting_since and not view.all_started and now - waiting_since > gang_timeout:
+        why = view.pending_reason or "not scheduled"
+        return Finish(AppState.FAILED, f"not every replica was Running within gang_timeout={gang_timeout:g}s: {why}",
+                      stop=True, gang=True)
+    return None

@@ -1,0 +1,98 @@
+"""Which ``python`` a replica runs: one rule for every scheduler whose nodes see the launcher's files.
+
+A replica that runs ``python`` (``utils.python``, ``dist.ddp``'s launcher, a ``*.py`` entrypoint, a
+script's ``#!/usr/bin/env python``) gets the interpreter chosen here, first of these that applies:
+
+1. the role's env ``TSM_PYTHON`` (an interpreter, a ``bin`` directory or an environment's root);
+2. the run option ``python`` (``-c python=...``), the same forms;
+3. the environment the user **activated**: ``$VIRTUAL_ENV``, or ``$CONDA_PREFIX`` unless it is conda's
+   ``base`` -- so a ``tsm`` installed in an environment of its own (``pipx install``) runs the user's
+   activated environment with torch in it, not its own;
+4. the interpreter running tsm (``sys.executable``, symlinks kept so a virtualenv stays itself) -- so the
+   Python API run by a virtualenv's interpreter, or ``venv/bin/tsm``, runs that virtualenv even when it
+   is not activated.
+
+The chosen interpreter's directory goes first on the replica's ``PATH`` (unless the role sets ``PATH``
+itself, which then is exactly the role's), and the dry run names it with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tsm.errors import InvalidRunOptionError
+
+#: The role env variable that picks a role's interpreter (rule 1 of the module doc).
+ROLE_ENV = "TSM_PYTHON"
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The ``python`` a replica runs and why it was chosen (what the dry run prints)."""
+
+    path: str
+    why: str
+
+    @property
+    def bin_dir(self) -> str:
+        """The directory that goes first on the replica's PATH."""
+        return os.path.dirname(self.path)
+
+    def describe(self) -> str:
+        """``/x/venv/bin/python (the activated environment $VIRTUAL_ENV)``."""
+        return f"{self.path} ({self.why})"
+
+
+def _resolve(value: str, where: str) -> str:
+    """An interpreter path from an interpreter, a ``bin`` directory, an environment root or a command name."""
+    value = os.path.expanduser(value)
+    if os.path.isdir(value):
+        for cand in (os.path.join(value, "python"), os.path.join(value, "bin", "python")):
+            if os.path.isfile(cand) and os.access(cand, os.X_OK):
+                return os.path.abspath(cand)
+        raise InvalidRunOptionError(f"{where}={value!r}: the directory has no python (nor bin/python)")
+    if os.sep in value:
+        return os.path.abspath(value)  # a path on the nodes, perhaps not on this host: taken as given
+    found = shutil.which(value)
+    if found is None:
+        raise InvalidRunOptionError(f"{where}={value!r}: no such command on PATH; give an interpreter's path")
+    return os.path.abspath(found)
+
+
+def _env_python(root: str) -> str | None:
+    cand = os.path.join(root, "bin", "python")
+    return cand if os.path.isfile(cand) and os.access(cand, os.X_OK) else None
+
+
+def replica_python(
+    role_env: Mapping[str, str] | None = None,
+    option: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    executable: str | None = None,
+) -> Interpreter:
+    """The interpreter a role's replicas run (the module doc's rule), decided at dry run."""
+    env = os.environ if environ is None else environ
+    exe = sys.executable if executable is None else executable
+    if role_env and role_env.get(ROLE_ENV):
+        return Interpreter(_resolve(role_env[ROLE_ENV], f"role env {ROLE_ENV}"), f"the role's {ROLE_ENV}")
+    if option:
+        return Interpreter(_resolve(option, "run option python"), "run option python")
+    venv = env.get("VIRTUAL_ENV")
+    if venv and (found := _env_python(venv)):
+        return Interpreter(found, "the activated environment $VIRTUAL_ENV")
+    conda = env.get("CONDA_PREFIX")
+    if conda and env.get("CONDA_DEFAULT_ENV") != "base" and (found := _env_python(conda)):
+        return Interpreter(found, "the activated environment $CONDA_PREFIX")
+    return Interpreter(os.path.abspath(exe) if exe else "python", "the interpreter running tsm")
+
+
+def replica_path_with(python: Interpreter, role_path: str | None, prefix: list[str] | None = None,
+                      environ: Mapping[str, str] | None = None) -> str:
+    """A replica's PATH: ``prefix``, then the interpreter's directory and the caller's PATH, or the role's own."""
+    env = os.environ if environ is None else environ
+    rest = [role_path] if role_path is not None else [python.bin_dir, env.get("PATH", os.defpath)]
+    return os.pathsep.join([*(prefix or []), *rest])

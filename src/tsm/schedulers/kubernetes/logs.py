@@ -1,0 +1,204 @@
+"""Kubernetes' logs: reading them live, following a pod, and keeping them before tsm deletes the pod.
+
+The kubelet keeps one log per container (stdout and stderr together) until the pod is deleted. Before tsm
+deletes a pod, its log is streamed into the app directory (``logs/<host>/<attempt>-<created>-<pod>.log``, as
+written, and ``.ts`` with the kubelet's timestamps, for since/until: the runtime cuts lines over 16 KiB and
+stamps each part, so only the plain copy is exact), chunk by chunk, never held whole in memory.
+
+A follow of a pod that is deleted meanwhile (a cancel, Ctrl-C of ``tsm run``) ends with the kubelet's own
+error text in the stream (``rpc error: code = ... desc = ... No such container``): it is not the replica's
+output, so that last line is dropped when the pod is gone (:func:`_without_runtime_error`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+
+from tsm.errors import NotSupportedError, SchedulerError
+from tsm.schedulers.api import DescribeAppResponse, Stream
+from tsm.schedulers.common.appdir import AppDir
+from tsm.schedulers.common.logs import (
+    check_log_target,
+    decode,
+    filter_regex,
+    in_window,
+    replica_counts,
+    split_lines,
+    split_lines_iterator,
+    utf8_chunks,
+)
+from tsm.schedulers.common.polling import poll_until
+from tsm.schedulers.kubernetes.client import KubeClient
+from tsm.schedulers.kubernetes.request import KubernetesRequest, host_name
+from tsm.schedulers.kubernetes.status import Pod, from_json
+
+#: seconds a follow waits for a replica's pod to be made, or to start
+FOLLOW_WAIT = 600.0
+#: what the kubelet writes into a log stream when the container went away under it
+RUNTIME_ERROR = re.compile(rb"^(rpc error: code = \w+ desc = .*|unable to retrieve container logs for .*)$")
+
+
+class KubernetesLogs:
+    """The log half of :class:`~tsm.schedulers.kubernetes.scheduler.KubernetesScheduler` (a mixin)."""
+
+    def _dir(self, app_id: str) -> AppDir:
+        raise NotImplementedError
+
+    def _request(self, app_id: str) -> KubernetesRequest | None:
+        raise NotImplementedError
+
+    def _client_of(self, req: KubernetesRequest | None) -> KubeClient:
+        raise NotImplementedError
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        raise NotImplementedError
+
+    def _log_name(self, p: Pod) -> str:
+        return f"logs/{host_name(p.role, p.replica_id)}/{p.attempt:03d}-{p.created:.3f}-{p.name}.log"
+
+    def _snapshot_log(self, app_id: str, client: KubeClient, p: Pod) -> None:
+        """Stream a pod's log into the app directory (once; see the module doc)."""
+        d = self._dir(app_id)
+        name = self._log_name(p)
+        if d.exists(name):
+            return
+        d.write(name[:-4] + ".ts", client.log_chunks(p.name, timestamps=True))
+        d.write(name, client.log_chunks(p.name))
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterator[str]:
+        req = self._request(app_id)
+        roles = replica_counts(req.roles if req else None, lambda: self.describe(app_id))
+        check_log_target("kubernetes", app_id, roles, role_name, k)
+        if streams is not None and Stream(streams) != Stream.COMBINED:
+            raise NotSupportedError(
+                "Kubernetes keeps a container's stdout and stderr in one log: only the combined stream can be "
+                f"read (drop --streams {Stream(streams).value}, or write the streams to files in the job)"
+            )
+        return filter_regex(regex, self._lines(app_id, role_name, k, since, until, should_tail))
+
+    def _lines(self, app_id: str, role: str, k: int, since: datetime | None, until: datetime | None,
+               tail: bool) -> Iterator[str]:
+        req = self._request(app_id)
+        client = self._client_of(req)
+        d = self._dir(app_id)
+
+        def live_pods() -> builtins.list[Pod]:
+            if d.final() is not None:
+                return []
+            mine = [p for p in (from_json(x) for x in client.list_pods(app_id)) if p.role == role and p.replica_id == k]
+            return sorted(mine, key=lambda p: (p.attempt, p.created, p.name))
+
+        live = live_pods()
+        if tail and not live:  # following a replica whose pod is not made yet: wait for it or the app's end
+            def made() -> builtins.list[Pod] | None:
+                now = self.describe(app_id)
+                if now is None or now.state.is_terminal:
+                    return []
+                return live_pods() or None
+
+            live = poll_until(made, FOLLOW_WAIT, initial=0.2, cap=1.0) or []
+        saved_dir = d.path / "logs" / host_name(role, k)
+        saved = sorted(saved_dir.glob("*.log")) if saved_dir.is_dir() else []
+        live_files = {Path(self._log_name(p)).name for p in live}
+        window = since is not None or until is not None
+
+        def saved_lines(f: Path) -> Iterator[str]:
+            if window:
+                return _stamped_lines(f.with_suffix(".ts").read_bytes(), since, until)
+            return iter(split_lines(decode(f.read_bytes())))
+
+        for f in saved:
+            if f.name not in live_files:
+                yield from saved_lines(f)
+        for i, p in enumerate(live):
+            f = d.path / self._log_name(p)
+            if f.exists():
+                yield from saved_lines(f)
+                continue
+            last = i == len(live) - 1
+            if tail and last and until is None:
+                s = int(time.time() - since.timestamp()) + 1 if since else None
+                yield from self._follow(client, app_id, p, s)
+                return
+            if window:
+                yield from _stamped_lines(client.log(p.name, timestamps=True), since, until)
+            else:
+                yield from split_lines(decode(client.log(p.name)))
+
+    def _follow(self, client: KubeClient, app_id: str, p: Pod, since: int | None) -> Iterator[str]:
+        """Follow a live pod: wait until its container started, then stream until it ends."""
+
+        def started() -> bool | None:
+            cur = next((from_json(x) for x in client.list_pods(app_id) if x["metadata"]["name"] == p.name), None)
+            return True if cur is None or cur.phase != "Pending" else None
+
+        poll_until(started, FOLLOW_WAIT, initial=0.2, cap=1.0)
+        try:
+            raw = _without_runtime_error(client.follow(p.name, since=since), lambda: self._gone(client, app_id, p))
+            yield from split_lines_iterator(decode(b) for b in utf8_chunks(raw))
+        except SchedulerError:  # the pod went away (the app ended and was deleted): its snapshot has the log
+            f = self._dir(app_id).path / self._log_name(p)
+            if not f.exists():
+                raise
+            yield from split_lines(decode(f.read_bytes()))
+
+    def _gone(self, client: KubeClient, app_id: str, p: Pod) -> bool:
+        """True when pod ``p`` is deleted or being deleted (or its app is being cancelled or has ended)."""
+        d = self._dir(app_id)
+        if d.cancelling or d.final() is not None:
+            return True
+        cur = next((from_json(x) for x in client.list_pods(app_id) if x["metadata"]["name"] == p.name), None)
+        return cur is None or cur.deleting
+
+
+def _without_runtime_error(chunks: Iterator[bytes], gone: Callable[[], bool]) -> Iterator[bytes]:
+    """``chunks`` as they come, except that a line that looks like the kubelet's error text
+    (:data:`RUNTIME_ERROR`) is held back while it is the last one; dropped when the stream ends there and
+    ``gone()`` says the pod was deleted under the follow. Other lines are never delayed."""
+    held = b""
+    for chunk in chunks:
+        *complete, partial = (held + chunk).split(b"\n")
+        held = partial
+        if complete and RUNTIME_ERROR.match(complete[-1]):
+            held = complete.pop() + b"\n" + partial
+        if complete:
+            yield b"\n".join(complete) + b"\n"
+    if held and not (RUNTIME_ERROR.match(held.rstrip(b"\n")) and gone()):
+        yield held
+
+
+def _stamped_lines(raw: bytes, since: datetime | None, until: datetime | None) -> Iterator[str]:
+    """Lines of a log read with ``timestamps=true`` (``<RFC3339Nano> <line>``), stamps removed, in the window."""
+    if not raw:
+        return
+    out = bytearray()
+    for line in raw.split(b"\n")[: -1 if raw.endswith(b"\n") else None]:
+        head, _, body = line.partition(b" ")
+        if since is not None or until is not None:
+            try:
+                text = head.decode().rstrip("Z")
+                base, _, frac = text.partition(".")
+                when: float | None = datetime.fromisoformat(base + "+00:00").timestamp() + float("0." + (frac[:6] or "0"))
+            except ValueError:
+                when = None
+            if not in_window(when, since, until):
+                continue
+        out += body + b"\n"
+    if raw and not raw.endswith(b"\n") and out:
+        out = out[:-1]  # the last line had no newline
+    yield from split_lines(decode(bytes(out)))

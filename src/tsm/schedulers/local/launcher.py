@@ -1,0 +1,463 @@
+"""The per-user launcher: a long-lived process that forks one supervisor per app, so no app pays a new interpreter.
+
+Why. Starting a supervisor as ``python -S -c ...`` costs an interpreter start and its imports (12-22 ms and
+about 20 ms more on a loaded 2-core machine) before it can say it is ready, and about 6 MB of private memory
+per process. A process that has already imported the supervisor's modules can ``fork`` one in about a
+millisecond, and the pages it imported stay shared copy-on-write between every supervisor forked from it.
+
+How it starts. Never on its own: the first supervisor that a caller had to spawn (no launcher was up) forks
+a launcher beside itself before it starts its app (:func:`start_beside`), off the caller's critical path.
+The launcher then imports what a supervisor needs, takes ``<key>.lock`` (one launcher per key, released by
+the kernel when it dies, even by SIGKILL), binds ``<key>.sock`` under ``$TSM_HOME/launcher/`` (a 0700
+folder: only its owner can reach it) and serves. It exits after :data:`IDLE` seconds without a request, when
+its socket is no longer its own (the folder was removed) or when the code it was started from has changed.
+
+The key. ``<key>`` hashes the interpreter, the folder tsm is imported from and the size and modification
+time of every source file a supervisor runs (:func:`code_key`). After an upgrade the caller asks for another
+key, so a launcher from an older tsm, left running, is never asked to fork a supervisor of the wrong code.
+
+A request (:func:`ask`). The caller connects, checks that the launcher runs as its own user
+(``SO_PEERCRED``), and sends the app folder, its open-file limits and, as ``SCM_RIGHTS``, the write end of
+the pipe on which the supervisor says it is ready (``R``). No fork happens then: the launcher keeps one
+*standby* ready, a watchdog and under it a supervisor forked before anyone asked (:func:`_fork_standby`),
+the supervisor waiting on the launcher's socket with the store already open. The standby supervisor accepts
+the connection itself, checks the caller's credentials (another uid never makes it start anything), answers
+``F``, tells the launcher (which forks the next standby meanwhile), takes the caller's environment and
+open-file limits from the request and runs :func:`supervisor.run_app <tsm.schedulers.local.supervisor.run_app>`,
+exactly the code a spawned supervisor runs; its watchdog learns the app folder through a pipe and watches
+it as a spawned watchdog does. Both are in a session of their own, so apps outlive the launcher.
+
+Never a single point of failure. Any answer but ``F`` within :data:`ACK_TIMEOUT` (no launcher, a dead one, a
+stopped one, a refusal) makes the caller spawn the supervisor as before. The one race left, a stopped
+standby that resumes and takes the request after the caller gave up, is harmless: it first checks that the
+caller is still connected (it hangs up when it gives up), and a second supervisor of the same app can only
+lose the registration (``sup_pid IS NULL AND state=SUBMITTED``) and exit without touching the app (its
+socket is bound under a name of its own and renamed to ``sock`` only once registered). When the launcher
+ends, even by SIGKILL, the pipe its idle standby watches closes and the standby leaves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+import struct
+import sys
+import time
+
+TYPE_CHECKING = False  # keeps typing out of the supervisor's start-up
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+#: Seconds a launcher waits for its next request before it exits (``TSM_LAUNCHER_IDLE`` overrides).
+IDLE = 60.0
+
+#: Seconds a caller waits for the launcher's ``F`` before it spawns the supervisor itself.
+ACK_TIMEOUT = 1.0
+
+#: Seconds between two checks that the launcher's socket and code are still current.
+CHECK_INTERVAL = 2.0
+
+#: Source folders (relative to the ``tsm`` package) whose files a supervisor runs: the key covers them.
+CODE_DIRS = ("", "schedulers", "schedulers/local", "timer")
+
+_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def enabled() -> bool:
+    """False when ``TSM_LAUNCHER=0`` (spawn every supervisor), or inside a replica of another app.
+
+    A launcher started from inside a replica would carry that replica's ``TSM_*`` environment and be ended
+    with it; such nested callers simply spawn.
+    """
+    return os.environ.get("TSM_LAUNCHER", "1") != "0" and "TSM_APP_ID" not in os.environ
+
+
+def _files(pkg: str) -> Iterator[tuple[str, int, int]]:
+    for sub in CODE_DIRS:
+        with contextlib.suppress(OSError), os.scandir(os.path.join(pkg, sub)) as it:
+            for e in it:
+                if e.name.endswith(".py"):
+                    st = e.stat()
+                    yield f"{sub}/{e.name}", st.st_size, st.st_mtime_ns
+
+
+def code_key(pkg_parent: str, executable: str | None = None) -> str:
+    """A short hash of the interpreter, where tsm lives and the (name, size, mtime) of the supervisor's sources."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(f"{executable or sys.executable}\0{pkg_parent}\0".encode(errors="surrogateescape"))
+    for name, size, mtime in sorted(_files(os.path.join(pkg_parent, "tsm"))):
+        h.update(f"{name}\0{size}\0{mtime}\0".encode(errors="surrogateescape"))
+    return h.hexdigest()
+
+
+def package_parent() -> str:
+    """The folder tsm is imported from (what a spawned supervisor puts first on ``sys.path``)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def launcher_dir(home: str) -> str:
+    return os.path.join(home, "launcher")
+
+
+def _peer_uid(sock: socket.socket) -> int:
+    uid: int = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))[1]
+    return uid
+
+
+# -- the caller's side -----------------------------------------------------------------------------------------
+_key_cache: dict[tuple[str, str], str] = {}
+
+
+def ask(home: str, app_dir: str, ready_w: int) -> socket.socket | None:
+    """Send this user's launcher a request for the supervisor of ``app_dir``; the connection, or None.
+
+    The launcher's standby supervisor answers ``F`` on the connection once it took the request (then its
+    ``R`` comes on ``ready_w``'s pipe); the caller waits for both at once (:mod:`.spawn`). None, or a
+    connection that closes without ``F`` within :data:`ACK_TIMEOUT`, means "spawn it yourself": launchers
+    disabled, none running for this code, not this user's, dead, stopped or refusing. ``ready_w`` stays the
+    caller's to close either way.
+    """
+    if not enabled():
+        return None
+    from tsm.schedulers.local import _os
+
+    pkg = package_parent()
+    key = _key_cache.get((pkg, sys.executable))
+    if key is None:  # once per process: a long-lived caller sees the code it imported, not a later upgrade
+        key = _key_cache[(pkg, sys.executable)] = code_key(pkg)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.settimeout(ACK_TIMEOUT)
+        addr, dfd = _os.unix_address(os.path.join(launcher_dir(home), key + ".sock"))
+        try:
+            sock.connect(addr)
+        finally:
+            if dfd is not None:
+                os.close(dfd)
+        if _peer_uid(sock) != os.getuid():
+            sock.close()
+            return None
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        msg = f"{soft} {hard} ".encode() + os.fsencode(app_dir)
+        socket.send_fds(sock, [msg], [ready_w])
+        return sock
+    except OSError:
+        sock.close()
+        return None
+
+
+# -- the launcher's side ---------------------------------------------------------------------------------------
+def start_beside(home: str, keep_closed: tuple[int, ...] = ()) -> None:
+    """Start a detached launcher for this code and ``home`` unless one runs (or launchers are off).
+
+    Called by a spawned supervisor before it starts its app, so the caller never waits for it: the
+    supervisor forks, the child starts a session of its own, forks again and exits (reaped here at once),
+    and the grandchild, closing ``keep_closed`` (the caller's ready pipe), execs the launcher: its own
+    command line (never mistaken for the supervisor's) and a fresh interpreter with nothing of the app.
+    """
+    if not enabled():
+        return
+    pkg = package_parent()
+    with contextlib.suppress(OSError):  # a live launcher holds the lock: nothing to do (the common case)
+        fd = os.open(os.path.join(launcher_dir(home), code_key(pkg) + ".lock"), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+    pid = os.fork()
+    if pid:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        return
+    try:
+        os.setsid()
+        if os.fork() == 0:
+            for fd in keep_closed:
+                os.close(fd)
+            code = "import sys; sys.path.insert(0, sys.argv.pop(1)); from tsm.schedulers.local.launcher import main; main()"
+            os.execv(sys.executable, [sys.executable, "-S", "-c", code, pkg, home])
+    finally:
+        os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the launcher's own process: ``launcher HOME`` (``sys.path[0]`` is where tsm lives)."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return serve(argv[0], package_parent())
+    finally:
+        os._exit(0)
+
+
+def _prepare() -> None:
+    """Import what a supervisor imports after its start, so forked ones share it; then freeze the heap.
+
+    ``gc.freeze`` moves every object made so far out of the collector's reach: a forked supervisor's
+    collections never write to those pages, so they stay shared.
+    """
+    import fcntl  # noqa: F401
+    import gc
+    import json  # noqa: F401
+    import resource  # noqa: F401
+    import traceback  # noqa: F401
+
+    import tsm.store  # noqa: F401
+    import tsm.timer.socket_timer  # noqa: F401
+    from tsm.schedulers.local import _os, supervisor  # noqa: F401
+
+    # One malloc arena for every thread (the supervisor's timer-server thread would otherwise get its own,
+    # dirtying pages of a fresh 64 MB arena in every supervisor). M_ARENA_MAX is -8 in glibc's malloc.h.
+    with contextlib.suppress(AttributeError, OSError):
+        _os._lib().mallopt(-8, 1)
+    gc.collect()
+    gc.freeze()
+
+
+def serve(home: str, pkg: str) -> int:
+    """The launcher's loop: take the lock, bind the socket, keep one standby supervisor ready until idle.
+
+    The key is computed before and after the imports: sources that changed in between (an upgrade in
+    progress) make it exit rather than serve code that may not be what the key says.
+    """
+    import fcntl
+    import select
+
+    from tsm.schedulers.local import _os
+
+    os.umask(0o077)
+    os.chdir("/")
+    key = code_key(pkg)
+    ldir = launcher_dir(home)
+    _os.makedirs_private(ldir)
+    null = os.open(os.devnull, os.O_RDWR)
+    log = os.open(os.path.join(ldir, key + ".log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    for target, src in ((0, null), (1, null), (2, log)):
+        os.dup2(src, target)
+    os.close(null)
+    os.close(log)
+    lock = os.open(os.path.join(ldir, key + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0  # another launcher of this code serves this home
+    _prepare()
+    if code_key(pkg) != key:
+        return 0
+    path = os.path.join(ldir, key + ".sock")
+    tmp = os.path.join(ldir, f"{key}.{os.getpid()}.tmp")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    addr, dfd = _os.unix_address(tmp)
+    try:
+        listener.bind(addr)
+    finally:
+        if dfd is not None:
+            os.close(dfd)
+    listener.listen(128)
+    listener.setblocking(False)
+    os.rename(tmp, path)  # atomic: a caller sees no socket or a listening one
+    ino = os.stat(path).st_ino
+    idle = float(os.environ.get("TSM_LAUNCHER_IDLE") or IDLE)
+    last = next_check = time.monotonic()
+    taken_r, taken_w = os.pipe()  # a standby writes T here once it took a request
+    quit_r, quit_w = os.pipe()  # closed by this process when it ends (even by SIGKILL): idle standbys leave
+    poller = select.poll()
+    poller.register(taken_r, select.POLLIN)
+    standby: int | None = None
+    try:
+        while True:
+            if standby is None:
+                standby = _fork_standby(listener, lock, home, (taken_r, quit_w), (taken_w, quit_r))
+            now = time.monotonic()
+            if now - last > idle:
+                break
+            if now >= next_check:
+                next_check = now + CHECK_INTERVAL
+                try:
+                    if os.stat(path).st_ino != ino or code_key(pkg) != key:
+                        break
+                except OSError:
+                    break
+            if poller.poll(int(min(CHECK_INTERVAL, idle) * 1000) + 1) and os.read(taken_r, 4096):
+                standby, last = None, time.monotonic()
+            if standby in _reap():  # the standby died before taking a request: make another
+                standby = None
+    finally:
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_ino == ino:
+                os.unlink(path)
+    return 0  # quit_w closes with this process: the idle standby sees it and leaves
+
+
+def _reap() -> set[int]:
+    """Collect the watchdogs (this process's children) that ended; their pids."""
+    ended = set()
+    with contextlib.suppress(ChildProcessError):
+        while pid := os.waitpid(-1, os.WNOHANG)[0]:
+            ended.add(pid)
+    return ended
+
+
+def _fork_standby(listener: socket.socket, lock: int, home: str, close: tuple[int, ...],
+                  keep: tuple[int, int]) -> int:
+    """Fork the next app's watchdog and, under it, its supervisor, waiting for a request; the watchdog's pid.
+
+    Both are made before any caller asks, so a request costs no fork at all: the standby supervisor accepts
+    the caller's connection itself (:func:`_take`), says ``F`` and tells the launcher (``T``), which makes
+    the next standby meanwhile. The watchdog learns the app folder from its supervisor through a pipe.
+    """
+    taken_w, quit_r = keep
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:
+        os.close(lock)  # else the lock would outlive the launcher and no new one could start
+        for fd in close:
+            os.close(fd)
+        os.setsid()
+        from tsm.schedulers.local import _os
+
+        _os.set_child_subreaper()
+        app_r, app_w = os.pipe()
+        sup = os.fork()
+        if sup == 0:
+            os.close(app_r)
+            _standby(listener, quit_r, taken_w, app_w, home)
+        listener.close()
+        for fd in (app_w, taken_w, quit_r):
+            os.close(fd)
+        code = _watch(sup, app_r)
+    except BaseException:  # noqa: BLE001 - a forked child never returns into the launcher's loop
+        import traceback
+
+        with contextlib.suppress(OSError):
+            traceback.print_exc()
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _watch(sup: int, app_r: int) -> int:
+    """The standby watchdog: wait for the app folder from its supervisor, then watch it as any watchdog does."""
+    data = b""
+    while chunk := os.read(app_r, 65536):
+        data += chunk
+    os.close(app_r)
+    if not data:  # the standby left without an app (its launcher ended): nothing to watch
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(sup, 0)
+        return 0
+    import json
+
+    from tsm.schedulers.local import _os, supervisor
+
+    app_dir = os.fsdecode(data)
+    _os.set_cmdline(sys.executable, "-m", "tsm.schedulers.local.supervisor", app_dir)
+    log = os.open(os.path.join(app_dir, "supervisor.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(log, 2)
+    os.close(log)
+    with open(os.path.join(app_dir, "request.json"), "rb") as f:
+        req = json.load(f)
+    os.environ.clear()
+    os.environ.update(req["base_env"])
+    return supervisor._watchdog(sup, req)
+
+
+def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, home: str) -> None:
+    """The standby supervisor: take one valid request from the launcher's socket, then run that app. Never returns."""
+    import select
+
+    code = 0
+    try:
+        from tsm.store import Store
+
+        store = Store()  # opened while waiting: one step less once a request comes
+        poller = select.poll()
+        poller.register(listener, select.POLLIN)
+        poller.register(quit_r, select.POLLIN)
+        taken = None
+        while taken is None:
+            events = dict(poller.poll())
+            if quit_r in events:
+                store.close()
+                return  # the launcher ended (closed its end) before anyone asked
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                continue
+            with contextlib.suppress(OSError):
+                taken = _take(conn, home)
+            if taken is None:
+                conn.close()
+        listener.close()
+        os.close(quit_r)
+        os.write(taken_w, b"T")
+        os.close(taken_w)
+        app_dir, ready_w, limits = taken
+        with contextlib.suppress(OSError):
+            conn.sendall(b"F")
+        conn.close()
+        from tsm.schedulers.local import _os, supervisor
+
+        _os.set_cmdline(sys.executable, "-m", "tsm.schedulers.local.supervisor", app_dir, str(ready_w))
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+        log = os.open(os.path.join(app_dir, "supervisor.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.dup2(log, 2)
+        os.close(log)
+        os.write(app_w, os.fsencode(app_dir))
+        os.close(app_w)
+        code = supervisor.run_app(app_dir, ready_w, take_env=True, store=store)
+    except BaseException:  # noqa: BLE001 - a forked child never returns into the launcher's loop
+        import traceback
+
+        with contextlib.suppress(OSError):
+            traceback.print_exc()
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _take(conn: socket.socket, home: str) -> tuple[str, int, tuple[int, int]] | None:
+    """Read and check one request: ``(app_dir, ready pipe, open-file limits)``, or None to refuse it.
+
+    Refused: another user's process (before anything is read), an app folder outside ``$TSM_HOME/local``,
+    limits this process cannot give, or a caller that already hung up (it gave up waiting and spawned one).
+    """
+    conn.setblocking(True)
+    conn.settimeout(ACK_TIMEOUT)
+    if _peer_uid(conn) != os.getuid():
+        return None
+    msg, fds, _, _ = socket.recv_fds(conn, 8192, 1)
+    try:
+        soft, hard, raw = msg.split(b" ", 2)
+        app_dir = os.fsdecode(raw)
+        limits = (int(soft), int(hard))
+        import resource
+
+        mine = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        ok = len(fds) == 1 and os.path.isabs(app_dir) and os.path.dirname(app_dir) == os.path.join(home, "local")
+        if ok and (mine == resource.RLIM_INFINITY or (limits[1] != resource.RLIM_INFINITY and limits[1] <= mine)):
+            conn.setblocking(False)
+            try:
+                gone = conn.recv(1) == b""
+            except BlockingIOError:
+                gone = False
+            if not gone:
+                ready_w = fds.pop()
+                return app_dir, ready_w, limits
+    except ValueError:
+        pass
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return None

@@ -1,0 +1,152 @@
+"""Starting an app's supervisor: forked by this user's launcher when one serves, else spawned; then its ready byte.
+
+:func:`start_supervisor` is the last step of :meth:`LocalScheduler.schedule <.scheduler.LocalScheduler.schedule>`:
+the request and the record are durable already. It hands the launcher (:mod:`.launcher`) the write end of a
+pipe, or spawns ``python -S -c "... supervisor.main()"`` with it when the launcher does not answer ``F``, and
+waits for the supervisor's ``R`` (registered) or ``C`` (cancelled before it started). Anything else within 30
+seconds means the supervisor could not start: the app is recorded FAILED with the last line of its
+``supervisor.log`` and :class:`~tsm.errors.SubmissionError` says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tsm.errors import SubmissionError
+from tsm.schedulers.local import launcher
+from tsm.schedulers.local.control import ms
+from tsm.specs.api import AppState
+from tsm.store import tsm_home
+
+if TYPE_CHECKING:
+    import socket
+    import subprocess
+
+    from tsm.schedulers.local.request import LocalRequest
+    from tsm.schedulers.local.scheduler import LocalScheduler
+
+#: Seconds a caller waits for a new supervisor's ready byte before it calls the start failed.
+READY_TIMEOUT = 30.0
+
+#: The code a spawned supervisor runs (``sys.argv``: where tsm is imported from, the app folder, the pipe).
+SPAWN_CODE = "import sys; sys.path.insert(0, sys.argv.pop(1)); from tsm.schedulers.local.supervisor import main; sys.exit(main())"
+
+
+def start_supervisor(sched: LocalScheduler, req: LocalRequest) -> None:
+    """Start the supervisor of ``req`` and return once it is ready; record and raise when it cannot start."""
+    r, w = os.pipe()
+    try:
+        sock = launcher.ask(str(tsm_home()), req.app_dir, w)
+    finally:
+        os.close(w)
+    proc = None
+    deadline = time.monotonic() + READY_TIMEOUT
+    ready = b""
+    try:
+        if sock is not None:
+            ready = _wait(r, sock, deadline)
+        if sock is None or ready == b"":  # no launcher took it: spawn the supervisor here
+            os.close(r)
+            r = -1
+            r, w = os.pipe()
+            try:
+                proc = _spawn(req, w)
+            finally:
+                os.close(w)
+        poller = select.poll()  # poll, not select: the caller may hold more than 1024 descriptors
+        poller.register(r, select.POLLIN)
+        while not ready and time.monotonic() < deadline:
+            if poller.poll(ms(deadline - time.monotonic())):
+                ready = os.read(r, 1) or b"EOF"
+    finally:
+        if r >= 0:
+            os.close(r)
+    sched._launchers = [p for p in sched._launchers if p.poll() is None]
+    if proc is not None:
+        sched._launchers.append(proc)
+    if ready in (b"R", b"C"):  # C: cancelled by someone else before it started: not a failure
+        return
+    if proc is not None:
+        with contextlib.suppress(OSError):
+            proc.kill()
+    detail = ""
+    with contextlib.suppress(OSError):
+        lines = Path(req.app_dir, "supervisor.log").read_text(errors="replace").strip().splitlines()
+        detail = lines[-1] if lines else ""
+    if not detail:
+        rc = proc.poll() if proc is not None else None
+        detail = f"it exited with code {rc} and no output" if rc is not None else f"no answer within {READY_TIMEOUT:g}s"
+    terminal = ", ".join(str(int(s)) for s in AppState if s.is_terminal)
+    sched.store.write([(
+        f"UPDATE local_apps SET state=?, msg=?, ended=? WHERE app_id=? AND state NOT IN ({terminal})",
+        (int(AppState.FAILED), f"supervisor failed to start: {detail or 'no output'}", time.time(), req.app_id),
+    )])
+    raise SubmissionError(
+        f"the local supervisor for {req.app_id} failed to start ({detail or 'no output'}); "
+        f"see {req.app_dir}/supervisor.log"
+    )
+
+
+def _wait(r: int, sock: socket.socket, deadline: float) -> bytes:
+    """Wait for the launcher's ``F`` and the supervisor's first byte at once; b"" when the launcher did not take it.
+
+    One wake-up when both come close together (the usual case). Returns the byte read from the ready pipe
+    (``R``, ``C``, ``EOF``) once ``F`` came, or b"" to spawn: the connection closed without ``F``, or no
+    ``F`` within :data:`launcher.ACK_TIMEOUT` (the connection is closed then, so a launcher that resumes
+    later sees the caller gone and starts nothing). Past ``deadline`` after ``F``: b"?" (it did not start).
+    """
+    acked = False
+    end = time.monotonic() + launcher.ACK_TIMEOUT
+    poller = select.poll()
+    poller.register(r, select.POLLIN)
+    poller.register(sock, select.POLLIN)
+    try:
+        while True:
+            left = (deadline if acked else end) - time.monotonic()
+            if left <= 0:
+                return b"?" if acked else b""
+            events = dict(poller.poll(ms(left)))
+            if sock.fileno() in events and not acked:
+                acked = _ack(sock)
+                if not acked:
+                    return b""
+                poller.unregister(sock)
+            if r in events:
+                byte = os.read(r, 1) or b"EOF"
+                if not acked:  # the F may be in the socket already: the supervisor says F before R
+                    acked = _ack(sock)
+                return byte if acked else b""
+    finally:
+        sock.close()
+
+
+def _ack(sock: socket.socket) -> bool:
+    """Whether the launcher's answer on ``sock`` is ``F`` (waiting up to the ack timeout for it)."""
+    try:
+        sock.settimeout(launcher.ACK_TIMEOUT)
+        return sock.recv(1) == b"F"
+    except OSError:
+        return False
+
+
+def _spawn(req: LocalRequest, w: int) -> subprocess.Popen[bytes]:
+    """Spawn ``python -S -c "... supervisor.main()"`` for ``req`` with ``w`` as its ready pipe."""
+    import subprocess
+
+    # The supervisor needs only the standard library and tsm, so it starts without site-packages.
+    log = os.open(os.path.join(req.app_dir, "supervisor.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-S", "-c", SPAWN_CODE, launcher.package_parent(), req.app_dir, str(w)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True, pass_fds=(w,), close_fds=True,
+        )
+    finally:
+        os.close(log)

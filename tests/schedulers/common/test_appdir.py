@@ -1,0 +1,78 @@
+"""AppDir and the kit's client base: private atomic files, the final status with its times, HTTP statuses kept."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tsm.errors import SchedulerError, TsmError
+from tsm.schedulers.api import DescribeAppResponse
+from tsm.schedulers.common.appdir import AppDir, app_dirs
+from tsm.schedulers.common.errors import ApiError, ClientBase, is_status
+from tsm.schedulers.common.owner import label_safe
+from tsm.schedulers.common.polling import poll_until
+from tsm.schedulers.common.record import AppRecord
+from tsm.specs.api import AppDef, AppState, Role
+
+
+def test_every_file_and_folder_is_private_and_written_whole(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    old = os.umask(0)
+    try:
+        d = AppDir(tmp_path / "docker", "app-1")
+        d.save_submission('{"env": "secret"}', AppRecord("docker", "s", AppDef("a", [Role("r", "echo")])))
+        d.write("logs/c/attempt-0/stdout", iter([b"a\n", b"b\n"]))
+        d.save_final(DescribeAppResponse(app_id="app-1", state=AppState.SUCCEEDED), started=1.0, ended=2.0)
+        with d.cancel_marker():
+            assert d.cancelling
+    finally:
+        os.umask(old)
+    assert not d.cancelling
+    paths = list((tmp_path / "docker").rglob("*")) + [tmp_path / "docker"]
+    assert all(stat.S_IMODE(p.stat().st_mode) == (0o700 if p.is_dir() else 0o600) for p in paths)
+    assert not [p for p in paths if p.name.endswith(".tmp")]
+    assert (d.path / "logs/c/attempt-0/stdout").read_bytes() == b"a\nb\n"
+    assert d.final() is not None and d.final_times() == (1.0, 2.0)
+    assert d.record() is not None and [a.app_id for a in app_dirs(tmp_path / "docker")] == ["app-1"]
+    d.set_attempts({"r": 2})
+    assert d.attempts() == {"r": 2} and d.remove() and not d.exists()
+
+
+def test_a_failed_stream_leaves_the_old_file(tmp_path: Path) -> None:
+    d = AppDir(tmp_path, "a")
+    d.write("f", "old")
+
+    def broken():  # type: ignore[no-untyped-def]
+        yield b"new"
+        raise OSError("engine went away")
+
+    with pytest.raises(OSError):
+        d.write("f", broken())
+    assert d.read("f") == "old" and [p.name for p in d.path.iterdir()] == ["f"]
+    with pytest.raises(ValueError):
+        AppDir(tmp_path, "../x")
+
+
+def test_the_client_base_counts_and_keeps_the_http_status() -> None:
+    class Client(ClientBase):
+        def translate(self, what: str, e: BaseException) -> TsmError | None:
+            return ApiError(f"{what} failed", 404) if isinstance(e, KeyError) else None
+
+    c = Client()
+    with pytest.raises(ApiError) as err, c.call("get"):
+        raise KeyError("x")
+    assert err.value.status == 404 and is_status(err.value, 404, 410) and isinstance(err.value, SchedulerError)
+    with pytest.raises(ZeroDivisionError), c.call("get"):
+        _ = 1 / 0
+    assert c.calls["get"] == 2 and not is_status(SchedulerError("x"), 404)
+
+
+def test_owner_labels_and_poll_until() -> None:
+    assert label_safe("alice") == "alice" and label_safe("Al Ice") != label_safe("Al-Ice")
+    assert len(label_safe("x" * 100)) <= 63 and label_safe("-") != "-"
+    seen = iter([None, None, 3])
+    assert poll_until(lambda: next(seen), 10, initial=0.001) == 3
+    assert poll_until(lambda: None, 0.05, initial=0.01) is None

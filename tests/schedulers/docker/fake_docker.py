@@ -1,0 +1,296 @@
+"""A fake Docker engine in memory, behind the real :class:`DockerClient`: the fast suite's Docker.
+
+:class:`FakeDockerEngine` answers the calls the ``docker`` SDK's low-level client would make (the same
+method names and arguments, the same JSON shapes, ``docker.errors`` with HTTP statuses), so everything of
+tsm above the SDK runs as on a real engine: label filters, the error mapping, the inspect cache, the
+scheduler's controller. A container is a local process (:class:`~schedulers.common.fake_process.FakeProcess`:
+the image is ignored); Docker's restart policy ``on-failure:N``, stop with a grace period and SIGKILL,
+``RestartCount``, exit codes 128+signal, logs kept per stream with timestamps, networks with endpoints.
+
+Scripted behaviour: :attr:`FakeDockerEngine.unstartable` images fail at start (as a missing entrypoint does).
+Every call is recorded in :attr:`FakeDockerEngine.calls` (name, args) for tests that check what was asked.
+
+    engine = FakeDockerEngine()
+    sched = DockerScheduler("t", client=fake_client(engine), images=FakeImages())
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker.errors
+
+from schedulers.common.fake_process import FakeProcess, rfc3339
+from tsm.schedulers.common.errors import ClientBase
+from tsm.schedulers.docker.client import DockerClient
+from tsm.workspace.image import ImageEngine
+
+
+class _Response:
+    def __init__(self, status: int) -> None:
+        self.status_code = status
+        self.reason = {404: "Not Found", 409: "Conflict", 500: "Server Error"}.get(status, "")
+
+
+def api_error(status: int, message: str) -> docker.errors.APIError:
+    cls = docker.errors.NotFound if status == 404 else docker.errors.APIError
+    return cls(message, response=_Response(status), explanation=message)  # type: ignore[no-untyped-call]
+
+
+@dataclass
+class FakeContainer:
+    id: str
+    name: str
+    labels: dict[str, str]
+    command: list[str]
+    env: dict[str, str]
+    restart_max: int
+    created: float
+    state: str = "created"
+    restarts: int = 0
+    stopped_by_hand: bool = False
+    runs: list[FakeProcess] = field(default_factory=list)
+    error: str = ""
+    networks: list[str] = field(default_factory=list)
+
+    @property
+    def current(self) -> FakeProcess | None:
+        return self.runs[-1] if self.runs else None
+
+
+class _Network:
+    def __init__(self, attrs: dict[str, Any]) -> None:
+        self.attrs = attrs
+        self.name = attrs["Name"]
+
+
+class FakeDockerEngine:
+    """The engine (see the module docstring); ``api`` is what ``docker.DockerClient.api`` would be."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, FakeContainer] = {}
+        self.nets: dict[str, dict[str, Any]] = {}
+        self.unstartable: set[str] = set()
+        self.calls: list[tuple[str, Any]] = []
+        self.lock = threading.RLock()
+        self.api = self  # docker.DockerClient().api: the low-level client
+        self.networks = _Networks(self)
+
+    # -- lookup -------------------------------------------------------------------------------------------
+    def _get(self, ref: str) -> FakeContainer:
+        with self.lock:
+            c = self.by_id.get(ref) or next((c for c in self.by_id.values() if c.name == ref), None)
+        if c is None:
+            raise api_error(404, f"No such container: {ref}")
+        return c
+
+    @staticmethod
+    def _matches(labels: dict[str, str], filters: dict[str, Any] | None) -> bool:
+        for sel in (filters or {}).get("label", []):
+            k, eq, v = sel.partition("=")
+            if (eq and labels.get(k) != v) or (not eq and k not in labels):
+                return False
+        return True
+
+    # -- containers -----------------------------------------------------------------------------------------
+    def containers(self, all: bool = False, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # noqa: A002
+        self.calls.append(("containers", filters))
+        with self.lock:
+            found = [c for c in self.by_id.values() if self._matches(c.labels, filters)]
+        out = []
+        for c in found:
+            p = c.current
+            status = f"Exited ({p.returncode}) 1 second ago" if c.state == "exited" and p else c.state.capitalize()
+            out.append({"Id": c.id, "Names": ["/" + c.name], "State": c.state, "Status": status,
+                        "Labels": dict(c.labels), "Created": int(c.created)})
+        return out
+
+    def inspect_container(self, ref: str) -> dict[str, Any]:
+        self.calls.append(("inspect_container", ref))
+        c = self._get(ref)
+        p = c.current
+        return {"Id": c.id, "Name": "/" + c.name, "RestartCount": c.restarts, "State": {
+            "Status": c.state, "ExitCode": (p.returncode or 0) if p else 0, "OOMKilled": False, "Error": c.error,
+            "Restarting": c.state == "restarting", "StartedAt": rfc3339(c.runs[0].started) if c.runs and c.runs[0].started else "0001-01-01T00:00:00Z",
+            "FinishedAt": rfc3339(p.finished) if p and p.finished else "0001-01-01T00:00:00Z",
+        }}
+
+    def create_host_config(self, **kw: Any) -> dict[str, Any]:
+        return dict(kw)
+
+    def create_networking_config(self, endpoints: dict[str, Any]) -> dict[str, Any]:
+        return {"EndpointsConfig": endpoints}
+
+    def create_endpoint_config(self, **kw: Any) -> dict[str, Any]:
+        return dict(kw)
+
+    def create_container(self, image: str, command: list[str], entrypoint: list[str], environment: dict[str, str],
+                         hostname: str, labels: dict[str, str], name: str, host_config: dict[str, Any],
+                         networking_config: dict[str, Any], stop_timeout: int, detach: bool) -> dict[str, str]:
+        self.calls.append(("create_container", {"name": name, "hostname": hostname, "labels": labels, "image": image}))
+        if len(hostname) > 63:  # what runc answers for a host name Linux refuses
+            raise api_error(500, f"OCI runtime create failed: sethostname: invalid argument ({hostname!r})")
+        with self.lock:
+            if any(c.name == name for c in self.by_id.values()):
+                raise api_error(409, f'Conflict. The container name "/{name}" is already in use')
+            policy = host_config.get("restart_policy") or {}
+            c = FakeContainer(secrets.token_hex(32), name, dict(labels), [*entrypoint, *command], dict(environment),
+                              int(policy.get("MaximumRetryCount", 0)), time.time())
+            c.networks = list(networking_config["EndpointsConfig"])
+            c.labels["image"] = image
+            self.by_id[c.id] = c
+        return {"Id": c.id}
+
+    def start(self, ref: str) -> None:
+        self.calls.append(("start", ref))
+        c = self._get(ref)
+        if c.labels.get("image") in self.unstartable:
+            c.state, c.error = "created", "exec: no such file"
+            raise api_error(500, f"OCI runtime create failed: exec: {c.command[0]!r}: no such file or directory")
+        self._run(c)
+
+    def _run(self, c: FakeContainer) -> None:
+        p = FakeProcess(c.command, c.env)
+        c.runs.append(p)
+        if not p.start():
+            c.state, c.error = "created", p.error
+            raise api_error(500, f"OCI runtime create failed: {p.error}")
+        c.state = "running"
+        threading.Thread(target=self._watch, args=(c, p), daemon=True).start()
+
+    def _watch(self, c: FakeContainer, p: FakeProcess) -> None:
+        rc = p.wait()
+        with self.lock:
+            if rc != 0 and not c.stopped_by_hand and c.restarts < c.restart_max and c.id in self.by_id:
+                c.state = "restarting"
+                c.restarts += 1
+            else:
+                c.state = "exited"
+                return
+        time.sleep(0.05)
+        with self.lock:
+            if c.id in self.by_id and not c.stopped_by_hand:
+                self._run(c)
+            else:
+                c.state = "exited"
+
+    def stop(self, ref: str, timeout: int = 10) -> None:
+        self.calls.append(("stop", ref))
+        c = self._get(ref)
+        c.stopped_by_hand = True
+        p = c.current
+        if p is not None and p.running:
+            p.stop(float(timeout))
+            while c.state == "running":
+                time.sleep(0.01)
+        if c.state == "restarting":
+            c.state = "exited"
+
+    def remove_container(self, ref: str, force: bool = False, v: bool = False) -> None:
+        self.calls.append(("remove_container", ref))
+        c = self._get(ref)
+        c.stopped_by_hand = True
+        p = c.current
+        if p is not None and p.running:
+            p.signal(signal.SIGKILL)
+            p.wait()
+        with self.lock:
+            self.by_id.pop(c.id, None)
+
+    def stats(self, ref: str, stream: bool = False, one_shot: bool = True) -> dict[str, Any]:
+        self._get(ref)
+        return {"cpu_stats": {"cpu_usage": {"total_usage": 0}}, "memory_stats": {"usage": 0, "stats": {}}}
+
+    # -- logs ---------------------------------------------------------------------------------------------
+    def logs(self, ref: str, stdout: bool = True, stderr: bool = True, timestamps: bool = False, stream: bool = False,
+             follow: bool = False, since: float | None = None, until: float | None = None) -> Any:
+        self.calls.append(("logs", {"ref": ref, "stream": stream, "follow": follow}))
+        c = self._get(ref)
+        streams = tuple(n for n, on in (("stdout", stdout), ("stderr", stderr)) if on)
+        if follow:
+            return self._follow(c, streams, since)
+        if stream:  # Docker's frames, one at a time
+            return (piece for p in c.runs for piece in p.output_pieces(streams, since, until, timestamps))
+        return b"".join(p.output(streams, since, until, timestamps) for p in c.runs)
+
+    def _follow(self, c: FakeContainer, streams: tuple[str, ...], since: float | None) -> Any:
+        for p in c.runs[:-1]:
+            yield p.output(streams, since)
+        if c.current is not None:
+            yield from c.current.follow(streams, since)
+
+    # -- networks -------------------------------------------------------------------------------------------
+    def remove_network(self, name: str) -> None:
+        self.calls.append(("remove_network", name))
+        with self.lock:
+            if name not in self.nets:
+                raise api_error(404, f"network {name} not found")
+            if any(name in c.networks for c in self.by_id.values()):
+                raise api_error(403, f"error while removing network: network {name} has active endpoints")
+            del self.nets[name]
+
+    def inspect_network(self, name: str) -> dict[str, Any]:
+        with self.lock:
+            return {"Containers": {c.id: {} for c in self.by_id.values() if name in c.networks}}
+
+    def disconnect_container_from_network(self, cid: str, name: str, force: bool = False) -> None:
+        c = self._get(cid)
+        if name in c.networks:
+            c.networks.remove(name)
+
+    def close(self) -> None:
+        pass
+
+
+class _Networks:
+    def __init__(self, engine: FakeDockerEngine) -> None:
+        self.engine = engine
+
+    def create(self, name: str, driver: str = "bridge", labels: dict[str, str] | None = None,
+               check_duplicate: bool = True) -> None:
+        self.engine.calls.append(("network_create", {"name": name, "labels": labels}))
+        with self.engine.lock:
+            if name in self.engine.nets:
+                raise api_error(409, f"network with name {name} already exists")
+            self.engine.nets[name] = {"Name": name, "Labels": dict(labels or {}), "Created": rfc3339(time.time() - 3600)}
+
+    def list(self, filters: dict[str, Any] | None = None) -> list[_Network]:
+        with self.engine.lock:
+            return [_Network(dict(n)) for n in self.engine.nets.values()
+                    if FakeDockerEngine._matches(n["Labels"], filters)]
+
+
+def fake_client(engine: FakeDockerEngine, as_owner: str | None = None) -> DockerClient:
+    """A real :class:`DockerClient` connected to ``engine`` (``as_owner``: another user's client)."""
+    c = DockerClient()
+    c._client = engine
+    if as_owner is not None:
+        c.owner = as_owner
+    return c
+
+
+class FakeImages(ImageEngine):
+    """Images for the fakes: every image is present (its id is its name), nothing is pulled or built."""
+
+    def __init__(self) -> None:
+        ClientBase.__init__(self)
+        self._client = None
+
+    def image_id(self, image: str) -> str | None:
+        self.count("image_inspect")
+        return "sha256:" + image
+
+    def ensure_image(self, image: str, policy: str) -> str:
+        self.count("image_inspect")
+        return ""
+
+    def close(self) -> None:
+        pass
+
+
+__all__ = ["FakeDockerEngine", "FakeImages", "api_error", "fake_client"]

@@ -1,0 +1,220 @@
+"""The per-user launcher (``launcher.py``): supervisors forked from it, and every way it can fail or be stale.
+
+What must hold: an app started through the launcher behaves as a spawned one; a launcher that is dead
+(SIGKILL at any point), stopped, not this user's or from older code is never in the way (the caller spawns
+the supervisor itself, and the app runs exactly once); apps forked by a launcher outlive it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from testutil import HANG, wait_until
+from tsm.schedulers.local import _os, launcher
+from tsm.schedulers.local.scheduler import LocalScheduler
+from tsm.specs import AppDef, AppState, Role
+from tsm.store import tsm_home
+
+
+def key() -> str:
+    return launcher.code_key(launcher.package_parent())
+
+
+def sock_path() -> Path:
+    return Path(launcher.launcher_dir(str(tsm_home())), key() + ".sock")
+
+
+def launcher_pid() -> int:
+    """The pid of this home's launcher, once it listens (asked from the socket itself)."""
+    found: list[int] = []
+
+    def listening() -> bool:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect(str(sock_path()))
+            except OSError:  # not there yet, or the stale socket of a killed one
+                return False
+            found.append(launcher._CRED.unpack(s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0])
+        return True
+
+    wait_until(listening, "the launcher's socket", timeout=HANG)
+    return found[0]
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    return int(data[data.rindex(b")") + 2 :].split()[1])
+
+
+def watchdog(sched: LocalScheduler, app_id: str) -> int:
+    wait_until(lambda: sched._app_row(app_id)["watchdog_pid"] is not None, "the supervisor's registration")
+    return int(sched._app_row(app_id)["watchdog_pid"])
+
+
+def counting_app(tmp_path: Path, name: str, seconds: float = 0.0) -> AppDef:
+    """One replica that appends a line to ``tmp_path/name`` per run (so a test can count runs), then sleeps."""
+    code = f"import time\nopen({str(tmp_path / name)!r}, 'a').write('ran\\n')\ntime.sleep({seconds})"
+    return AppDef(name, [Role("r", entrypoint=sys.executable, args=["-c", code])])
+
+
+@pytest.fixture
+def warm(sched: LocalScheduler, tmp_path: Path) -> Iterator[int]:
+    """A launcher up for this home (started beside the first, spawned, supervisor); its pid."""
+    first = sched.submit(counting_app(tmp_path, "first"), {})
+    assert sched.wait(first, timeout=HANG).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+    pid = launcher_pid()
+    yield pid
+    if _os.start_time(pid) is not None:
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_first_app_starts_a_launcher_and_the_next_is_forked_by_it(sched: LocalScheduler, tmp_path: Path,
+                                                                    warm: int) -> None:
+    app_id = sched.submit(counting_app(tmp_path, "second", 30), {})
+    assert parent_of(watchdog(sched, app_id)) == warm  # forked, not spawned by this process
+    with open(f"/proc/{watchdog(sched, app_id)}/cmdline", "rb") as f:
+        assert sched._app_row(app_id)["app_dir"].encode() in f.read()  # ps names the app, as for a spawned one
+    mode = os.stat(launcher.launcher_dir(str(tsm_home()))).st_mode & 0o777
+    assert mode == 0o700 and os.stat(sock_path()).st_uid == os.getuid()
+    wait_until((tmp_path / "second").exists, "the replica's run", timeout=HANG)
+    sched.cancel(app_id)
+    assert sched.describe(app_id).state == AppState.CANCELLED  # type: ignore[union-attr]
+    assert (tmp_path / "second").read_text() == "ran\n"
+
+
+def test_apps_outlive_a_launcher_killed_with_sigkill(sched: LocalScheduler, tmp_path: Path, warm: int) -> None:
+    app_id = sched.submit(counting_app(tmp_path, "long", 2), {})
+    assert parent_of(watchdog(sched, app_id)) == warm
+    os.kill(warm, signal.SIGKILL)
+    desc = sched.wait(app_id, timeout=HANG)
+    assert desc is not None and desc.state == AppState.SUCCEEDED, desc
+    # with the launcher dead the next app is spawned (and starts a new launcher beside itself)
+    again = sched.submit(counting_app(tmp_path, "again"), {})
+    assert sched.wait(again, timeout=HANG).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+    assert launcher_pid() != warm
+
+
+def test_a_launcher_that_dies_after_taking_the_request_is_not_in_the_way(sched: LocalScheduler,
+                                                                          tmp_path: Path) -> None:
+    """A 'launcher' that accepts, reads the request and dies without answering (SIGKILL before its fork)."""
+    if not launcher.enabled():
+        pytest.skip("launchers are disabled here")
+    os.makedirs(sock_path().parent, mode=0o700, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock_path()))
+    listener.listen(8)
+    code = (
+        "import socket, sys\n"
+        "l = socket.socket(fileno=int(sys.argv[1]))\n"
+        "c, _ = l.accept(); socket.recv_fds(c, 8192, 1)\n"
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    dying = subprocess.Popen([sys.executable, "-c", code, str(listener.fileno())], pass_fds=(listener.fileno(),))
+    listener.close()
+    try:
+        app_id = sched.submit(counting_app(tmp_path, "fallback"), {})
+        assert sched.wait(app_id, timeout=HANG).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+        assert dying.wait(timeout=HANG) == -signal.SIGKILL
+        assert (tmp_path / "fallback").read_text() == "ran\n"
+    finally:
+        dying.kill()
+        dying.wait()
+
+
+def standby_of(pid: int) -> list[int]:
+    """The launcher's standby: its watchdog (the launcher's child) and the supervisor under it."""
+    return [c for w in _os.children(pid) for c in (w, *_os.children(w))]
+
+
+def test_a_stopped_launcher_is_bypassed_and_starts_nothing_when_it_resumes(sched: LocalScheduler,
+                                                                           tmp_path: Path, warm: int) -> None:
+    wait_until(lambda: len(standby_of(warm)) == 2, "the launcher's standby", timeout=HANG)
+    stopped = [warm, *standby_of(warm)]
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        app_id = sched.submit(counting_app(tmp_path, "once", 1), {})  # waits ACK_TIMEOUT, then spawns
+        assert parent_of(watchdog(sched, app_id)) != warm
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    desc = sched.wait(app_id, timeout=HANG)
+    assert desc is not None and desc.state == AppState.SUCCEEDED, desc
+    time.sleep(0.5)  # room for a wrong second supervisor to run the replica again (none must)
+    assert (tmp_path / "once").read_text() == "ran\n"
+    assert sorted(standby_of(warm)) == sorted(stopped[1:]), "the resumed standby took the abandoned request"
+
+
+def test_another_user_cannot_make_it_fork(sched: LocalScheduler, tmp_path: Path, warm: int) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user")
+    home = tsm_home()
+    wait_until(lambda: len(standby_of(warm)) == 2, "the launcher's standby", timeout=HANG)
+    before = standby_of(warm)
+    os.chmod(sock_path().parent, 0o755)  # open the way on purpose: the credential check alone must refuse
+    os.chmod(sock_path(), 0o777)
+    code = (
+        "import os, socket, sys\n"
+        "d = os.open(os.path.dirname(sys.argv[1]), os.O_PATH)\n"  # reached as root, used as nobody
+        "os.setgid(65534); os.setuid(65534)\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(10)\n"
+        "s.connect(f'/proc/self/fd/{d}/' + os.path.basename(sys.argv[1]))\n"
+        "r, w = os.pipe()\n"
+        "try:\n"
+        "    socket.send_fds(s, [b'1024 1024 ' + sys.argv[2].encode()], [w])\n"
+        "    print(repr(s.recv(1)))\n"
+        "except (BrokenPipeError, ConnectionResetError):\n"
+        "    print('reset')\n"
+    )
+    app_dir = os.path.join(home, "local", "intruder-00000000")
+    out = subprocess.run([sys.executable, "-c", code, str(sock_path()), app_dir], capture_output=True, text=True,
+                         timeout=HANG)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in ("b''", "reset"), out.stdout  # closed without an answer
+    assert not os.path.exists(app_dir)  # nothing was started for it
+    assert sorted(standby_of(warm)) == sorted(before), "the standby took another user's request"
+
+
+def test_the_key_changes_with_the_code_and_the_interpreter(tmp_path: Path) -> None:
+    pkg = tmp_path / "tsm"
+    (pkg / "schedulers" / "local").mkdir(parents=True)
+    src = pkg / "schedulers" / "local" / "supervisor.py"
+    src.write_text("x = 1\n")
+    before = launcher.code_key(str(tmp_path), "/usr/bin/python3")
+    assert launcher.code_key(str(tmp_path), "/usr/bin/python3") == before
+    assert launcher.code_key(str(tmp_path), "/opt/python3") != before
+    os.utime(src, ns=(0, os.stat(src).st_mtime_ns + 1_000_000_000))  # an upgrade that keeps the size
+    assert launcher.code_key(str(tmp_path), "/usr/bin/python3") != before
+
+
+def test_a_launcher_of_older_code_is_never_asked_and_exits(tmp_path: Path) -> None:
+    """A launcher started from a copy of tsm whose sources then change (an upgrade) stops serving."""
+    copy = tmp_path / "src"
+    shutil.copytree(Path(launcher.package_parent()) / "tsm", copy / "tsm",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    old_key = launcher.code_key(str(copy))
+    home = str(tsm_home())
+    code = "import sys; sys.path.insert(0, sys.argv.pop(1)); from tsm.schedulers.local.launcher import main; main()"
+    proc = subprocess.Popen([sys.executable, "-S", "-c", code, str(copy), home])
+    try:
+        old_sock = Path(launcher.launcher_dir(home), old_key + ".sock")
+        wait_until(old_sock.exists, "the old launcher's socket", timeout=HANG)
+        assert old_key != key()  # this tree's callers ask another socket: never the old launcher's
+        target = copy / "tsm" / "schedulers" / "local" / "supervisor.py"
+        target.write_text(target.read_text() + "\n# upgraded\n")
+        assert proc.wait(timeout=HANG) == 0  # it noticed the change and exited
+        assert not old_sock.exists()
+    finally:
+        proc.kill()
+        proc.wait()
