@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 BIN    := $(abspath $(VENV))/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: setup compile demo test test-fast bench bench-smoke harden lint slurm-up slurm-down clean
+.PHONY: setup compile demo test test-fast bench bench-smoke harden lint slurm-up slurm-down sshd-up sshd-down clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -94,6 +94,14 @@ slurm-up:
 
 slurm-down:
 	scripts/slurm-down
+
+# An OpenSSH server on 127.0.0.1:2222 in front of that cluster (key auth, user tsmssh) for `-c ssh=...`;
+# the tests start it themselves (tests/integration/ssh_server.py).
+sshd-up:
+	scripts/sshd-up
+
+sshd-down:
+	scripts/sshd-down
 
 .PHONY: ray-up ray-down
 # A single-node Ray head (8 logical CPUs, job API on 127.0.0.1:8265) for trying `-s ray`; the tests start it themselves.

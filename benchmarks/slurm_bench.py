@@ -17,6 +17,17 @@ Lines:
   ran (target: one ``squeue``) and its time beside the raw ``squeue --json --me`` of the same queue
   (target: <= 1.2 x). The jobs are cancelled with one ``scancel`` at the end.
 
+* ``slurm_ssh``: issue 28, the same cluster reached over SSH (``-c ssh=...``) through the test sshd of
+  ``scripts/sshd-up`` on 127.0.0.1 (started when root): the median seconds of a submission
+  (``submit_dryrun`` + ``schedule``) and of a fresh ``describe`` (``max_age=0``: one ``squeue``, plus one
+  ``tar`` of the job directory's small files while the job runs) over SSH against the same calls on the
+  login node itself, and the first command's cost with no master connection (TCP, key exchange and
+  authentication) against a command on the open master. Loopback hides network latency: add your
+  round-trip time per remote command on a real network. Then a workspace of 200 files (10 KB each) is
+  submitted new, unchanged and with one file edited: the objects and bytes of content sent each time
+  (``content_bytes_sent``, the gzip-1 tar stream) and every byte written to remote commands' stdin
+  (``all_stdin_bytes``: also the object names asked about and the job's own files).
+
 Without a cluster and without root to start one, prints a single ``skipped`` line and exits 0.
 """
 
@@ -210,6 +221,86 @@ def status_many(n: int = 1000, runs: int = 5) -> None:
             subprocess.run(["scancel", *[i.split("+")[0] for i in ids[k:k + 200]]], capture_output=True)
 
 
+def ssh_latency(runs: int, start: bool = True) -> None:
+    """Submit and status over SSH against the same calls made locally (see the module doc)."""
+    from tsm.schedulers.common.ssh import SshConnection, SshTarget, parse_ssh_options
+    from tsm.schedulers.slurm import create_scheduler
+    from tsm.specs.api import AppDef, Role
+
+    sshd_dir = Path(os.environ.get("SSHD_DIR", "/var/lib/tsm-sshd"))
+    if start and os.geteuid() == 0:
+        proc = subprocess.run(["bash", str(ROOT / "scripts" / "sshd-up")], capture_output=True, text=True)
+        if proc.returncode != 0:
+            emit(bench="slurm_ssh", skipped=f"scripts/sshd-up failed: {proc.stderr.strip()[-300:]}")
+            return
+    if not (sshd_dir / "client" / "ssh_options").is_file():
+        emit(bench="slurm_ssh", skipped="no test sshd: run scripts/sshd-up as root")
+        return
+    target = "tsmssh@127.0.0.1:2222"
+    options = (sshd_dir / "client" / "ssh_options").read_text().strip().split(",")
+    app = AppDef(name="bssh", roles=[Role(name="r", entrypoint="sleep", args=["2"])])
+    local, remote = create_scheduler("bench"), create_scheduler("bench")
+    cfg_remote: dict[str, Any] = {"ssh": target, "ssh_options": options}
+
+    conn = SshConnection(SshTarget.parse(target), parse_ssh_options(options))
+    conn.close()  # no master: the next command pays for the connection
+    t = time.perf_counter()
+    conn.run(["true"])
+    cold = time.perf_counter() - t
+    warm = statistics.median(_timed(lambda: conn.run(["true"])) for _ in range(10))
+
+    def submit(sched: Any, cfg: dict[str, Any]) -> tuple[float, str]:
+        t = time.perf_counter()
+        app_id = sched.schedule(sched.submit_dryrun(app, cfg))
+        return time.perf_counter() - t, app_id
+
+    ids: list[tuple[Any, str]] = []
+    sub_local, sub_ssh, st_local, st_ssh = [], [], [], []
+    for _ in range(runs):
+        dt, i = submit(local, {})
+        sub_local.append(dt)
+        ids.append((local, i))
+        dt, j = submit(remote, cfg_remote)
+        sub_ssh.append(dt)
+        ids.append((remote, j))
+        st_local.append(_timed(lambda i=i: local.describe(i, max_age=0.0)))
+        st_ssh.append(_timed(lambda j=j: remote.describe(j, max_age=0.0)))
+    # the workspace: 200 files of 10 KB, shipped new, unchanged, then with one file edited
+    from tsm.schedulers.slurm import remote as remote_mod
+
+    ws = Path(tempfile.mkdtemp(prefix="tsm-ws-bench-"))
+    for k in range(200):
+        (ws / f"f{k:03d}.py").write_bytes(os.urandom(5000).hex().encode())
+    rem = remote_mod.remote(target, options)
+    shipped = {}
+    for case in ("new", "unchanged", "one_file_changed"):
+        if case == "one_file_changed":
+            (ws / "f007.py").write_bytes(os.urandom(5000).hex().encode())
+        before = rem.conn.bytes_sent
+        fresh = AppDef(name="bssh", roles=[Role(name="r", entrypoint="sleep", args=["2"])])
+        ids.append((remote, remote.submit(fresh, cfg_remote, workspace=str(ws))))
+        r = rem.last_ship[0]
+        shipped[case] = {"files_sent": r.files_sent, "content_bytes_sent": r.bytes_sent,
+                         "all_stdin_bytes": rem.conn.bytes_sent - before}
+    shutil.rmtree(ws, ignore_errors=True)
+    for sched, app_id in ids:
+        sched.cancel(app_id)
+    ms = lambda xs: round(statistics.median(xs) * 1000, 1)  # noqa: E731
+    emit(
+        bench="slurm_ssh", runs=runs, transport="OpenSSH ControlMaster over loopback (scripts/sshd-up)",
+        first_command_no_master_ms=round(cold * 1000, 1), command_on_master_ms=ms([warm]),
+        submit_local_ms=ms(sub_local), submit_ssh_ms=ms(sub_ssh),
+        describe_local_ms=ms(st_local), describe_ssh_ms=ms(st_ssh),
+        workspace_files=200, workspace_bytes=200 * 10_000, workspace=shipped,
+    )
+
+
+def _timed(fn: Any) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes; never starts the engine (smoke)")
@@ -223,6 +314,7 @@ def main() -> int:
         latency(1 if tiny else 3)
         wait_load(*((2, 5.0) if tiny else (20, 30.0)))
         status_many(*((5, 1) if tiny else (1000, 5)))
+        ssh_latency(1 if tiny else 5, start=not tiny)
     finally:
         shutil.rmtree(os.environ["TSM_HOME"], ignore_errors=True)
     return 0

@@ -19,9 +19,11 @@ def test_seed_style_example_succeeds(tmp_path: Path) -> None:
     out = r.stdout.splitlines()
     handle = out[0].removeprefix("launched ")
     assert handle.startswith("local://seed_demo/seed_demo-")
-    assert "State: SUCCEEDED" in out
-    for replica in ("trainer/0", "trainer/1", "ps/0", "reader/0"):
-        assert f"  {replica}: SUCCEEDED" in r.stdout
+    # status.format() prints TorchX's layout (AppStatus: / State: / *role[k]:STATE), as TorchX users expect
+    assert "State: SUCCEEDED" in [ln.strip() for ln in out]
+    for role, k in (("trainer", 0), ("trainer", 1), ("ps", 0), ("reader", 0)):
+        assert f"{role}[{k}]:SUCCEEDED" in r.stdout
+        replica = f"{role}/{k}"
         lines = [ln for ln in out if ln.startswith(f"{replica} ")]
         assert lines and lines[-1].endswith("done"), (replica, lines)
     assert f"trainer/1 trainer 1/2 of {handle}" in out  # each replica knows its rank and the app's handle

@@ -140,6 +140,9 @@ def test_every_subcommand_exits_by_the_table(workdir: Path) -> None:
         (["top", "--once"], ok_),
         (["top", "--interval", "0"], usage),
         (["serve", "--port", "70000"], usage),
+        (["sweep", "list"], ok_),
+        (["sweep", "status", "sweep://default/nosuch-00000000"], usage),
+        (["sweep", "--parallel", "0", "utils.echo", "--msg", "a,b"], usage),
         (["rm", ok], ok_),
     ]
     wrong = []

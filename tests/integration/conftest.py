@@ -12,8 +12,9 @@ from .docker_engine import DockerEngine, _started as _docker_started, docker_eng
 from .k8s_cluster import K8sCluster, _started as _k8s_started, k8s_cluster
 from .ray_cluster import RayCluster, _started as _ray_started, ray_cluster
 from .slurm_cluster import SlurmCluster, _started, in_ci, slurm_cluster, unavailable
+from .ssh_server import SshServer, _started as _sshd_started, ssh_server
 
-__all__ = ["DockerEngine", "RayCluster", "ray_cluster", "K8sCluster", "SlurmCluster", "docker_engine", "k8s_cluster", "in_ci", "slurm_cluster", "unavailable"]
+__all__ = ["DockerEngine", "RayCluster", "ray_cluster", "K8sCluster", "SlurmCluster", "docker_engine", "k8s_cluster", "in_ci", "slurm_cluster", "unavailable", "SshServer", "ssh_server"]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -23,6 +24,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"slurm cluster: {how} in {c.startup_seconds:.1f}s, nodes {' '.join(c.nodes)}"
         )
+    for s in _sshd_started:
+        terminalreporter.write_line(f"test sshd (scripts/sshd-up): {s.target}, ready in {s.startup_seconds:.1f}s")
     for d in _docker_started:
         how = "started with scripts/docker-up" if d.started_by_us else "already running"
         terminalreporter.write_line(f"docker engine: {how} in {d.startup_seconds:.1f}s")

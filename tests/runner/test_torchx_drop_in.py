@@ -75,6 +75,29 @@ def test_a_torchx_style_scheduler_can_be_made_and_used_directly() -> None:
     assert s.cancelled == [app_id]
 
 
+def _wrapped(fn: Any) -> Any:
+    """A decorator written with functools.wraps, as tools put around their hooks (logging, metrics)."""
+    import functools
+
+    @functools.wraps(fn)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return inner
+
+
+def test_torchx_validate_may_call_super_and_may_be_decorated() -> None:
+    class CallsSuper(TorchXStyle):
+        @_wrapped
+        def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, Any]) -> None:  # type: ignore[override]
+            Scheduler._validate(self, app, scheduler, cfg)  # type: ignore[call-arg,arg-type]  # the base takes it
+            super()._validate(app, scheduler, cfg)  # TorchX's idiom
+
+    s = CallsSuper("sess")
+    s.submit_dryrun(_app(), {"queue": "q3"})
+    assert s.validated == [("tx", "txs", {"queue": "q3"})]
+
+
 def test_a_torchx_style_scheduler_through_the_runner() -> None:
     with Runner("sess", {"txs": TorchXStyle}) as r:
         handle = r.run(_app(), "txs", {"queue": "q2"})

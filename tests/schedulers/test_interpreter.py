@@ -68,3 +68,32 @@ def test_local_case_b_the_activated_environment_wins_over_tsms_own(
         assert status is not None and status.state == AppState.SUCCEEDED
         lines = list(runner.log_lines(handle, "py", 0))
     assert "".join(lines).strip() == str(user)
+
+
+@pytest.mark.parametrize("where", ["role env", "run option", "VIRTUAL_ENV"])
+def test_a_python_path_with_a_newline_is_refused_before_it_reaches_a_batch_script(tmp_path: Path,
+                                                                                  where: str) -> None:
+    """A newline in the chosen path would start a command of its own in Slurm's script (its ``# python:`` line)."""
+    from tsm.errors import InvalidRunOptionError
+    from tsm.schedulers.slurm import create_scheduler
+
+    hostile = "/opt/py\ntouch /tmp/tsm-pwned #"
+    env = {"TSM_PYTHON": hostile} if where == "role env" else {}
+    cfg = {"python": hostile} if where == "run option" else {}
+    cfg["job_dir"] = str(tmp_path / "job")
+    venv = tmp_path / "venv\nid"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    app = AppDef("a", [Role("r", entrypoint="python", args=["x.py"], env=env)])
+    sched = create_scheduler("s")
+    old = os.environ.get("VIRTUAL_ENV")
+    if where == "VIRTUAL_ENV":
+        os.environ["VIRTUAL_ENV"] = str(venv)
+    try:
+        with pytest.raises(InvalidRunOptionError, match="control characters"):
+            sched.submit_dryrun(app, cfg)
+    finally:
+        if old is None:
+            os.environ.pop("VIRTUAL_ENV", None)
+        else:
+            os.environ["VIRTUAL_ENV"] = old

@@ -301,6 +301,7 @@ def test_app_status_to_dict_is_json_with_state_names() -> None:
         "error_msg": "boom",
         "restarts": 2,
         "pid": None,
+        "preempted": False,
     }
     assert d["roles"][1]["replicas"][0]["state"] == "CANCELLED"
 

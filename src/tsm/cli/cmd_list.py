@@ -69,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
             apps = launched_handles(runner, args.scheduler, runner.list(args.scheduler))
         else:  # one more than shown tells whether the cap cut anything off
             apps = runner.list(None, limit=None if limit is None else limit + 1)
+            from tsm.sweep import fold_list
+
+            apps = fold_list(apps)  # a sweep is one line, its trials folded into it
     capped = limit is not None and len(apps) > limit
     apps = apps[:limit] if limit is not None else apps
     if not apps:

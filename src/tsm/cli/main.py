@@ -40,6 +40,7 @@ SUBCOMMANDS = {
     "tracker": "show what jobs recorded (metadata, artifacts, lineage)",
     "serve": "web dashboard of apps (live tables, logs, usage charts, cancel)",
     "top": "full-screen view of apps, replicas, usage and logs",
+    "sweep": "run a component over a grid or random space, N at a time; results table",
 }
 
 

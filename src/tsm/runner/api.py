@@ -531,6 +531,39 @@ class Runner:
         """The scheduler names this runner can use: its factories, or every registered one."""
         return builtins.list(self._scheduler_factories)
 
+    # -- sweeps: the logic is tsm.sweep.api -----------------------------------------------------------
+    def run_sweep(self, component: Any, space: Mapping[str, object], scheduler: str | None = None,
+                  cfg: Mapping[str, CfgVal] | None = None, **options: Any) -> str:
+        """Run ``component`` once per point of ``space``, ``parallel=N`` at a time; the sweep handle
+        (options and space: :func:`tsm.sweep.api.run_sweep`)."""
+        from tsm.sweep.api import run_sweep
+
+        return run_sweep(self, component, space, scheduler=scheduler, cfg=cfg, **options)
+
+    def sweep_status(self, sweep_handle: str) -> Any:
+        """The sweep's :class:`~tsm.sweep.api.SweepStatus` (restarts a killed controller)."""
+        from tsm.sweep.api import sweep_status
+
+        return sweep_status(sweep_handle)
+
+    def sweep_wait(self, sweep_handle: str, timeout: float | None = None) -> Any:
+        """Block until the sweep ends (or ``timeout``); its :class:`~tsm.sweep.api.SweepStatus`."""
+        from tsm.sweep.api import sweep_wait
+
+        return sweep_wait(sweep_handle, timeout)
+
+    def sweep_cancel(self, sweep_handle: str) -> Any:
+        """Cancel every running trial and launch nothing more; the sweep's final status."""
+        from tsm.sweep.api import sweep_cancel
+
+        return sweep_cancel(self, sweep_handle)
+
+    def sweep_list(self, sweep_handle: str) -> builtins.list[Any]:
+        """The sweep's trials (:class:`~tsm.sweep.state.Trial`: parameters, state, app handle), in order."""
+        from tsm.sweep.api import sweep_trials
+
+        return sweep_trials(sweep_handle)
+
     # -- lifetime ----------------------------------------------------------------------------------
     def close(self) -> None:
         """Close every scheduler and the store; safe to call twice, and the runner reopens what it needs."""

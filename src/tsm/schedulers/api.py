@@ -126,6 +126,10 @@ class Scheduler(abc.ABC, Generic[RequestT]):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("_validate")
+        if own is not None:
+            import inspect
+
+            own = inspect.unwrap(own)  # a decorated hook (functools.wraps) is told apart by what it wraps
         code = getattr(own, "__code__", None)
         if code is not None:  # the two spellings of the hook are told apart once, here, by their arity
             cls._validate_takes_scheduler = code.co_argcount == 4
@@ -175,11 +179,17 @@ class Scheduler(abc.ABC, Generic[RequestT]):
             apply_workspace(app, workspace, self.run_opts().resolve(cfg), builder)
         return self.schedule(self.submit_dryrun(app, cfg))
 
-    def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:  # noqa: B027 (optional hook)
-        """Backend-specific checks before the request is built; raise InvalidAppError.
+    if TYPE_CHECKING:
+        def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+            """Backend-specific checks before the request is built; raise InvalidAppError."""
+    else:
+        def _validate(self, app, *args):  # noqa: B027 (optional hook)
+            """Backend-specific checks before the request is built; raise InvalidAppError.
 
-        TorchX's spelling ``_validate(self, app, scheduler, cfg)`` is called with the backend's name.
-        """
+            TorchX's spelling ``_validate(self, app, scheduler, cfg)`` is called with the backend's name. This
+            base hook checks nothing and takes both spellings, so a TorchX-style subclass's
+            ``super()._validate(app, scheduler, cfg)`` works as a tsm-style one's ``super()._validate(app, cfg)``.
+            """
 
     @abc.abstractmethod
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RequestT]:

@@ -252,16 +252,20 @@ class _LocalAppDef:
     def kill(self) -> None:
         """End every replica's whole process group: SIGTERM, up to :data:`KILL_GRACE` s, then SIGKILL. Idempotent."""
         replicas = self._replicas()
-        for r in replicas:
+        # only groups whose leader was not reaped before this call: a group id whose leader was reaped long
+        # ago (an app that ended hours before close()) may have been reused by an unrelated process group
+        unreaped = [r for r in replicas if r.proc.returncode is None]
+        for r in unreaped:
             if r.is_alive():
                 r.terminate()
         deadline = time.monotonic() + KILL_GRACE
-        for r in replicas:
+        for r in unreaped:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 r.proc.wait(max(0.0, deadline - time.monotonic()))
-        for r in replicas:
+        for r in unreaped:
             r.signal_group(signal.SIGKILL)  # also what the leader left behind in its group
             r.proc.wait()
+        for r in replicas:
             r.join_output()
 
     def _get_error_file(self) -> str | None:
@@ -292,13 +296,26 @@ def _join_path(*paths: str | None) -> str:
 
 
 def _pump(src: IO[bytes], own: IO[bytes], combined: IO[bytes], lock: threading.Lock) -> None:
-    """Copy a replica's pipe into its own log file and the shared combined log, chunk by chunk as it comes."""
+    """Copy a replica's pipe into its own log file as it comes, and into the shared combined log by whole lines.
+
+    A line written in pieces (``print`` of an unbuffered stream writes its text and its newline apart) stays
+    one line in the combined log, never cut by the other stream's output.
+    """
+    pending = b""
     with src:
         for chunk in iter(lambda: src.read1(65536), b""):  # type: ignore[attr-defined]
             own.write(chunk)
             own.flush()
+            pending += chunk
+            cut = pending.rfind(b"\n") + 1 or (len(pending) if len(pending) > 1 << 20 else 0)  # bounded
+            if cut:
+                with lock:
+                    combined.write(pending[:cut])
+                    combined.flush()
+                pending = pending[cut:]
+        if pending:
             with lock:
-                combined.write(chunk)
+                combined.write(pending)
                 combined.flush()
     own.close()
 
@@ -334,6 +351,9 @@ class LocalScheduler(Scheduler[PopenRequest]):
         self._extra_paths: list[str] = list(extra_paths or [])
         self._base_log_dir: str | None = None
         self._created_tmp_log_dir = False
+        #: every temporary log dir this scheduler made (only these are removed by close(); TorchX removed the
+        #: last app's ``log_dir``, a user's own folder when the last app was given one)
+        self._tmp_log_dirs: list[str] = []
 
     # -- options (both spellings) -----------------------------------------------------------------------
     def _run_opts(self) -> runopts:
@@ -353,11 +373,15 @@ class LocalScheduler(Scheduler[PopenRequest]):
 
     # -- requests ------------------------------------------------------------------------------------------
     def _get_app_log_dir(self, app_id: str, cfg: Mapping[str, Any]) -> str:
-        self._base_log_dir = cfg.get("log_dir") or None
-        if not self._base_log_dir:
-            self._base_log_dir = tempfile.mkdtemp(prefix="tsm_local_")
+        base = cfg.get("log_dir") or None
+        if not base:
+            base = tempfile.mkdtemp(prefix="tsm_local_")
             self._created_tmp_log_dir = True
-        return os.path.join(str(self._base_log_dir), self.session_name, app_id)
+            if not hasattr(self, "_tmp_log_dirs"):  # a subclass that skipped __init__ (NeMo-Run's shape)
+                self._tmp_log_dirs = []
+            self._tmp_log_dirs.append(base)
+        self._base_log_dir = str(base)
+        return os.path.join(str(base), self.session_name, app_id)
 
     def _to_popen_request(self, app: AppDef, cfg: Mapping[str, Any]) -> PopenRequest:
         """The request for ``app``: a new app id, each replica's argv/env/cwd with macros applied, its log files."""
@@ -555,11 +579,12 @@ class LocalScheduler(Scheduler[PopenRequest]):
             self._cancel_existing(app_id)
 
     def close(self) -> None:
-        """End every app this scheduler started and remove the temporary log dir it made."""
+        """End every app this scheduler started and remove the temporary log dirs it made (never a given one)."""
         for local_app in list(getattr(self, "_apps", {}).values()):
             local_app.kill()
-        if getattr(self, "_created_tmp_log_dir", False) and self._base_log_dir:
-            shutil.rmtree(self._base_log_dir, ignore_errors=True)
+        for tmp in getattr(self, "_tmp_log_dirs", []):
+            shutil.rmtree(tmp, ignore_errors=True)
+        self._tmp_log_dirs = []
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

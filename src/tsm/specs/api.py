@@ -232,7 +232,9 @@ class ReplicaStatus:
     """One replica: where it runs, its state, and why it failed if it did.
 
     The first four fields are TorchX's, in its order; ``structured_error_msg`` is a JSON error report
-    when the backend has one (:data:`NONE` otherwise).
+    when the backend has one (:data:`NONE` otherwise). ``preempted``: the last attempt was ended by the
+    cluster's decision (preemption, a lost node, a time limit with ``requeue_on_time_limit``), not by the
+    program; ``error_msg`` says which.
     """
 
     id: int
@@ -244,6 +246,7 @@ class ReplicaStatus:
     error_msg: str = ""
     restarts: int = 0
     pid: int | None = None
+    preempted: bool = False
 
 
 @dataclass

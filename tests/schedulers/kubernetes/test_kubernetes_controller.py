@@ -23,6 +23,7 @@ from tsm.schedulers.kubernetes.request import (
     build_request,
     format_request,
     port_name,
+    secret_key,
     validate,
 )
 from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
@@ -194,7 +195,7 @@ def test_env_values_are_in_a_secret_not_in_the_job(cluster: FakeCluster, figure)
     app_id = s.submit(AppDef("sec", [role("r", code, env={"TOKEN": "hunter2 $(HOME)", "PLAIN": "yes"})]), CFG)
     jobs = [j for j in cluster.jobs.values() if j["metadata"]["labels"]["tsm/app-id"] == app_id]
     assert jobs and "hunter2" not in str(jobs)
-    assert [s_["stringData"] for s_ in cluster.secrets.values()][0].get("r0-0.TOKEN") == "hunter2 $(HOME)"
+    assert [s_["stringData"] for s_ in cluster.secrets.values()][0].get(secret_key("hunter2 $(HOME)")) == "hunter2 $(HOME)"
     assert s.wait(app_id, timeout=HANG).state == AppState.SUCCEEDED  # type: ignore[union-attr]
     assert "".join(s.log_iter(app_id, "r", 0)) == "hunter2 $(HOME) yes\n"
     assert app_id not in cluster.secrets and app_id not in cluster.services

@@ -346,3 +346,14 @@ def test_quantities_requests_start_and_the_replicas_pod_for_the_views() -> None:
     latest = latest_pod(tries)
     assert latest is not None and (latest.attempt, latest.phase) == (1, "Running")
     assert latest_pod([]) is None
+
+
+def test_env_values_shared_by_replicas_are_stored_once_and_an_oversized_secret_is_refused_at_dry_run() -> None:
+    """512 replicas with a 2 KB env: one value in the Secret (Kubernetes refuses a Secret over 1 MiB)."""
+    big = "x" * 2048
+    req = _req(AppDef("a", [Role("r", "img", "sh", num_replicas=512, env={"CONFIG": big},
+                                 resource=Resource(cpu=1, memMB=10))]))
+    assert list(req.secret["stringData"].values()) == [big]
+    too_big = {f"V{i}": str(i) * 100_000 for i in range(11)}  # 1.1 MB of distinct values
+    with pytest.raises(InvalidAppError, match="over the 1,048,576 bytes"):
+        _req(AppDef("a", [Role("r", "img", "sh", env=too_big, resource=Resource(cpu=1, memMB=10))]))

@@ -218,3 +218,25 @@ def test_a_launcher_of_older_code_is_never_asked_and_exits(tmp_path: Path) -> No
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to give the caller a narrower set")
+def test_a_caller_with_other_process_settings_gets_them_not_the_launchers(sched: LocalScheduler, tmp_path: Path,
+                                                                         warm: int) -> None:
+    """A caller under ``taskset`` (or another cgroup, nice, rlimits, ...) is not served by a launcher started
+    with other settings: its replicas run with the caller's CPU set, as if it had spawned its supervisor."""
+    cpu = min(os.sched_getaffinity(0))
+    out = tmp_path / "affinity"
+    code = (
+        "import os, sys\n"
+        f"os.sched_setaffinity(0, {{{cpu}}})\n"
+        "from tsm.schedulers.local.scheduler import LocalScheduler\n"
+        "from tsm.specs import AppDef, Role\n"
+        "s = LocalScheduler('t')\n"
+        "probe = 'import os; open(%r, \"w\").write(str(sorted(os.sched_getaffinity(0))))' % sys.argv[1]\n"
+        "app_id = s.submit(AppDef('aff', [Role('r', entrypoint=sys.executable, args=['-c', probe])]), {})\n"
+        "print(s.wait(app_id, timeout=60).state.name)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=HANG)
+    assert r.stdout.strip() == "SUCCEEDED", r
+    assert out.read_text() == str([cpu])  # the launcher (all CPUs) would have given the replica its own set

@@ -182,8 +182,11 @@ def test_every_option_has_help(sched: SlurmScheduler) -> None:
 def test_options_are_typed_once_at_dry_run(sched: SlurmScheduler) -> None:
     """The command line's strings become SlurmOptions' types in one place (runopts.resolve)."""
     from tsm.schedulers.slurm import SlurmOptions
+    from tsm.schedulers.slurm.remote import SshOptions
 
-    assert [name for name, _ in sched.run_opts()] == [name for name, _ in SlurmOptions.runopts()]
+    assert [name for name, _ in sched.run_opts()] == [
+        name for name, _ in [*SlurmOptions.runopts(), *SshOptions.runopts()]
+    ]
     cfg = {
         "kill_grace": "7",
         "exclusive": "yes",
@@ -385,12 +388,17 @@ def test_replica_env_and_runtime_macros(
             "TSM_RANK0_HOST": "localhost",
             "TSM_JOB_DIR": str(job_dir),
             "TSM_KILL_GRACE": "30",
+            "TSM_ATTEMPT": "0",  # long runs: the first attempt, no restart before it
+            "TSM_RESTART_COUNT": "0",
+            "TSM_LAST_EXIT": "",
             "E_PLAIN": "v",
             "E_MACRO": f"r{k}-a4242",
             "E_HOSTILE": env["E_HOSTILE"],
             "odd.name": "x=y",
             "TSM_HOME": os.environ["TSM_HOME"],  # the submitter's environment travels with the job
             "TSM_PYTHON_BIN": os.path.dirname(sys.executable),  # the interpreter rule (test_python_*)
+            # and whatever else of tsm's own the submitter had set (the test home's launcher setting)
+            **{k: v for k, v in os.environ.items() if k.startswith("TSM_LAUNCHER")},
         }
         f = read_status(job_dir / "w" / f"{k}.status")
         assert (

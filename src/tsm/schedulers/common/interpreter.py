@@ -74,7 +74,23 @@ def replica_python(
     environ: Mapping[str, str] | None = None,
     executable: str | None = None,
 ) -> Interpreter:
-    """The interpreter a role's replicas run (the module doc's rule), decided at dry run."""
+    """The interpreter a role's replicas run (the module doc's rule), decided at dry run.
+
+    A path with a control character (a newline in ``$VIRTUAL_ENV``, a multi-line config value) is refused:
+    it would reach generated scripts, where a newline starts a command of its own.
+    """
+    found = _replica_python(role_env, option, environ, executable)
+    if any(ord(c) < 0x20 or c == "\x7f" for c in found.path):
+        raise InvalidRunOptionError(f"python from {found.why}: control characters in {found.path!r}; give a plain path")
+    return found
+
+
+def _replica_python(
+    role_env: Mapping[str, str] | None,
+    option: str | None,
+    environ: Mapping[str, str] | None,
+    executable: str | None,
+) -> Interpreter:
     env = os.environ if environ is None else environ
     exe = sys.executable if executable is None else executable
     if role_env and role_env.get(ROLE_ENV):

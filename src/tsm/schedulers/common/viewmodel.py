@@ -185,6 +185,9 @@ def view_of_describe(
     structured = parse_structured_error(desc.structured_error_msg)
     if structured is not None:
         error = structured["message"] or error
+        replica = structured["replica"]
+        if replica and error and not error.startswith(str(replica)):
+            error = f"{replica}: {error}"  # a person reading the last error alone learns which replica
     if not name and desc.app is not None:
         name = desc.app.name
     view = AppSummary(handle, scheduler, desc.app_id, name, desc.state.name,

@@ -227,7 +227,7 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
     def act(self, view: AppView, st: AppStatusView, decision: Decision, req: DockerRequest | None) -> DescribeAppResponse:
         """Do what :func:`~tsm.schedulers.common.controller.decide` said, on an app this home submitted:
         a :class:`Retry` replaces the failed scope's containers; a final failure stops the containers still
-        running (in the background: a status look stays quick); an end with ``remove_finished`` removes
+        running (in threads: a status look stays quick, and the process waits for them before it exits); an end with ``remove_finished`` removes
         them. Returns the status to report."""
         if isinstance(decision, Retry) and req is not None:
             scope = [c for c in view.containers if c.role in decision.roles]
@@ -238,7 +238,9 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
             grace = max((c.stop_grace for c in req.containers), default=10.0)
             for c in view.containers:
                 if c.state in ("running", "restarting", "created"):
-                    threading.Thread(target=self.client.stop, args=(c.id, grace), daemon=True).start()
+                    # not a daemon: a CLI that printed FAILED and exits still waits for the stop requests to
+                    # be carried out (at most the grace period), so no survivor keeps its GPU unwatched
+                    threading.Thread(target=self.client.stop, args=(c.id, grace), daemon=False).start()
         desc = self._describe_view(view, st)
         if isinstance(decision, Finish) and req is not None and req.remove_finished:
             self._finish(view.app_id, desc)

@@ -210,9 +210,14 @@ def port_name(key: str) -> str:
     return name
 
 
-def secret_key(role_index: int, replica_id: int, env_name: str) -> str:
-    """The key of one replica's env value in the app's Secret (``r<role>-<k>.<NAME>``: a valid Secret key)."""
-    return f"r{role_index}-{replica_id}.{env_name}"
+def secret_key(value: str) -> str:
+    """The key of an env value in the app's Secret: ``v-`` and a hash of the value, so a value that many
+    replicas share (the usual case: a role's env is the same for each) is stored once."""
+    return "v-" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+#: Kubernetes refuses a Secret over 1 MiB (its data, keys included); refused at dry run with the cause instead.
+SECRET_LIMIT = 1 << 20
 
 
 def escape(value: str) -> str:
@@ -372,7 +377,7 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
     }
     jobs: list[dict[str, Any]] = []
     needs: list[Need] = []
-    for ri, role in enumerate(app.roles):
+    for role in app.roles:
         resources, need = _resources(role, opts.request_fraction)
         shm = int(role.resource.memMB * opts.shm_fraction) if not is_null_resource(role.resource) else 0
         vols, vmounts = _volumes(role, shm)
@@ -390,8 +395,9 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
             for k, v in r.env.items():  # the role's values live in the Secret; the Job names them
                 if k in own:
                     continue
-                secret_data[secret_key(ri, i, k)] = v
-                env_spec.append({"name": k, "valueFrom": {"secretKeyRef": {"name": app_id, "key": secret_key(ri, i, k)}}})
+                key = secret_key(v)
+                secret_data[key] = v
+                env_spec.append({"name": k, "valueFrom": {"secretKeyRef": {"name": app_id, "key": key}}})
             env_spec += [{"name": k, "value": escape(v)} for k, v in own.items()]
             labels = {**base_labels, LABEL_ROLE: label_value(role.name), LABEL_REPLICA: str(i), LABEL_ATTEMPT: "0"}
             annotations = {ANN_ROLE: role.name, ANN_ROLES: json.dumps(shape), ANN_CREATED: f"{created:.3f}",
@@ -443,6 +449,12 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
                     "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod},
                 },
             })
+    size = sum(len(k) + len(v.encode("utf-8", "surrogatepass")) for k, v in secret_data.items())
+    if size > SECRET_LIMIT - 4096:  # room for the metadata
+        raise InvalidAppError(
+            f"the roles' distinct env values take {size:,} bytes, over the {SECRET_LIMIT:,} bytes Kubernetes takes "
+            "in the app's Secret: pass large values as files (a mount) instead of env"
+        )
     secret = {
         "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
         "metadata": {"name": app_id, "namespace": ns, "labels": dict(base_labels)},

@@ -346,7 +346,8 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                     elif decision.stop and not r.state.is_terminal:
                         r.state, r.error_msg = AppState.CANCELLED, f"stopped: {decision.msg}"
             desc.structured_error_msg = failure_of(desc.state, desc.msg, desc.roles_statuses)
-            self._finish(req, desc, view.pods)
+            # survivors of a failed app are stopped as a cancel stops them: SIGTERM, the grace period, SIGKILL
+            self._finish(req, desc, view.pods, grace=req.grace_period if decision.stop else 0)
         return desc
 
     def _retry(self, req: KubernetesRequest, view: AppView, roles: Sequence[str], attempt: int) -> None:
@@ -482,15 +483,17 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
 
     def _finish(self, req: KubernetesRequest, desc: DescribeAppResponse, pods: builtins.list[Pod],
                 grace: int = 0) -> None:
-        """Snapshot every pod's log, write the final status (with the app's start and end), then delete the
-        app's objects (all of them)."""
+        """Snapshot every pod's log, delete the app's objects (all of them), then write the final status (with
+        the app's start and end). In that order: a delete that fails (an API timeout) leaves no final status,
+        so the next describe sees the objects again and finishes the app then, rather than reporting it ended
+        while its pods run on."""
         client = self._client_of(req)
         for p in pods:
             self._snapshot_log(req.app_id, client, p)
         starts = [p.started for p in pods if p.started]
         ends = [p.finished for p in pods if p.finished]
-        self._dir(req.app_id).save_final(desc, min(starts) if starts else None, max(ends) if ends else None)
         client.delete_app(req.app_id, grace)
+        self._dir(req.app_id).save_final(desc, min(starts) if starts else None, max(ends) if ends else None)
 
     def _write_final(self, req: KubernetesRequest, state: AppState, msg: str) -> None:
         now = time.time()

@@ -77,6 +77,39 @@ def _stat(pid: int) -> list[bytes] | None:
     return data[data.rindex(b")") + 2 :].split()
 
 
+def catches(pid: int, sig: int) -> bool:
+    """True when ``pid`` has a handler for ``sig`` (its bit in ``SigCgt`` of /proc/pid/status); False if gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def cpu_by_session() -> dict[int, int]:
+    """CPU time (clock ticks: user, system, and that of reaped children) of every process, summed per session.
+
+    One pass over ``/proc`` for all of a supervisor's replicas (each leads a session of its own): the
+    stall check's one batched read per tick. Processes that vanish or cannot be read are skipped.
+    """
+    out: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+            fields = data[data.rindex(b")") + 2 :].split()
+            sid, used = int(fields[3]), sum(int(x) for x in fields[11:15])
+        except (OSError, ValueError, IndexError):
+            continue
+        out[sid] = out.get(sid, 0) + used
+    return out
+
+
 def start_time(pid: int) -> int | None:
     """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/pid/stat), None if gone.
 

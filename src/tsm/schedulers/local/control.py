@@ -121,11 +121,17 @@ def cancel(sched: LocalScheduler, app_id: str) -> None:
     wait_or_force(sched, app_id, deadline)
 
 def grace_of(row: Any) -> float:
-    """The app's grace period from its request (the default when the request cannot be read)."""
+    """How long a cancel may take: the app's grace period, plus ``warn_before`` when its replicas are warned
+    first (see :mod:`.deadlines`); the default grace period when the request cannot be read."""
     try:
         with open(os.path.join(row["app_dir"], "request.json"), "rb") as f:
-            return min(max(float(json.load(f)["grace_period"]), 0.0), MAX_GRACE_PERIOD)
-    except (OSError, ValueError, KeyError, TypeError):
+            req = json.load(f)
+        grace = min(max(float(req["grace_period"]), 0.0), MAX_GRACE_PERIOD)
+        lc = req.get("lifecycle") or {}
+        if lc.get("warn_signal"):
+            grace += min(max(float(lc.get("warn_before") or 0), 0.0), MAX_GRACE_PERIOD)
+        return grace
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return 10.0
 
 def wait_or_force(sched: LocalScheduler, app_id: str, deadline: float) -> None:

@@ -60,7 +60,7 @@ ACK_TIMEOUT = 1.0
 CHECK_INTERVAL = 2.0
 
 #: Source folders (relative to the ``tsm`` package) whose files a supervisor runs: the key covers them.
-CODE_DIRS = ("", "schedulers", "schedulers/local", "timer")
+CODE_DIRS = ("", "schedulers", "schedulers/common", "schedulers/local", "timer")
 
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
@@ -104,6 +104,39 @@ def launcher_dir(home: str) -> str:
 def _peer_uid(sock: socket.socket) -> int:
     uid: int = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))[1]
     return uid
+
+
+def _peer_pid(sock: socket.socket) -> int:
+    pid: int = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))[0]
+    return pid
+
+
+#: Lines of ``/proc/<pid>/status`` a spawned supervisor (and so every replica) would inherit from its caller.
+#: (Not the umask: every supervisor sets its own, 077, whether spawned or forked.)
+_STATUS_KEYS = (b"Groups:", b"Cpus_allowed_list:", b"Mems_allowed_list:", b"NoNewPrivs:", b"Seccomp:",
+                b"CapInh:", b"CapPrm:", b"CapEff:", b"CapBnd:", b"CapAmb:")
+_NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts")
+
+
+def process_context(pid: int) -> tuple[object, ...]:
+    """What a process passes on to a child besides its environment and open-file limit, as comparable data.
+
+    A forked supervisor inherits these from the launcher, not from the caller that asked for it; the launcher
+    serves a caller only when they are the same as its own, so ``taskset``/``numactl``, a Slurm job's or a
+    systemd scope's cgroup, ``nice``, other rlimits, supplementary groups, capabilities, seccomp
+    and namespaces of the caller are kept exactly as if it had spawned the supervisor itself. Raises OSError
+    when the process is gone or unreadable (the caller then spawns).
+    """
+    with open(f"/proc/{pid}/status", "rb") as f:
+        status = tuple(ln for ln in f.read().splitlines() if ln.startswith(_STATUS_KEYS))
+    with open(f"/proc/{pid}/cgroup", "rb") as f:
+        cgroup = f.read()
+    with open(f"/proc/{pid}/limits", "rb") as f:  # every rlimit but the open-file one, which is sent along
+        limits = tuple(ln for ln in f.read().splitlines() if not ln.startswith(b"Max open files"))
+    with open(f"/proc/{pid}/oom_score_adj", "rb") as f:
+        oom = f.read()
+    ns = tuple(os.readlink(f"/proc/{pid}/ns/{n}") for n in _NAMESPACES if os.path.exists(f"/proc/{pid}/ns/{n}"))
+    return status, cgroup, limits, oom, ns, os.getpriority(os.PRIO_PROCESS, pid)
 
 
 # -- the caller's side -----------------------------------------------------------------------------------------
@@ -430,13 +463,16 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
 def _take(conn: socket.socket, home: str) -> tuple[str, int, tuple[int, int]] | None:
     """Read and check one request: ``(app_dir, ready pipe, open-file limits)``, or None to refuse it.
 
-    Refused: another user's process (before anything is read), an app folder outside ``$TSM_HOME/local``,
+    Refused: another user's process (before anything is read), a caller whose :func:`process_context`
+    differs from this process's, an app folder outside ``$TSM_HOME/local``,
     limits this process cannot give, or a caller that already hung up (it gave up waiting and spawned one).
     """
     conn.setblocking(True)
     conn.settimeout(ACK_TIMEOUT)
     if _peer_uid(conn) != os.getuid():
         return None
+    if process_context(_peer_pid(conn)) != process_context(os.getpid()):
+        return None  # the caller's affinity, cgroup, limits, ... differ from ours: it spawns its own supervisor
     msg, fds, _, _ = socket.recv_fds(conn, 8192, 1)
     try:
         soft, hard, raw = msg.split(b" ", 2)
@@ -445,7 +481,9 @@ def _take(conn: socket.socket, home: str) -> tuple[str, int, tuple[int, int]] | 
         import resource
 
         mine = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        ok = len(fds) == 1 and os.path.isabs(app_dir) and os.path.dirname(app_dir) == os.path.join(home, "local")
+        ok = (len(fds) == 1 and os.path.isabs(app_dir) and os.path.normpath(app_dir) == app_dir
+              and os.path.basename(app_dir) not in ("", ".", "..")
+              and os.path.dirname(app_dir) == os.path.join(home, "local"))
         if ok and (mine == resource.RLIM_INFINITY or (limits[1] != resource.RLIM_INFINITY and limits[1] <= mine)):
             conn.setblocking(False)
             try:

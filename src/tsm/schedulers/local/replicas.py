@@ -52,6 +52,7 @@ class ReplicaLifecycle(Reaper):
         self.dirty.add(id(rep))
         env = dict(self.base_env)
         env.update(rep.env)
+        env.update(self._lc_env(rep))
         if self.timer_path:
             env["TSM_TIMER_SOCKET"] = self.timer_path
         try:
@@ -96,6 +97,20 @@ class ReplicaLifecycle(Reaper):
             self.sel.register(fd, selectors.EVENT_READ, pipe)
         if rep.direct and self.file_index_due is None:
             self.file_index_due = time.monotonic() + FILE_INDEX_INTERVAL
+
+    def _lc_env(self, rep: Replica) -> dict[str, str]:
+        """What every attempt sees: TSM_ATTEMPT, TSM_RESTART_COUNT, TSM_LAST_EXIT (and TSM_WARN_SIGNAL).
+
+        Also resets the attempt's long-run state: it has not been warned and has made progress just now.
+        """
+        rep.warned, rep.warn_pending, rep.term_at = False, False, None
+        rep.stop_reason, rep.stop_failure, rep.next_exit = "", False, ""
+        rep.quiet_since, rep.progress = time.monotonic(), None
+        env = {"TSM_ATTEMPT": str(rep.restarts), "TSM_RESTART_COUNT": str(self.num_restarts),
+               "TSM_LAST_EXIT": rep.last_exit}
+        if self.lc.get("warn_signal"):
+            env["TSM_WARN_SIGNAL"] = signal.Signals(self.lc["warn_signal"]).name.removeprefix("SIG")
+        return env
 
     def _child_limits(self) -> None:
         """In the forked replica, before exec: give back the open-file limit the caller had."""
@@ -156,6 +171,10 @@ class ReplicaLifecycle(Reaper):
         else:
             rep.state = FAILED
             rep.error = error or (f"expired timer {scope}" if scope is not None else _exit_reason(code))
+        if rep.stop_reason:  # tsm stopped it (time limit, stall): that is why it ended
+            rep.error = rep.stop_reason
+            if rep.stop_failure:  # a stall is the replica's own failure, whatever its exit code
+                rep.state, stopping = FAILED, False
         if self.final_state is not None or stopping:
             if self.final_state is not None and rep.state == FAILED and self.final_state == CANCELLED:
                 rep.state = CANCELLED
@@ -177,7 +196,9 @@ class ReplicaLifecycle(Reaper):
                 group = [r for r in self.replicas if r.role == rep.role]
             else:
                 group = list(self.replicas)
+            cause = rep.next_exit or f"failed:{rep.exit_code}"
             for r in group:
+                r.last_exit = cause  # TSM_LAST_EXIT of its next attempt
                 if r not in self.pending_restart:
                     self.pending_restart.append(r)
                     # before this end reaches the store: a log follower that sees it keeps following

@@ -16,7 +16,8 @@ from typing import Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError
 from tsm.schedulers.common.interpreter import Interpreter, replica_python
-from tsm.schedulers.common.options import RunOptions, option
+from tsm.schedulers.common.lifecycle_opts import LifecycleOptions, format_duration
+from tsm.schedulers.common.options import option
 from tsm.specs.api import Role
 
 #: Longest grace period accepted (seconds): a day. Far above any real shutdown, far below the ~24.8 days
@@ -90,11 +91,17 @@ class LocalRequest:
     spec: dict[str, Any]
     timers: bool = True
     base_env: dict[str, str] = field(default_factory=dict)
+    #: the long-run settings the supervisor enforces (see :func:`lifecycle_request`); {} when none
+    lifecycle: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class LocalOptions(RunOptions):
-    """The local run options: where logs go, how replicas start and how they are stopped."""
+class LocalOptions(LifecycleOptions):
+    """The local run options: where logs go, how replicas start and how they are stopped.
+
+    The long-run options (``time_limit``, ``warn_signal``, ``stall_timeout``, ...) come from
+    :class:`~tsm.schedulers.common.lifecycle_opts.LifecycleOptions`; the supervisor enforces them.
+    """
 
     log_dir: str | None = option(
         "directory for the app's logs (a folder per app is made in it); default $TSM_HOME/local/<app_id>/logs"
@@ -115,7 +122,13 @@ class LocalOptions(RunOptions):
     )
 
     def check(self) -> None:
-        """Refuse a grace period outside 0..MAX_GRACE_PERIOD and a ``cwd`` that is not a directory."""
+        """Refuse a grace period outside 0..MAX_GRACE_PERIOD, a ``cwd`` that is not a directory, and bad long-run options."""
+        super().check()
+        host = os.uname().nodename
+        if host in (self.exclude_nodes or []) or host.split(".")[0] in (self.exclude_nodes or []):
+            raise InvalidRunOptionError(
+                f"run option exclude_nodes names this machine ({host}), the only node the local scheduler has"
+            )
         if not 0 <= self.grace_period <= MAX_GRACE_PERIOD:
             raise InvalidRunOptionError(
                 f"run option grace_period={self.grace_period!r} is out of range: grace_period must be >= 0 and <= "
@@ -125,9 +138,41 @@ class LocalOptions(RunOptions):
             raise InvalidRunOptionError(f"run option cwd={self.cwd!r} is not a directory; give an existing folder")
 
 
+def lifecycle_request(opts: LocalOptions) -> dict[str, Any]:
+    """The long-run settings of ``opts`` as the supervisor reads them: seconds, a signal number, flags.
+
+    Keys: ``time_limit`` and ``stall_timeout`` (seconds or None), ``warn_signal`` (a signal number or
+    None), ``warn_before`` (seconds), ``max_preemptions``, ``on_stall``, ``requeue_on_time_limit``.
+    """
+    sig = opts.warn_signum
+    return {
+        "time_limit": opts.time_limit_s, "stall_timeout": opts.stall_timeout_s,
+        "warn_signal": int(sig) if sig is not None else None, "warn_before": opts.warn_before_s,
+        "max_preemptions": opts.max_preemptions, "on_stall": opts.on_stall,
+        "requeue_on_time_limit": opts.requeue_on_time_limit,
+    }
+
+
+def _lifecycle_line(lc: dict[str, Any]) -> str | None:
+    """One comment line saying what the supervisor will enforce, None when nothing."""
+    import signal  # only a dry run prints the request
+
+    parts = []
+    if lc.get("time_limit"):
+        parts.append(f"time limit {format_duration(lc['time_limit'])}"
+                     + (f" (requeued up to {lc['max_preemptions']} time(s))" if lc.get("requeue_on_time_limit") else ""))
+    if lc.get("warn_signal"):
+        parts.append(f"warning {signal.Signals(lc['warn_signal']).name.removeprefix('SIG')} {format_duration(lc['warn_before'])} before")
+    if lc.get("stall_timeout"):
+        parts.append(f"stall after {format_duration(lc['stall_timeout'])} quiet: {lc['on_stall']}")
+    return "# lifecycle: " + ", ".join(parts) if parts else None
+
+
 def format_request(req: LocalRequest) -> str:
     """The request as shell-like lines a person can read (and paste): one per replica."""
     lines = [f"# local app {req.app_id}: logs in {req.log_dir}, grace period {req.grace_period:g}s"]
+    if (lc_line := _lifecycle_line(req.lifecycle)) is not None:
+        lines.append(lc_line)
     for role in req.roles:
         policy = f"max_retries={role.max_retries} retry_policy={role.retry_policy}"
         lines.append(f"# role {role.name}: {len(role.replicas)} replica(s), {policy}")

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError, SubmissionError, UnknownAppError
+from tsm.lifecycle import PREEMPTED_PREFIX
 from tsm.schedulers.api import (
     DescribeAppResponse,
     DirectoryWorkspaces,
@@ -50,6 +51,7 @@ from tsm.schedulers.local.request import (  # the request types and builders, re
     assign_gpus,
     detect_gpus,
     format_request,
+    lifecycle_request,
     python_entrypoint,
     replica_path,
 )
@@ -148,6 +150,7 @@ class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, Dire
         req = LocalRequest(
             app_id=app_id, app_name=app.name, session=self.session_name, app_dir=app_dir, log_dir=log_dir,
             grace_period=opts.grace_period, roles=roles, spec=app.to_dict(), timers=opts.timers,
+            lifecycle=lifecycle_request(opts),
         )
         return AppDryRunInfo(request=req, fmt=format_request)
 
@@ -314,6 +317,7 @@ class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, Dire
                 ReplicaStatus(
                     id=rep["idx"], role=rep["role"], state=AppState(rep["state"]), hostname=host,
                     exit_code=rep["exit_code"], error_msg=rep["error"], restarts=rep["restarts"], pid=rep["pid"],
+                    preempted=rep["error"].startswith(PREEMPTED_PREFIX),
                 )
             )
         return DescribeAppResponse(

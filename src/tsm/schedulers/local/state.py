@@ -62,7 +62,8 @@ class Replica:
 
     __slots__ = ("role", "idx", "cmd", "env", "cwd", "rdir", "ports", "state", "pid", "proc", "exit_code",
                  "error", "restarts", "started", "ended", "stopping", "sizes", "pid_start", "kill_at",
-                 "pipes", "direct")
+                 "pipes", "direct", "warned", "warn_pending", "term_at", "stop_reason", "stop_failure", "next_exit",
+                 "last_exit", "quiet_since", "progress")
 
     def __init__(self, role: str, idx: int, cmd: list[str], env: dict[str, str], cwd: str | None,
                  rdir: str, ports: list[str]) -> None:
@@ -81,6 +82,16 @@ class Replica:
         self.pipes: list[Pipe] = []  # this attempt's open output pipes
         self.direct = False  # this attempt writes its files itself (no pipes)
         self.sizes = {STDOUT: 0, STDERR: 0}
+        # long runs (see deadlines.py), reset by every launch
+        self.warned = False  # this attempt got its one warning signal
+        self.warn_pending = False  # a warning is due but no process of it handles the signal yet
+        self.term_at: float | None = None  # when a warned attempt gets SIGTERM (monotonic)
+        self.stop_reason = ""  # why tsm is stopping it: becomes its error
+        self.stop_failure = False  # the stop counts as the replica's own failure (a stall)
+        self.next_exit = ""  # what TSM_LAST_EXIT will say after this attempt, when not its exit code
+        self.last_exit = ""  # TSM_LAST_EXIT of the next launch
+        self.quiet_since = 0.0  # monotonic time of its last output or CPU use
+        self.progress: tuple[int, int] | None = None  # (log bytes, CPU ticks) at that time
 
     @property
     def name(self) -> str:
@@ -185,6 +196,14 @@ class SupervisorState:
         self.unwritten: list[tuple[str, tuple[Any, ...]]] = []  # state the store refused (full disk, ...)
         self.store_retry: float | None = None  # when to try writing ``unwritten`` again
         self.store_delay = STORE_RETRY_MIN
+        # long runs: the settings (request.lifecycle) and the deadlines they make (see deadlines.py)
+        self.lc: dict[str, Any] = req.get("lifecycle") or {}
+        self.preemptions = 0
+        self.limit_at: float | None = None  # the time limit (monotonic)
+        self.warn_at: float | None = None  # when every replica gets the time limit's warning
+        self.warn_retry_at: float | None = None  # when to try again replicas that did not handle it yet
+        self.stall_due: float | None = None  # the next stall check
+        self.clock_pending = False  # a requeue restarts the time limit once the app is relaunched
 
     def _setup(self) -> None:
         _os.set_child_subreaper()

@@ -58,6 +58,7 @@ import time
 
 from tsm.errors import StoreError
 from tsm.schedulers.local import _os
+from tsm.schedulers.local.deadlines import Deadlines
 from tsm.schedulers.local.output import OutputPump
 from tsm.schedulers.local.reaper import Reaper, kill_all_children
 from tsm.schedulers.local.replicas import ReplicaLifecycle
@@ -96,7 +97,7 @@ __all__ = [
 ]
 
 
-class Supervisor(ReplicaLifecycle):
+class Supervisor(Deadlines):
     """The event loop that owns one app; see the module docstring."""
 
     def _start_timer_server(self) -> None:
@@ -195,7 +196,7 @@ class Supervisor(ReplicaLifecycle):
             self._drop(conn)
             return
         if b"cancel" in data:
-            self._finish(CANCELLED, "cancelled by user")
+            self._finish(CANCELLED, "cancelled by user", warn=True)
 
     def _notify(self, what: bytes) -> None:
         for conn in list(self.clients):
@@ -213,7 +214,7 @@ class Supervisor(ReplicaLifecycle):
             while len(data) < 65536 and (chunk := conn.recv(4096)):
                 data += chunk
         if b"cancel" in data:
-            self._finish(CANCELLED, "cancelled by user")
+            self._finish(CANCELLED, "cancelled by user", warn=True)
         self._drop(conn)
 
     # -- store -------------------------------------------------------------------------------------
@@ -304,6 +305,7 @@ class Supervisor(ReplicaLifecycle):
                 break
             if rep not in self.pending_restart:  # a failed launch before it queued a group restart
                 self._launch(rep)
+        self._start_clock()
         self._reap()
         self._restart_ready()
         self._flush()
@@ -322,8 +324,8 @@ class Supervisor(ReplicaLifecycle):
     def _step(self) -> None:
         """One pass of the loop: sleep until an event or deadline, then act on everything that is due."""
         kills = [r.kill_at for r in self.replicas if r.kill_at is not None]
-        deadlines = [d for d in (*kills, self.index_due, self.file_index_due, self.store_retry, self.accept_resume)
-                     if d is not None]
+        deadlines = [d for d in (*kills, self.index_due, self.file_index_due, self.store_retry, self.accept_resume,
+                                 *self._lc_deadlines()) if d is not None]
         timeout = min(max(0.0, min(deadlines) - time.monotonic()), MAX_SLEEP) if deadlines else MAX_SLEEP
         for key, _ in self.sel.select(timeout):
             kind = key.data
@@ -344,6 +346,7 @@ class Supervisor(ReplicaLifecycle):
                 self._finish(CANCELLED, f"supervisor received {signal.Signals(sig).name}; app stopped")
         self._reap()
         self._kill_due()
+        self._lc_due()
         now = time.monotonic()
         if self.index_due is not None and now >= self.index_due:
             self._index_pending()

@@ -166,7 +166,7 @@ class RayClient:
         def ship(path: str, include_parent_dir: bool) -> str:
             if "://" in path:
                 return path  # already a package URI
-            uri = get_uri_for_directory(path, include_gitignore=True, excludes=excludes)
+            uri: str = get_uri_for_directory(path, include_gitignore=True, excludes=excludes)
             protocol, _, name = uri.partition("://")
             endpoint = f"/api/packages/{protocol}/{name}"
             self._count("package")

@@ -104,6 +104,15 @@ runs ``scontrol requeue`` on its own job: Slurm starts the whole job again (ever
 requeue delay (``AuthInfo=cred_expire``, 120 s by default). ``num_restarts`` is Slurm's restart count.
 Logs of every attempt are kept: files are opened in append mode.
 
+Over SSH
+--------
+With ``-c ssh=[user@]host[:port]`` (and ``ssh_options``, ``remote_home``) every Slurm command runs on that
+login node over one multiplexed OpenSSH connection (:mod:`tsm.schedulers.common.ssh`); the job directory and
+logs are on the cluster, the app's record here, and the app id is ``<host slug>-<job id>``. Submission is
+idempotent, logs are read (and followed, resuming from a byte offset) over the connection, and a workspace
+snapshot is shipped by content: see :mod:`.remote` (the connection's side), :mod:`.remote_apps` (the
+scheduler's operations on remote apps) and :mod:`.workspace_ssh`.
+
 Logs
 ----
 ``log_iter`` reads the replica's files in the job directory. Slurm keeps stdout and stderr in separate

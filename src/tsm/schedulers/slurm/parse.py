@@ -5,6 +5,10 @@ Pure functions of text: no Slurm command is run here, so all of it is tested aga
 Slurm states map as PENDING, REQUEUED, SUSPENDED, CONFIGURING -> PENDING; RUNNING, COMPLETING -> RUNNING;
 COMPLETED -> SUCCEEDED; CANCELLED -> CANCELLED; FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY,
 BOOT_FAIL, DEADLINE -> FAILED (:data:`STATES`).
+
+Preemption is not failure (issue 25): PREEMPTED, NODE_FAIL and BOOT_FAIL, and a requeue the batch script did
+not ask for, are the cluster's decisions (:data:`PREEMPTION_STATES`, :func:`preemption_of`,
+:func:`read_last_exit`); the replica's error says so and ``ReplicaStatus.preempted`` is set.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tsm.lifecycle import PREEMPTED_PREFIX
 from tsm.schedulers.common.status import StateTable
 from tsm.specs.api import AppState
 
@@ -128,6 +133,11 @@ class SlurmJob:
     def state_name(self) -> str:
         """The Slurm state as people read it (``RUNNING``, ``PENDING,REQUEUED``)."""
         return ",".join(self.states) or "UNKNOWN"
+
+    @property
+    def preempted(self) -> bool:
+        """The record ended (or was requeued) by the cluster's decision, not the program: see :func:`preemption_of`."""
+        return bool(preemption_of(self))
 
 
 def _time(value: Any) -> float | None:
@@ -352,6 +362,49 @@ def _latest_runs(runs: dict[tuple[str, int], list[SlurmJob]]) -> dict[str, list[
     for recs in out.values():
         recs.sort(key=lambda r: r.offset)
     return out
+
+
+#: Job states that are the cluster's decision, not the program's failure: a higher-priority job took the
+#: nodes, a node died under the job, or a node failed to boot for it. Their restarts spend
+#: ``max_preemptions``, never ``max_retries``.
+PREEMPTION_STATES = frozenset({"PREEMPTED", "NODE_FAIL", "BOOT_FAIL"})
+
+#: What :func:`preemption_of` says for each, after ``preempted: ``.
+_PREEMPTION_WORDS = {
+    "PREEMPTED": "Slurm preempted the job (PREEMPTED)",
+    "NODE_FAIL": "a node of the job failed (NODE_FAIL)",
+    "BOOT_FAIL": "a node failed to boot for the job (BOOT_FAIL)",
+}
+
+
+def preemption_of(job: SlurmJob, last_exit: str = "") -> str:
+    """Why ``job`` was ended by the cluster, as a replica's error (``preempted: ...``); "" when it was not.
+
+    A final state in :data:`PREEMPTION_STATES` says so itself. A job that Slurm requeued (pending again, or
+    running its next attempt) was preempted when its batch script recorded no cause of its own for the requeue:
+    ``last_exit`` is what :func:`read_last_exit` read (``preempted`` then; ``failed:<code>`` or
+    ``time_limit`` for the script's own requeues).
+    """
+    for name in job.states:
+        if name in PREEMPTION_STATES:
+            reason = job.reason if job.reason and job.reason != "None" and job.reason not in WAITING_REASONS else ""
+            return PREEMPTED_PREFIX + _PREEMPTION_WORDS[name] + (f"; reason: {reason}" if reason else "")
+    if last_exit == "preempted" and job.restarts > 0:
+        return f"{PREEMPTED_PREFIX}Slurm requeued the job (restart {job.restarts})"
+    return ""
+
+
+def read_last_exit(job_dir: str | Path) -> str:
+    """``TSM_LAST_EXIT`` of the job's current attempt, as its batch script recorded it (``job_dir/last_exit``).
+
+    ``preempted``, ``failed:<code>``, ``time_limit`` or "" (the first attempt, or no file: not started yet,
+    or the job directory is not shared).
+    """
+    try:
+        text = Path(job_dir, "last_exit").read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    return text if re.fullmatch(r"preempted|time_limit|stalled|failed:\d+", text) else ""
 
 
 def expand_hostlist(expr: str) -> list[str]:

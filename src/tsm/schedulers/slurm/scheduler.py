@@ -48,7 +48,15 @@ from tsm.schedulers.common.quoting import is_shell_name
 from tsm.schedulers.common.record import AppRecord, role_replicas
 from tsm.schedulers.common.status import attribute_failure
 from tsm.schedulers.slurm import cli
-from tsm.schedulers.slurm.parse import WAITING_REASONS, SlurmJob, expand_hostlist, id_key, read_status
+from tsm.schedulers.slurm.parse import (
+    WAITING_REASONS,
+    SlurmJob,
+    expand_hostlist,
+    id_key,
+    preemption_of,
+    read_last_exit,
+    read_status,
+)
 from tsm.schedulers.slurm.queries import SlurmQueries, queries
 from tsm.schedulers.slurm.script import (
     REPLICA_WRAPPER,
@@ -107,8 +115,13 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
 
     # -- run options --------------------------------------------------------------------------------------
     def run_opts(self) -> runopts:
-        """The sbatch options tsm exposes (declared once, typed, in :class:`SlurmOptions`)."""
-        return SlurmOptions.runopts()
+        """The sbatch options tsm exposes (declared once, typed, in :class:`SlurmOptions`), and the SSH ones
+        (:class:`~tsm.schedulers.slurm.remote.SshOptions`: ``ssh``, ``ssh_options``, ``remote_home``)."""
+        from tsm.schedulers.slurm.remote import SshOptions
+
+        opts = SlurmOptions.runopts()
+        opts.update(SshOptions.runopts())
+        return opts
 
     # -- requests -----------------------------------------------------------------------------------------
     def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
@@ -142,6 +155,13 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[SlurmBatchRequest]:
         """Build the batch script; asks ``sbatch --version`` only when a role wants GPUs."""
         opts = SlurmOptions.from_cfg(cfg)
+        from tsm.schedulers.slurm.remote import SshOptions
+
+        ssh = SshOptions.from_cfg(cfg)
+        if ssh.ssh:
+            from tsm.schedulers.slurm import remote_apps
+
+            return remote_apps.dryrun(self, app, cfg, opts, ssh)
         job_dir = os.path.abspath(os.path.expanduser(opts.job_dir or _default_job_dir(app.name)))
         if "%" in job_dir or not directive_safe(job_dir):
             raise InvalidRunOptionError(f"job_dir {job_dir!r} must not hold '%', backslashes or line breaks")
@@ -166,10 +186,20 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         return AppDryRunInfo(request=request, fmt=format_request)
 
     def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:
-        """Make the job directory, save the script and app, ``sbatch`` the script unchanged; returns the job id."""
+        """Make the job directory, save the script and app, ``sbatch`` the script unchanged; returns the job id.
+
+        A request for a login node (``-c ssh=...``) is submitted there, idempotently
+        (:meth:`tsm.schedulers.slurm.remote.Remote.submit`); its app id is ``<host slug>-<job id>``.
+        """
         req = dryrun_info.request
         if not isinstance(req, SlurmBatchRequest):
             raise SubmissionError(f"the slurm scheduler cannot submit a {type(req).__name__} request")
+        from tsm.schedulers.slurm.remote import RemoteBatchRequest
+
+        if isinstance(req, RemoteBatchRequest):
+            from tsm.schedulers.slurm import remote_apps
+
+            return remote_apps.schedule(req)
         job_dir = Path(req.job_dir)
         try:
             make_private_dirs(job_dir)
@@ -252,7 +282,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         ``max_age`` is how old (seconds) a shared squeue answer may be; see :class:`SlurmQueries`.
         """
         if not re.fullmatch(r"\d+", app_id):
-            return None
+            from tsm.schedulers.slurm import remote_apps
+
+            return remote_apps.describe(self, app_id, max_age)
         recs = self.queries.job(app_id, max_age=max_age)
         known = _RECORDS.get(app_id)
         job_dir: Path | None
@@ -291,9 +323,16 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
                 self._replica_status(role, k, rec, hosts, job_dir, restarts) for k in range(role.num_replicas)
             ]
             roles_statuses.append(RoleStatus(role=role.name, replicas=replicas))
+        # the cluster's decision (PREEMPTED, NODE_FAIL, BOOT_FAIL, a requeue the script did not ask for)
+        preempted = preemption_of(leader, read_last_exit(job_dir) if job_dir is not None else "")
+        if preempted:
+            for rs_role in roles_statuses:
+                for r in rs_role.replicas:  # not one that succeeded or failed on its own in this attempt
+                    if r.state != AppState.SUCCEEDED and not r.error_msg.startswith("exited with code"):
+                        r.preempted, r.error_msg = True, preempted
         # the others were stopped because of the first failure: they did not fail themselves
         failure = attribute_failure(roles_statuses)
-        if not failure and state == AppState.FAILED and leader.state_name != "FAILED":
+        if not failure and not preempted and state == AppState.FAILED and leader.state_name != "FAILED":
             # Slurm ended the job (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED...): every replica it
             # stopped failed with it.
             for rs_role in roles_statuses:
@@ -444,6 +483,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
                     created=leader.submit_time,
                 )
             )
+        from tsm.schedulers.slurm import remote_apps
+
+        out += remote_apps.list_apps(self)
         out.sort(key=lambda r: (r.created or 0, id_key(r.app_id)), reverse=True)
         return out
 
@@ -455,6 +497,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         killed, and ``tsm cancel`` (or Ctrl-C of an attached run) prints the state that follows the cancel.
         """
         if not re.fullmatch(r"\d+", app_id):
+            from tsm.schedulers.slurm import remote_apps
+
+            remote_apps.cancel(self, app_id)
             return
         proc = cli.run(["scancel", app_id])
         if proc.returncode != 0:
@@ -472,7 +517,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         them empty, so a ``job_dir`` that held other files keeps them. Slurm's own records stay.
         """
         if not re.fullmatch(r"\d+", app_id):
-            return False
+            from tsm.schedulers.slurm import remote_apps
+
+            return remote_apps.remove(self, app_id)
         job_dir = self._indexed_job_dir(app_id)
         if job_dir is None:
             job_dir = self._job_dir(app_id, self.queries.job(app_id))
@@ -501,6 +548,10 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
 
         See the package docstring for what COMBINED, ``since``/``until`` and ``should_tail`` mean here.
         """
+        if not re.fullmatch(r"\d+", app_id):
+            from tsm.schedulers.slurm import remote_apps
+
+            return remote_apps.log_iter(self, app_id, role_name, k, regex, since, until, should_tail, streams)
         job_dir = None
         if re.fullmatch(r"\d+", app_id):
             job_dir = self._indexed_job_dir(app_id) or self._job_dir(app_id, self.queries.job(app_id))
@@ -521,7 +572,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         ended = self._tail_end_check(app_id, role, status_path)
         return filter_regex(regex, follow([file_reader(p) for p in paths], ended))
 
-    def _tail_end_check(self, app_id: str, role: Role, status_path: Path) -> Callable[[], bool]:
+    def _tail_end_check(
+        self, app_id: str, role: Role, status_path: Path, queries_: SlurmQueries | None = None
+    ) -> Callable[[], bool]:
         """A callable that is True once the replica is done for good (no retry left) or the job has ended."""
         last_check = [0.0]
 
@@ -533,7 +586,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
             if now - last_check[0] < 2.0:
                 return False
             last_check[0] = now
-            recs = self.queries.job(app_id, max_age=2.0)
+            recs = (queries_ or self.queries).job(app_id, max_age=2.0)
             return recs is None or bool(recs) and recs[0].state.is_terminal
 
         return ended

@@ -3,6 +3,14 @@
 Pure: :func:`build_script` runs nothing and reads no file, so a dry run prints exactly what is submitted
 (the package docstring, :mod:`tsm.schedulers.slurm`, describes the script's shape). The run options are
 declared once, typed, in :class:`SlurmOptions`.
+
+Long runs (issue 25, the shared options of :mod:`tsm.schedulers.common.lifecycle_opts`): ``time_limit`` is
+``--time`` (whole minutes, Slurm's unit); a warning is ``--signal=B:<SIG>@<warn_before>`` to the batch shell,
+which forwards it to every task of every step (``scancel --signal``) and, with ``requeue_on_time_limit``,
+requeues the job before the limit; ``exclude_nodes`` joins ``--exclude``. The script counts its own failure
+requeues in ``job_dir/failures``: every other restart is the cluster's (a preemption, a lost node), spends
+``max_preemptions`` and never ``max_retries``; each attempt gets ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT`` and
+``TSM_LAST_EXIT`` (also written to ``job_dir/last_exit`` for ``describe``).
 """
 
 from __future__ import annotations
@@ -15,7 +23,8 @@ from dataclasses import dataclass, field
 
 from tsm.errors import InvalidRunOptionError
 from tsm.schedulers.common.interpreter import replica_python
-from tsm.schedulers.common.options import RunOptions, option
+from tsm.schedulers.common.lifecycle_opts import LifecycleOptions
+from tsm.schedulers.common.options import option
 from tsm.schedulers.common.quoting import shell_quote
 from tsm.schedulers.slurm.cli import parse_version
 from tsm.specs.api import AppDef, Role, is_null_resource, macros
@@ -25,6 +34,14 @@ GPUS_PER_TASK_SINCE = (23, 2)
 
 _FORBIDDEN_IN_DIRECTIVE = re.compile(r"[\\\n\r\x00]")
 
+#: The most seconds ahead of the time limit ``sbatch --signal=...@N`` accepts.
+MAX_SIGNAL_LEAD = 65535
+
+
+def slurm_time(seconds: float) -> str:
+    """``seconds`` as ``sbatch --time`` takes it: whole minutes, rounded up (Slurm keeps limits in minutes)."""
+    return str(max(1, math.ceil(seconds / 60)))
+
 
 def directive_safe(text: str) -> bool:
     """True when ``text`` can be an ``#SBATCH`` value: no backslash, line break or NUL."""
@@ -32,8 +49,11 @@ def directive_safe(text: str) -> bool:
 
 
 @dataclass(frozen=True)
-class SlurmOptions(RunOptions):
-    """The sbatch options tsm exposes, each applied to every role unless said otherwise."""
+class SlurmOptions(LifecycleOptions):
+    """The sbatch options tsm exposes, each applied to every role unless said otherwise.
+
+    The long-run options (``time_limit``, ``warn_signal``, ...) come from :class:`LifecycleOptions`.
+    """
 
     partition: str | None = option("partition (queue) to submit to; default: the cluster's default partition")
     time: str | None = option("time limit per job, as sbatch --time takes it: minutes, HH:MM:SS or D-HH:MM")
@@ -49,7 +69,7 @@ class SlurmOptions(RunOptions):
     mail_type: str | None = option("which events to mail: BEGIN, END, FAIL, ALL, ... (sbatch --mail-type)")
     requeue: bool | None = option(
         "let Slurm requeue the job after a node failure or preemption (--requeue/--no-requeue); "
-        "default: the cluster's setting, and always on when a role has max_retries"
+        "default: on when a role has max_retries or max_preemptions > 0, else the cluster's setting"
     )
     pack_replicas: bool = option(
         "run a role's replicas as tasks Slurm may pack onto shared nodes (--ntasks=N) instead of one "
@@ -87,6 +107,21 @@ class SlurmOptions(RunOptions):
             )
         if self.kill_grace < 0:
             raise InvalidRunOptionError(f"kill_grace must be >= 0, got {self.kill_grace}")
+        super().check()
+        if self.time and self.time_limit:
+            raise InvalidRunOptionError(
+                f"give one of time={self.time!r} and time_limit={self.time_limit!r} (both are sbatch --time)"
+            )
+        if self.stall_timeout is not None:
+            raise InvalidRunOptionError(
+                "run option stall_timeout is not supported on slurm yet (tsm has no process watching the job's "
+                "logs and CPU there); use the local scheduler, or tsm.timer.expires in the program"
+            )
+        if self.warn_before_s > MAX_SIGNAL_LEAD:
+            raise InvalidRunOptionError(
+                f"run option warn_before={self.warn_before!r} is longer than Slurm's --signal takes "
+                f"({MAX_SIGNAL_LEAD} seconds)"
+            )
         for extra in self.sbatch_args or []:
             _raw_directive(extra)
 
@@ -171,6 +206,7 @@ for a in "$@"; do
   cmd+=("$REPLY")
 done
 sig=-
+case ${TSM_WARN_SIGNAL:-} in ?*) trap : "$TSM_WARN_SIGNAL" ;; esac
 trap 'sig=TERM' TERM
 trap 'sig=INT' INT
 if [ "${#odd[@]}" -gt 0 ]; then
@@ -209,15 +245,19 @@ while :; do
   done
   [ "$_tsm_alive" = 0 ] && break
   wait -n 2>/dev/null
+  _tsm_on_wake
 done
 [ -n "$_tsm_grace" ] && kill "$_tsm_grace" 2>/dev/null
+[ -n "$_tsm_timer" ] && kill "$_tsm_timer" 2>/dev/null
 if [ -z "$_tsm_failed" ]; then
   echo 0 >"$TSM_JOB_DIR/exit"
   exit 0
 fi
 _tsm_code=${_tsm_rc[$_tsm_failed]}
-if [ "${SLURM_RESTART_COUNT:-0}" -lt "${_tsm_retries[$_tsm_failed]}" ]; then
-  echo "tsm: requeueing (restart $((${SLURM_RESTART_COUNT:-0} + 1)) of ${_tsm_retries[$_tsm_failed]})" >&2
+if [ "$_tsm_failures" -lt "${_tsm_retries[$_tsm_failed]}" ]; then
+  echo "tsm: requeueing (restart $((_tsm_failures + 1)) of ${_tsm_retries[$_tsm_failed]})" >&2
+  echo $((_tsm_failures + 1)) >"$TSM_JOB_DIR/failures"
+  echo "failed:$_tsm_code" >"$TSM_JOB_DIR/requeue_cause"
   echo requeued >"$TSM_JOB_DIR/exit"
   if scontrol requeue "$SLURM_JOB_ID"; then
     sleep 600 # Slurm ends this run of the job now
@@ -257,7 +297,7 @@ def build_script(
         _directive("--export", "ALL"),
     ]
     retries = any(r.max_retries > 0 for r in app.roles)
-    if opts.requeue is True or retries:
+    if opts.requeue is True or retries or (opts.requeue is None and opts.max_preemptions > 0):
         job_wide.append(_directive("--requeue"))
     elif opts.requeue is False:
         job_wide.append(_directive("--no-requeue"))
@@ -268,8 +308,13 @@ def build_script(
     ):
         if text:
             job_wide.append(_directive(opt, text))
+    limit = opts.time_limit_s
+    warn = _warn_name(opts)
+    if limit is not None and warn is not None:
+        job_wide.append(_directive("--signal", f"B:{warn}@{round(opts.warn_before_s)}"))
     for extra in opts.sbatch_args or []:
         job_wide.append(_raw_directive(extra))
+    exclude = ",".join([*([opts.exclude] if opts.exclude else []), *(opts.exclude_nodes or [])])
 
     for i, role in enumerate(app.roles):
         if i > 0:
@@ -301,13 +346,13 @@ def build_script(
         constraint = caps.get("constraint") or opts.constraint
         for opt, value in (
             ("--partition", partition),
-            ("--time", opts.time),
+            ("--time", opts.time or (slurm_time(limit) if limit is not None else None)),
             ("--account", opts.account),
             ("--qos", opts.qos),
             ("--constraint", constraint),
             ("--reservation", opts.reservation),
             ("--nodelist", opts.nodelist),
-            ("--exclude", opts.exclude),
+            ("--exclude", exclude),
         ):
             if value:
                 lines.append(_directive(opt, str(value)))
@@ -325,6 +370,7 @@ def build_script(
         f"export TSM_KILL_GRACE={opts.kill_grace}",
         'echo "${SLURM_RESTART_COUNT:-0}" >"$TSM_JOB_DIR/restarts"',
         'rm -f -- "$TSM_JOB_DIR/exit"',
+        *_lifecycle_lines(opts, warn),
         "# The first node of the first role, by a name that resolves (else by its address).",
         '_tsm_nodes="${SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}"',
         'TSM_RANK0_HOST=$(scontrol show hostnames "$_tsm_nodes" | head -n 1)',
@@ -388,6 +434,94 @@ def build_script(
         ]
     lines.append(_WAIT_LOOP.rstrip("\n"))
     return "\n".join(lines) + "\n"
+
+
+def _warn_name(opts: SlurmOptions) -> str | None:
+    """The signal the batch shell gets before the time limit (``USR1`` when only a requeue needs it), or None."""
+    if opts.time_limit_s is None:
+        return None
+    sig = opts.warn_signum
+    if sig is not None:
+        return sig.name.removeprefix("SIG")
+    return "USR1" if opts.requeue_on_time_limit else None
+
+
+def _lifecycle_lines(opts: SlurmOptions, warn: str | None) -> list[str]:
+    """The script's long-run part: the attempt's variables, the preemption budget, the time-limit warning.
+
+    Restarts the script did not ask for (no ``requeue_cause`` file) are the cluster's: ``preempted``. Past
+    ``max_preemptions`` of them the job fails at once. ``warn`` is the ``--signal`` the batch shell gets:
+    it is forwarded to every task with ``scancel --signal`` (which signals the steps, not this shell) when a
+    warning was asked for, and with ``requeue_on_time_limit`` the job requeues itself ``warn_before`` later
+    (less a margin), as a preemption.
+    """
+    budget = int(opts.max_preemptions)
+    lines = [
+        "# Long runs: the attempt's variables; the script's own requeues are counted, any other is the cluster's.",
+        'export TSM_ATTEMPT="${SLURM_RESTART_COUNT:-0}" TSM_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"',
+        '_tsm_failures=$(cat "$TSM_JOB_DIR/failures" 2>/dev/null)',
+        "case $_tsm_failures in '' | *[!0-9]*) _tsm_failures=0 ;; esac",
+        "TSM_LAST_EXIT=",
+        'if [ "$TSM_RESTART_COUNT" -gt 0 ]; then',
+        "  TSM_LAST_EXIT=preempted",
+        '  if [ -f "$TSM_JOB_DIR/requeue_cause" ]; then',
+        '    TSM_LAST_EXIT=$(cat "$TSM_JOB_DIR/requeue_cause")',
+        '    rm -f -- "$TSM_JOB_DIR/requeue_cause"',
+        "  fi",
+        "fi",
+        "export TSM_LAST_EXIT",
+        'echo "$TSM_LAST_EXIT" >"$TSM_JOB_DIR/last_exit"',
+        "_tsm_preemptions=$((TSM_RESTART_COUNT - _tsm_failures))",
+        f'if [ "$_tsm_preemptions" -gt {budget} ]; then',
+        f'  echo "tsm: the cluster restarted the job $_tsm_preemptions time(s), more than max_preemptions={budget}; '
+        'the app fails" >&2',
+        '  echo 1 >"$TSM_JOB_DIR/exit"',
+        "  exit 1",
+        "fi",
+        "_tsm_timer=",
+    ]
+    if not opts.requeue_on_time_limit:
+        lines.append("_tsm_on_wake() { :; }")
+    else:
+        # the requeue timer is a child the wait loop's `wait -n` wakes for; it requeues when the timer is done
+        lines += [
+            "_tsm_on_wake() {",
+            '  if [ -n "$_tsm_timer" ] && ! kill -0 "$_tsm_timer" 2>/dev/null; then',
+            "    _tsm_timer=",
+            '    echo requeued >"$TSM_JOB_DIR/exit"',
+            '    scontrol requeue "$SLURM_JOB_ID" && sleep 600 # Slurm ends this run of the job now',
+            "  fi",
+            "}",
+        ]
+    if warn is None:
+        return lines
+    body = []
+    if opts.warn_signum is not None:
+        lines.append(f"export TSM_WARN_SIGNAL={warn}")
+        body += [
+            f'  echo "tsm: the time limit is near: SIG{warn} to every task" >&2',
+            f'  scancel --signal={warn} "$SLURM_JOB_ID" 2>/dev/null',
+        ]
+    if opts.requeue_on_time_limit:
+        wait = max(0, round(opts.warn_before_s) - 5)
+        body += [
+            f'  if [ "$_tsm_preemptions" -lt {budget} ]; then',
+            f'    echo "tsm: requeueing at the time limit (preemption $((_tsm_preemptions + 1)) of {budget})" >&2',
+            '    echo time_limit >"$TSM_JOB_DIR/requeue_cause"',
+            f"    sleep {wait} &",
+            "    _tsm_timer=$!",
+            "  fi",
+        ]
+    return [
+        *lines,
+        "_tsm_warned=",
+        "_tsm_warning() {",
+        '  [ -n "$_tsm_warned" ] && return 0',
+        "  _tsm_warned=1",
+        *body,
+        "}",
+        f"trap _tsm_warning {warn}",
+    ]
 
 
 def _whole(cpu: float) -> int:

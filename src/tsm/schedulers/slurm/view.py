@@ -23,9 +23,12 @@ Slurm refreshes them every ``JobAcctGatherFrequency`` seconds) and memory (``Ave
 
 from __future__ import annotations
 
+import functools
 import re
+import subprocess
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -134,6 +137,27 @@ class _Rate:
         return self.cores
 
 
+def _in_background(fn: Callable[[], None]) -> Callable[[], None]:
+    """Start ``fn`` in a thread; the callable returned waits for it and raises what it raised."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread by join()
+            failed.append(e)
+
+    t = threading.Thread(target=run, name="tsm-slurm-mirror", daemon=True)
+    t.start()
+
+    def join() -> None:
+        t.join()
+        if failed:
+            raise failed[0]
+
+    return join
+
+
 class SlurmView:
     """Builds the views of Slurm apps for a tick; one per scheduler, kept across ticks (see the module doc)."""
 
@@ -151,21 +175,63 @@ class SlurmView:
     def snapshot(self, app_ids: Sequence[str]) -> list[AppSummary]:
         """Views of the apps of ``app_ids`` Slurm (or their job directory) knows; see the module doc."""
         ids = [i for i in dict.fromkeys(app_ids) if re.fullmatch(r"\d+", i)]
-        out = [self._ended[i] for i in ids if i in self._ended]
+        out = [self._ended[i] for i in dict.fromkeys(app_ids) if i in self._ended]
         live = [i for i in ids if i not in self._ended]
-        if not live:
-            return out
-        records = self.sched.queries.jobs(live)
-        usage = self._usage([r for i in live for r in records.get(i) or [] if r.state == AppState.RUNNING])
-        for app_id in live:
-            view = self._view(app_id, records.get(app_id), usage)
-            if view is not None:
-                out.append(view)
-        keep = set(ids)  # forget apps that left the view
+        remote_live = [i for i in dict.fromkeys(app_ids) if i not in self._ended and i not in ids]
+        if remote_live:
+            out += self._remote_views(remote_live)
+        if live:
+            records = self.sched.queries.jobs(live)
+            usage = self._usage([r for i in live for r in records.get(i) or [] if r.state == AppState.RUNNING])
+            for app_id in live:
+                view = self._view(app_id, records.get(app_id), usage)
+                if view is not None:
+                    out.append(view)
+        keep = set(app_ids)  # forget apps that left the view
         for cache in (self._dirs, self._apps, self._reqs, self._ended):
             for k in [k for k in cache if k not in keep]:
                 del cache[k]
         self._tails.prune()
+        return out
+
+    def _remote_views(self, app_ids: Sequence[str]) -> list[AppSummary]:
+        """Apps on login nodes reached over SSH: per host, one ``squeue`` and, at the same time, one call that
+        mirrors the job directories' small files and the logs' last 4 KiB
+        (:meth:`tsm.schedulers.slurm.remote.Remote.mirror`), then, while some run, one ``sstat``; each app is
+        then viewed from its local mirror as a local one is.
+        A host that does not answer leaves its apps out of this tick."""
+        from tsm.schedulers.common.ssh import SshError
+        from tsm.schedulers.slurm.remote import Remote, RemoteRecord, remote_of
+
+        groups: dict[int, tuple[Remote, list[RemoteRecord]]] = {}
+        for app_id in app_ids:
+            rec = RemoteRecord.load(app_id)
+            if rec is not None:
+                rem = remote_of(rec)
+                groups.setdefault(id(rem), (rem, []))[1].append(rec)
+        out = []
+        for rem, recs in groups.values():
+            # the mirror does not depend on the queue: both go over the master at once (one round trip)
+            mirrored = _in_background(functools.partial(rem.mirror, recs, tails=True))
+            jobs: dict[str, list[SlurmJob]] | None
+            try:
+                jobs = rem.queries.jobs([r.job_id for r in recs])
+            except SshError:
+                jobs = None
+            try:
+                mirrored()
+            except SshError:
+                jobs = None
+            if jobs is None:
+                continue
+            running = [j for r in recs for j in jobs.get(r.job_id) or [] if j.state == AppState.RUNNING]
+            usage = self._usage(running, run=rem.run)
+            for rec in recs:
+                if (rec.mirror / "app.json").is_file():
+                    self._dirs[rec.app_id] = rec.mirror
+                view = self._view(rec.app_id, jobs.get(rec.job_id), usage)
+                if view is not None:
+                    out.append(view)
         return out
 
     def _view(self, app_id: str, recs: list[SlurmJob] | None,
@@ -206,14 +272,17 @@ class SlurmView:
             self._ended[app_id] = view
         return view
 
-    def _usage(self, running: list[SlurmJob]) -> dict[str, tuple[float | None, float | None]]:
-        """component (job id, or ``leader+offset``) -> (cores, MiB) per task, from one ``sstat``."""
+    def _usage(
+        self, running: list[SlurmJob], run: Callable[..., subprocess.CompletedProcess[str]] | None = None
+    ) -> dict[str, tuple[float | None, float | None]]:
+        """component (job id, or ``leader+offset``) -> (cores, MiB) per task, from one ``sstat`` (run by
+        ``run``: a login node's over SSH, else :func:`.cli.run`)."""
         if not running or not self.sstat_available:
             return {}
         fields = ",".join(SSTAT_FIELDS)
         ids = ",".join(sorted({r.job_id for r in running}))
         try:
-            proc = cli.run(["sstat", "-a", "--noheader", "--parsable2", "-o", fields, "-j", ids], timeout=20)
+            proc = (run or cli.run)(["sstat", "-a", "--noheader", "--parsable2", "-o", fields, "-j", ids], timeout=20)
         except SchedulerUnavailableError:  # no sstat on this host: usage stays n/a
             self.sstat_available = False
             return {}

@@ -111,6 +111,10 @@ class Hub:
             return self.version > version
 
 
+class _NotReady(Exception):
+    """Raised by a request handler while no snapshot exists yet: answered 503 with a line saying so."""
+
+
 @dataclass(frozen=True)
 class HostCheck:
     """Which ``Host`` headers the server answers: the names it was bound for (see the module doc).
@@ -297,7 +301,8 @@ def create_app(
     async def current() -> Snapshot:
         if hub.snapshot is None:
             await hub.wait_newer(0, 30)
-        assert hub.snapshot is not None
+        if hub.snapshot is None:  # the first refresh is still running (a slow squeue, an API timing out)
+            raise _NotReady
         return hub.snapshot
 
     async def find(request: Request) -> tuple[Snapshot, Any]:
@@ -449,7 +454,13 @@ def create_app(
             status = r.status(app.handle)
             return "UNKNOWN" if status is None else str(status.state.name)
 
-        return JSONResponse({"handle": app.handle, "state": await asyncio.to_thread(stop_it)})
+        from tsm.errors import TsmError
+
+        try:
+            state = await asyncio.to_thread(stop_it)
+        except TsmError as e:  # the scheduler refused or is down: say why, as JSON, not a bare 500
+            return JSONResponse({"handle": app.handle, "error": str(e)}, status_code=502)
+        return JSONResponse({"handle": app.handle, "state": state})
 
     async def events(request: Request) -> Response:
         async def stream() -> AsyncIterator[str]:
@@ -475,6 +486,10 @@ def create_app(
         Route("/api/apps/{id:path}", app_one),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    async def not_ready(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"error": "the first refresh is still running; try again shortly"}, status_code=503,
+                            headers={"Retry-After": "2"})
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={_NotReady: not_ready})
     app.add_middleware(Guard, token=token, hosts=hosts)
     return app

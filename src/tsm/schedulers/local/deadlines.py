@@ -1,0 +1,223 @@
+"""Long runs inside the supervisor: the time limit, the warning signal, requeues and stall detection (issue 25).
+
+Settings come from ``request.json``'s ``lifecycle`` (built from the run options by
+:func:`.request.lifecycle_request`); none set, nothing here does anything.
+
+- **Warning.** With ``warn_signal``, a replica gets that signal once per attempt before tsm stops it for a
+  time limit, a cancel or a stall: every process of it (its tree and the orphans that came from it) that
+  handles the signal gets it; one that does not is left alone, since the default action of USR1 would end
+  it early. Before a time limit it comes ``warn_before`` ahead of the limit, and a replica none of whose
+  processes handles it yet (still starting) is tried again every :data:`WARN_RETRY` seconds until the
+  limit. On a cancel or a stall a warned replica gets SIGTERM ``warn_before`` later (sooner if it exits),
+  and one that could not be warned gets it at once; then SIGKILL after the grace period as always.
+- **Time limit.** ``time_limit`` counts from the launch of the app (and again from each requeue). At the
+  limit the app stops: it fails with "time limit ... reached", or, with ``requeue_on_time_limit``, restarts
+  whole as a preemption (``max_preemptions`` is that budget; ``max_retries`` is never spent) and its
+  replicas see ``TSM_LAST_EXIT=time_limit``.
+- **Stalls.** ``stall_timeout``: every tick (a tenth of it, 0.2 to 30 s) one read of ``/proc`` gives each
+  replica's CPU time (its session's); with the bytes of its logs, that is its progress. A replica with
+  none for ``stall_timeout`` is stalled: warned, then stopped, and either restarted as its own failure
+  (``on_stall=restart``: its role's retry policy and ``max_retries``, ``TSM_LAST_EXIT=stalled``) or the
+  app fails (``on_stall=fail``); both say "stalled for 15m, last line: ...".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+from tsm.lifecycle import PREEMPTED_PREFIX
+from tsm.schedulers.common.durations import format_duration
+from tsm.schedulers.local import _os
+from tsm.schedulers.local.logs import mark_restart
+from tsm.schedulers.local.replicas import ReplicaLifecycle
+from tsm.schedulers.local.state import FAILED, Replica
+
+#: Bounds of the stall check's tick (seconds): a tenth of stall_timeout, within these.
+STALL_TICK_MIN, STALL_TICK_MAX = 0.2, 30.0
+
+#: Seconds between two tries to warn a replica that does not handle the warning signal yet (still starting).
+WARN_RETRY = 0.1
+
+#: Most characters of the last log line a stall message quotes.
+LAST_LINE_MAX = 200
+
+
+def last_line(rep: Replica) -> str:
+    """The last non-empty line the replica wrote (of stdout or stderr, whichever was written last), or ""."""
+    best: tuple[float, str] = (-1.0, "")
+    for name in ("stdout", "stderr"):
+        path = os.path.join(rep.rdir, name)
+        try:
+            with open(path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - 8192))
+                tail = f.read()
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            continue
+        lines = [ln for ln in tail.decode(errors="replace").splitlines() if ln.strip()]
+        if lines and mtime > best[0]:
+            best = (mtime, lines[-1].strip()[:LAST_LINE_MAX])
+    return best[1]
+
+
+class Deadlines(ReplicaLifecycle):
+    """Time limit, warnings, requeues on the time limit and stalls; see the module docstring."""
+
+    # -- the clock ---------------------------------------------------------------------------------
+    def _start_clock(self) -> None:
+        """Start the time limit (at launch and at each requeue) and the stall checks."""
+        now = time.monotonic()
+        limit = self.lc.get("time_limit")
+        if limit:
+            self.limit_at = now + limit
+            if self.lc.get("warn_signal"):
+                self.warn_at = max(now, self.limit_at - self.lc["warn_before"])
+        if self.lc.get("stall_timeout") and self.stall_due is None:
+            self.stall_due = now + self._stall_tick()
+
+    def _stall_tick(self) -> float:
+        return float(min(max(self.lc["stall_timeout"] / 10, STALL_TICK_MIN), STALL_TICK_MAX))
+
+    def _lc_deadlines(self) -> list[float]:
+        """Every moment the loop must wake for long runs."""
+        out = [r.term_at for r in self.replicas if r.term_at is not None]
+        return out + [d for d in (self.warn_at, self.warn_retry_at, self.limit_at, self.stall_due) if d is not None]
+
+    def _lc_due(self) -> None:
+        """Act on the long-run deadlines that have come: SIGTERM after a warning, warning, limit, stall check."""
+        now = time.monotonic()
+        for rep in self.replicas:
+            if rep.term_at is not None and now >= rep.term_at:
+                rep.term_at = None
+                if rep.live() and not rep.stopping:
+                    self._stop([rep])
+        if self.final_state is not None:
+            self.warn_at = self.warn_retry_at = self.limit_at = self.stall_due = None
+            return
+        if self.warn_retry_at is not None and now >= self.warn_retry_at:
+            self.warn_retry_at = None
+            self._warn([r for r in self.replicas if r.warn_pending])
+        if self.warn_at is not None and now >= self.warn_at:
+            self.warn_at = None
+            left = format_duration(max(1, round((self.limit_at or now) - now)))
+            self._note(f"time limit in {left}: warning every replica")
+            self._warn(self.replicas)
+        if self.limit_at is not None and now >= self.limit_at:
+            self.limit_at = self.warn_at = None
+            self._time_limit()
+        if self.stall_due is not None and now >= self.stall_due:
+            self.stall_due = now + self._stall_tick()
+            self._check_stalls(now)
+
+    def _restart_ready(self) -> None:
+        super()._restart_ready()
+        if self.clock_pending and not self.pending_restart and self.final_state is None:
+            self.clock_pending = False
+            self._start_clock()
+
+    # -- warning and stopping ----------------------------------------------------------------------
+    def _warn(self, reps: list[Replica]) -> list[Replica]:
+        """Warn every live replica of ``reps`` not warned yet: each of its processes that handles the signal.
+
+        Returns the replicas warned now; the others (no process handles the signal yet) are marked
+        ``warn_pending`` and tried again after :data:`WARN_RETRY` seconds.
+        """
+        sig = int(self.lc.get("warn_signal") or 0)
+        if not sig:
+            return []
+        todo = [r for r in reps if r.live() and not r.warned and not r.stopping]
+        orphans = self._orphans() if todo else {}
+        warned = []
+        for rep in todo:
+            pids = ([rep.pid] if rep.pid is not None else []) + self._owned(rep, orphans=orphans)
+            catching = [p for p in pids if _os.catches(p, sig)]
+            rep.warn_pending = not catching
+            if not catching:
+                continue
+            rep.warned = True
+            warned.append(rep)
+            for pid in catching:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+        if any(r.warn_pending for r in todo):
+            self.warn_retry_at = time.monotonic() + WARN_RETRY
+        return warned
+
+    def _stop_warned(self, reps: list[Replica]) -> None:
+        """Warn ``reps``, then SIGTERM each ``warn_before`` later (at once: no warning set, or warned before)."""
+        warned = self._warn(reps)
+        term_at = time.monotonic() + float(self.lc.get("warn_before") or 0)
+        for rep in warned:
+            rep.term_at = term_at
+        rest = [r for r in reps if r not in warned]
+        for rep in rest:
+            rep.warn_pending = False  # it is stopped now: no later warning
+        self._stop(rest)
+
+    def _finish(self, state: int, msg: str, warn: bool = False) -> None:
+        """End the app in ``state``; with ``warn`` (a cancel, a stall that fails it) replicas are warned first."""
+        if not warn or not self.lc.get("warn_signal") or self.final_state is not None:
+            super()._finish(state, msg)
+            return
+        self.final_state, self.final_msg = state, msg
+        self.pending_restart = []
+        self.app_dirty = True
+        self._stop_warned(self.replicas)
+
+    # -- time limit --------------------------------------------------------------------------------
+    def _time_limit(self) -> None:
+        limit = format_duration(self.lc["time_limit"])
+        budget = int(self.lc.get("max_preemptions") or 0)
+        if self.lc.get("requeue_on_time_limit") and self.preemptions < budget:
+            self.preemptions += 1
+            self.num_restarts += 1
+            self.app_dirty = True
+            why = (f"{PREEMPTED_PREFIX}time limit {limit} reached; the app restarts "
+                   f"(preemption {self.preemptions} of max_preemptions={budget}; max_retries untouched)")
+            self._note(why)
+            for rep in self.replicas:
+                rep.stop_reason, rep.last_exit = why, "time_limit"
+                if rep not in self.pending_restart:
+                    self.pending_restart.append(rep)
+                    mark_restart(rep.rdir, rep.restarts + 1)
+            self.clock_pending = True
+            self._stop(self.replicas)
+            return
+        why = f"time limit {limit} reached"
+        if self.lc.get("requeue_on_time_limit"):
+            why += f" after {self.preemptions} requeue(s); max_preemptions={budget} used up"
+        for rep in self.replicas:
+            if rep.live():
+                rep.stop_reason = why
+        super()._finish(FAILED, why)
+
+    # -- stalls ------------------------------------------------------------------------------------
+    def _check_stalls(self, now: float) -> None:
+        """One /proc read for every replica: which made no progress (log bytes, CPU) for stall_timeout."""
+        live = [r for r in self.replicas if r.live() and not r.stopping and not r.stop_reason and r.pid is not None]
+        if not live:
+            return
+        cpu = _os.cpu_by_session()
+        timeout = float(self.lc["stall_timeout"])
+        for rep in live:
+            self._index(rep)  # a replica writing its files itself: its sizes are current now
+            progress = (sum(rep.sizes.values()), cpu.get(rep.pid or -1, 0))
+            if progress != rep.progress:
+                rep.progress, rep.quiet_since = progress, now
+            elif now - rep.quiet_since >= timeout:
+                self._stalled(rep, timeout)
+
+    def _stalled(self, rep: Replica, timeout: float) -> None:
+        line = last_line(rep)
+        why = f"stalled for {format_duration(timeout)}, last line: {line!r}" if line else \
+            f"stalled for {format_duration(timeout)}, no output at all"
+        self._note(f"{rep.name} {why}")
+        rep.stop_reason = why
+        if self.lc.get("on_stall") == "fail":
+            self._finish(FAILED, f"{rep.name} {why}", warn=True)
+            return
+        rep.stop_failure, rep.next_exit = True, "stalled"
+        self._stop_warned([rep])

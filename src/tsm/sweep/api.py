@@ -1,0 +1,277 @@
+"""Sweeps through the Runner: plan, launch, watch, cancel and list them (what ``Runner.run_sweep`` & co. call).
+
+A sweep is a component run once per point of a space (:mod:`tsm.sweep.space`), at most ``parallel`` trials at
+a time, each trial an ordinary app with its own handle. Its handle is ``sweep://<session>/<id>``; its state
+is durable (:mod:`tsm.sweep.state`) and its trials are fed by a detached controller
+(:mod:`tsm.sweep.controller`) that outlives the caller and is restarted, without re-running a trial, by
+:func:`sweep_status`, :func:`sweep_wait` or :func:`resume` when it was killed.
+
+**Later: native sweeps.** A scheduler that can take a whole sweep itself (a Slurm job array,
+``--array=0-(N-1)%P``, so the engine enforces the cap and nothing of ours stays alive) will declare
+:class:`SweepNative`; :func:`run_sweep` will then hand it every trial's dry run at once instead of starting
+a controller. No builtin declares it yet, and nothing asks for it yet.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import secrets
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tsm.sweep import controller
+from tsm.sweep.space import InvalidSweepError, expand, space_of
+from tsm.sweep.state import (
+    SWEEP_TERMINAL,
+    TRIAL_TERMINAL,
+    SweepHandle,
+    SweepState,
+    Trial,
+    all_sweeps,
+    parse_sweep_handle,
+    sweep_dir,
+)
+from tsm.sweep.status import SweepStatus, status_of
+
+#: The most trials one sweep runs at once: the controller waits on each running trial in a thread of its own.
+MAX_PARALLEL = 1000
+
+
+class SweepNative(ABC):
+    """Capability (declared, not wired yet): the scheduler runs a whole sweep as one native object.
+
+    ``schedule_sweep`` gets every trial's dry run and the cap, submits them as one (a Slurm job array with
+    ``%parallel``) and returns each trial's app id, in order. :func:`run_sweep` will ask
+    ``isinstance(sched, SweepNative)`` for sweeps of single-role trials and skip the controller.
+    """
+
+    @abstractmethod
+    def schedule_sweep(self, trials: Sequence[Any], parallel: int) -> list[str]:
+        """Submit ``trials`` (``AppDryRunInfo`` each) as one native sweep capped at ``parallel``; their app ids."""
+
+
+@dataclass
+class SweepPlan:
+    """What a sweep would run: every trial's parameters, and the first trial's dry run (the request)."""
+
+    component: str
+    scheduler: str
+    trials: list[dict[str, str]]
+    first: Any  # AppDryRunInfo of trial 0
+
+
+def component_ref(component: str | Callable[..., Any]) -> str:
+    """The name a controller can find ``component`` by: the name itself, or ``/abs/file.py:function``."""
+    if isinstance(component, str):
+        return component
+    name = getattr(component, "__name__", "")
+    if getattr(component, "__qualname__", None) != name or not callable(component):
+        raise InvalidSweepError(
+            f"{component!r} cannot be swept: pass a component name or a module-level function "
+            "(the detached controller imports it by file and name)"
+        )
+    try:
+        path = inspect.getsourcefile(component)
+    except TypeError:
+        path = None
+    if not path:
+        raise InvalidSweepError(f"component function {name} has no source file: define it in a .py file")
+    return f"{os.path.abspath(path)}:{name}"
+
+
+def _param_names(component: str) -> set[str]:
+    from tsm.components import get_component
+
+    fn = get_component(component).fn
+    return {p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)}
+
+
+def _trial_args(params: Mapping[str, str], args: Sequence[str]) -> list[str]:
+    return [w for name, value in params.items() for w in (f"--{name}", value)] + list(args)
+
+
+def plan_sweep(
+    runner: Any,
+    component: str | Callable[..., Any],
+    space: Mapping[str, object],
+    *,
+    scheduler: str | None = None,
+    cfg: Mapping[str, Any] | None = None,
+    args: Sequence[str] = (),
+    parallel: int = 1,
+    max_failures: int | None = None,
+    random: int | None = None,
+    seed: int | None = None,
+    workspace: str | None = None,
+) -> SweepPlan:
+    """Check everything and expand the space; nothing is submitted. Raises :class:`InvalidSweepError` (and
+    the component's own errors for a value its parameter cannot take)."""
+    if not isinstance(parallel, int) or not 1 <= parallel <= MAX_PARALLEL:
+        raise InvalidSweepError(f"--parallel must be at least 1 and at most {MAX_PARALLEL:,}, got {parallel}")
+    if max_failures is not None and (not isinstance(max_failures, int) or max_failures < 1):
+        raise InvalidSweepError(f"--max-failures must be at least 1, got {max_failures}")
+    ref = component_ref(component)
+    axes = space_of(space)
+    known = _param_names(ref)
+    for name in axes:
+        if name.replace("-", "_") not in known:
+            from tsm.errors import did_you_mean
+
+            raise InvalidSweepError(
+                f"--{name} is not a parameter of component {ref}{did_you_mean(name.replace('-', '_'), known)}"
+            )
+    trials = expand(axes, random, seed)
+    runner.check_cfg(scheduler, cfg)
+    sched = scheduler or runner.default_scheduler
+    # every listed value once (so a value its parameter cannot take fails now), then the first trial's request
+    checked = 0
+    for name, axis in axes.items():
+        for value in getattr(axis, "values", ())[1:]:
+            if checked < 200:
+                runner.component_app(ref, _trial_args({**trials[0], name: value}, args))
+                checked += 1
+    first = runner.dryrun(runner.component_app(ref, _trial_args(trials[0], args)), sched, cfg, workspace=workspace)
+    return SweepPlan(ref, sched, trials, first)
+
+
+def _sweep_id(app_name: str) -> str:
+    base = re.sub(r"[^a-z0-9]+", "-", app_name.lower()).strip("-")[:24] or "sweep"
+    return f"{base}-{secrets.token_hex(4)}"
+
+
+def run_sweep(
+    runner: Any,
+    component: str | Callable[..., Any],
+    space: Mapping[str, object],
+    *,
+    scheduler: str | None = None,
+    cfg: Mapping[str, Any] | None = None,
+    args: Sequence[str] = (),
+    parallel: int = 1,
+    max_failures: int | None = None,
+    random: int | None = None,
+    seed: int | None = None,
+    metric: str | None = None,
+    workspace: str | None = None,
+) -> str:
+    """Plan the sweep, record it, start its detached controller; returns ``sweep://<session>/<id>``."""
+    plan = plan_sweep(runner, component, space, scheduler=scheduler, cfg=cfg, args=args, parallel=parallel,
+                      max_failures=max_failures, random=random, seed=seed, workspace=workspace)
+    app_name = plan.first.app.name if plan.first.app is not None else "sweep"
+    handle = SweepHandle(runner.session_name, _sweep_id(app_name))
+    names = [f"{handle.sweep_id}-{i}" for i in range(len(plan.trials))]
+    state = SweepState(sweep_dir(handle), create=True)
+    try:
+        state.init({
+            "handle": str(handle), "session": handle.session, "component": plan.component, "args": list(args),
+            "space": {k: str(v) for k, v in space.items()}, "scheduler": plan.scheduler, "cfg": dict(cfg or {}),
+            "parallel": parallel, "max_failures": max_failures, "random": random, "seed": seed, "metric": metric,
+            "workspace": workspace, "cwd": os.getcwd(), "created": time.time(), "state": "PENDING", "reason": "",
+            "total": len(plan.trials), "name": app_name,
+        }, plan.trials, names)
+    finally:
+        state.close()
+    controller.start(sweep_dir(handle), os.getcwd())
+    return str(handle)
+
+
+def _open(handle: str) -> tuple[SweepHandle, SweepState]:
+    parsed = parse_sweep_handle(handle)
+    return parsed, SweepState.open(parsed)
+
+
+def sweep_status(handle: str, restart: bool = True) -> SweepStatus:
+    """The sweep's status; an unfinished sweep whose controller was killed gets a new one (``restart``)."""
+    parsed, state = _open(handle)
+    try:
+        if restart:
+            controller.ensure(state.dir, state)
+        return status_of(str(parsed), state, controller.alive(state.dir))
+    finally:
+        state.close()
+
+
+def resume(handle: str) -> bool:
+    """Restart the controller of an unfinished sweep if it is gone; True when one was started."""
+    _, state = _open(handle)
+    try:
+        return controller.ensure(state.dir, state)
+    finally:
+        state.close()
+
+
+def sweep_wait(handle: str, timeout: float | None = None) -> SweepStatus:
+    """Block until the sweep ends (or ``timeout`` seconds pass), restarting a killed controller; its status."""
+    parsed, state = _open(handle)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    restarts = 0
+    try:
+        while True:
+            if state.meta().get("state") in SWEEP_TERMINAL:
+                return status_of(str(parsed), state, alive=False)
+            if controller.ensure(state.dir, state):
+                restarts += 1
+                if restarts > 1:  # it keeps ending with the sweep unfinished: do not spin (see controller.log)
+                    time.sleep(min(0.1 * 2**restarts, 5.0))
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return status_of(str(parsed), state, controller.alive(state.dir))
+            controller.wait_for_exit(state.dir, left)  # the controller's exit (or death) is the event
+    finally:
+        state.close()
+
+
+def sweep_cancel(runner: Any, handle: str, timeout: float | None = 60.0) -> SweepStatus:
+    """Launch nothing more and cancel every running trial; returns once the sweep is CANCELLED (or ``timeout``)."""
+    parsed, state = _open(handle)
+    try:
+        if state.meta().get("state") in SWEEP_TERMINAL:
+            return status_of(str(parsed), state, alive=False)
+        state.set_meta(cancel=True)
+        for t in state.trials():
+            if t.handle and t.state not in TRIAL_TERMINAL:
+                runner.cancel(t.handle)
+    finally:
+        state.close()
+    return sweep_wait(handle, timeout)
+
+
+def sweep_trials(handle: str) -> list[Trial]:
+    """The sweep's trials as recorded, in order."""
+    _, state = _open(handle)
+    try:
+        return state.trials()
+    finally:
+        state.close()
+
+
+def sweeps(session: str | None = None) -> list[SweepStatus]:
+    """Every sweep (one session's when given), newest first; reads only (restarts nothing)."""
+    out = []
+    for h in all_sweeps(session):
+        try:
+            state = SweepState.open(h)
+        except Exception:  # noqa: BLE001 - a sweep being created or removed right now
+            continue
+        try:
+            out.append(status_of(str(h), state, alive=False))
+        finally:
+            state.close()
+    out.sort(key=lambda s: s.created, reverse=True)
+    return out
+
+
+def sweep_metric(handle: str) -> str | None:
+    """The metric the sweep was started with (``--metric``), which ``show`` sorts by when not told otherwise."""
+    _, state = _open(handle)
+    try:
+        metric = state.meta().get("metric")
+        return metric if isinstance(metric, str) else None
+    finally:
+        state.close()
