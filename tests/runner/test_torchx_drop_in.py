@@ -280,3 +280,14 @@ def test_a_broken_plugin_is_named_in_the_runopts_listing_and_the_rest_still_list
     assert proc.returncode == 0, proc.stderr
     assert "broken:\n    (unavailable: scheduler plugin 'broken' (plug_broken:create_scheduler)" in proc.stdout
     assert "good:\n" in proc.stdout and "local:\n" in proc.stdout
+
+
+def test_run_with_dryrun_returns_the_request_and_submits_nothing() -> None:
+    """TorchX's nightly ``Runner.run(..., dryrun=True)``: the dry-run info, which ``schedule`` then submits."""
+    with Runner("sess", {"txs": TorchXStyle}) as r:
+        info = r.run(_app(), "txs", {"queue": "q4"}, dryrun=True)
+        assert isinstance(info, AppDryRunInfo) and str(info).startswith("run tx on q4")
+        sched = r.scheduler("txs")
+        assert isinstance(sched, TorchXStyle) and sched.apps == {}  # nothing submitted
+        handle = r.schedule(info)
+        assert r.status(handle) is not None and list(sched.apps) == ["tx-0"]

@@ -91,8 +91,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _aliases(scheduler: str) -> list[str]:
     """The other names the scheduler registry gives the backend of ``scheduler`` (none for a plugin)."""
-    from tsm import schedulers
+    from tsm.schedulers import aliases_of
 
-    table: dict[str, str] = getattr(schedulers, "_BUILTIN", {})  # the registry's name -> factory table
-    target = table.get(scheduler)
-    return [name for name, t in table.items() if target is not None and t == target and name != scheduler]
+    return aliases_of(scheduler)

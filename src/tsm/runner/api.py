@@ -37,7 +37,7 @@ import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from tsm._logging import warn as _warn
 from tsm.errors import (
@@ -282,6 +282,15 @@ class Runner:
             record_scheduled(handle, dryrun_info.app)  # lineage: never raises for a tracker's failure
             return handle
 
+    @overload
+    def run(self, app: AppDef, scheduler: str | None = ..., cfg: Mapping[str, CfgVal] | None = ...,
+            workspace: str | None = ..., parent_run_id: str | None = ..., *, dryrun: Literal[False] = ...) -> str: ...
+
+    @overload
+    def run(self, app: AppDef, scheduler: str | None = ..., cfg: Mapping[str, CfgVal] | None = ...,
+            workspace: str | None = ..., parent_run_id: str | None = ..., *,
+            dryrun: Literal[True]) -> AppDryRunInfo[Any]: ...
+
     def run(
         self,
         app: AppDef,
@@ -289,8 +298,16 @@ class Runner:
         cfg: Mapping[str, CfgVal] | None = None,
         workspace: str | None = None,
         parent_run_id: str | None = None,
-    ) -> str:
-        """Dry-run then schedule ``app``; returns its handle."""
+        *,
+        dryrun: bool = False,
+    ) -> str | AppDryRunInfo[Any]:
+        """Dry-run then schedule ``app``; returns its handle.
+
+        ``dryrun=True`` (TorchX's nightly keyword) submits nothing and returns the :class:`AppDryRunInfo`
+        that :meth:`dryrun` gives, which :meth:`schedule` accepts unchanged.
+        """
+        if dryrun:
+            return self.dryrun(app, scheduler, cfg, workspace=workspace, parent_run_id=parent_run_id)
         with log_event("run", scheduler, workspace=workspace, parent_run_id=parent_run_id,
                        runcfg=_cfg_json(cfg), session=self._name) as ctx:
             handle = self.schedule(self.dryrun(app, scheduler, cfg, workspace=workspace, parent_run_id=parent_run_id))

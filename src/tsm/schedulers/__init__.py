@@ -77,6 +77,12 @@ def _plugin_entry_points() -> dict[str, Any]:
     return _plugins
 
 
+def aliases_of(name: str) -> list[str]:
+    """The other builtin names of the backend registered as ``name`` (``local`` <-> ``local_cwd``); none for a plugin."""
+    target = _BUILTIN.get(name)
+    return [n for n, t in _BUILTIN.items() if target is not None and t == target and n != name]
+
+
 def scheduler_names(aliases: bool = True) -> list[str]:
     """Every scheduler name: builtins first, then plugins; ``aliases=False`` leaves out :data:`ALIASES`."""
     return [n for n in _BUILTIN if aliases or n not in ALIASES] + sorted(_plugin_entry_points())
