@@ -3,7 +3,8 @@
 Slurm (``scripts/slurm-up``: 4 nodes on this host) and Docker (``scripts/docker-up``). Each checks that every
 trial ran exactly once (a marker line per trial, or the engine's record), that the cap held (from the
 controller's recorded transitions), and, on Slurm, that the metrics the trials recorded through the tracker
-come back in the results table. Slurm job arrays are not used yet: trials go through the controller.
+come back in the results table. On Slurm the single-role grid is one job array (SweepNative; its cap is
+checked from sacct in test_slurm_sweep.py), so the controller-event cap check there holds trivially.
 """
 
 from __future__ import annotations

@@ -360,3 +360,40 @@ class EventWait:
 
     __slots__ = ()
 
+
+@dataclass(frozen=True)
+class TrialState:
+    """What a :class:`SweepNative` scheduler says of one trial: its state, message and (when known) the times
+    the engine started and ended it (epoch seconds)."""
+
+    state: AppState
+    msg: str = ""
+    started: float | None = None
+    ended: float | None = None
+
+
+class SweepNative(abc.ABC):
+    """Capability: the scheduler runs a whole sweep as one native object that enforces the cap itself.
+
+    :func:`tsm.sweep.api.run_sweep` asks ``isinstance(sched, SweepNative)`` and, when :meth:`accepts_sweep` takes the
+    trials (Slurm: every trial single-role), calls :meth:`schedule_sweep` instead of starting a controller.
+    Each trial must still be an ordinary app of the scheduler (its own app id, ``describe``, logs, cancel).
+    """
+
+    def accepts_sweep(self, trials: Sequence[AppDryRunInfo[Any]]) -> bool:
+        """Whether these trials (``AppDryRunInfo`` each) can be one native sweep; by default they can."""
+        return bool(trials)
+
+    @abc.abstractmethod
+    def schedule_sweep(self, trials: Sequence[AppDryRunInfo[Any]], parallel: int, name: str) -> list[str]:
+        """Submit ``trials`` (``AppDryRunInfo`` each) as one native sweep named ``name``, at most ``parallel``
+        running at once; each trial's app id, in order."""
+
+    @abc.abstractmethod
+    def trial_states(self, app_ids: Sequence[str]) -> dict[str, TrialState]:
+        """The trials' states from one batched query where the engine has one; an id it no longer knows is
+        left out."""
+
+    @abc.abstractmethod
+    def cancel_trials(self, app_ids: Sequence[str]) -> None:
+        """Cancel these trials (in one call where the engine has one); ended or unknown ones are no error."""

@@ -6,10 +6,12 @@ is durable (:mod:`tsm.sweep.state`) and its trials are fed by a detached control
 (:mod:`tsm.sweep.controller`) that outlives the caller and is restarted, without re-running a trial, by
 :func:`sweep_status`, :func:`sweep_wait` or :func:`resume` when it was killed.
 
-**Later: native sweeps.** A scheduler that can take a whole sweep itself (a Slurm job array,
-``--array=0-(N-1)%P``, so the engine enforces the cap and nothing of ours stays alive) will declare
-:class:`SweepNative`; :func:`run_sweep` will then hand it every trial's dry run at once instead of starting
-a controller. No builtin declares it yet, and nothing asks for it yet.
+**Native sweeps.** A scheduler that can take a whole sweep itself declares :class:`SweepNative` (Slurm: a
+job array, ``--array=0-(N-1)%P``, so the engine enforces the cap and nothing of ours stays alive). When
+every trial is single-role, :func:`run_sweep` hands it every trial's dry run at once instead of starting a
+controller, and records the trials' handles; status, wait, show and cancel then read the trials' states from
+the scheduler (:mod:`tsm.sweep.native`). Multi-role trials (a heterogeneous Slurm job cannot be an array)
+and every other scheduler go through the controller.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import os
 import re
 import secrets
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# the capability is part of the scheduler contract: backends import it from there, never from tsm.sweep
+from tsm.schedulers.api import SweepNative as SweepNative, TrialState as TrialState
 from tsm.sweep import controller
 from tsm.sweep.space import InvalidSweepError, expand, space_of
 from tsm.sweep.state import (
@@ -40,19 +43,6 @@ from tsm.sweep.status import SweepStatus, status_of
 
 #: The most trials one sweep runs at once: the controller waits on each running trial in a thread of its own.
 MAX_PARALLEL = 1000
-
-
-class SweepNative(ABC):
-    """Capability (declared, not wired yet): the scheduler runs a whole sweep as one native object.
-
-    ``schedule_sweep`` gets every trial's dry run and the cap, submits them as one (a Slurm job array with
-    ``%parallel``) and returns each trial's app id, in order. :func:`run_sweep` will ask
-    ``isinstance(sched, SweepNative)`` for sweeps of single-role trials and skip the controller.
-    """
-
-    @abstractmethod
-    def schedule_sweep(self, trials: Sequence[Any], parallel: int) -> list[str]:
-        """Submit ``trials`` (``AppDryRunInfo`` each) as one native sweep capped at ``parallel``; their app ids."""
 
 
 @dataclass
@@ -161,11 +151,21 @@ def run_sweep(
     workspace: str | None = None,
 ) -> str:
     """Plan the sweep, record it, start its detached controller; returns ``sweep://<session>/<id>``."""
+    if "queue" in runner.scheduler(scheduler or runner.default_scheduler).run_opts() and "queue" not in (cfg or {}):
+        cfg = {**(cfg or {}), "queue": True}  # trials wait for free CPUs/GPUs (local), unless -c queue=false
     plan = plan_sweep(runner, component, space, scheduler=scheduler, cfg=cfg, args=args, parallel=parallel,
                       max_failures=max_failures, random=random, seed=seed, workspace=workspace)
     app_name = plan.first.app.name if plan.first.app is not None else "sweep"
     handle = SweepHandle(runner.session_name, _sweep_id(app_name))
     names = [f"{handle.sweep_id}-{i}" for i in range(len(plan.trials))]
+    sched = runner.scheduler(plan.scheduler)
+    infos: list[Any] = []
+    if isinstance(sched, SweepNative) and plan.first.app is not None and len(plan.first.app.roles) == 1:
+        from tsm.sweep import native
+
+        infos = native.dryruns(runner, plan.component, plan.trials, names, args, plan.scheduler, cfg, workspace)
+        if not sched.accepts_sweep(infos):
+            infos = []
     state = SweepState(sweep_dir(handle), create=True)
     try:
         state.init({
@@ -173,12 +173,28 @@ def run_sweep(
             "space": {k: str(v) for k, v in space.items()}, "scheduler": plan.scheduler, "cfg": dict(cfg or {}),
             "parallel": parallel, "max_failures": max_failures, "random": random, "seed": seed, "metric": metric,
             "workspace": workspace, "cwd": os.getcwd(), "created": time.time(), "state": "PENDING", "reason": "",
-            "total": len(plan.trials), "name": app_name,
+            "total": len(plan.trials), "name": app_name, "native": bool(infos),
         }, plan.trials, names)
+        if infos:
+            try:
+                app_ids = sched.schedule_sweep(infos, parallel, handle.sweep_id)
+            except BaseException:
+                state.close()
+                import shutil
+
+                shutil.rmtree(sweep_dir(handle), ignore_errors=True)  # nothing was submitted: no sweep either
+                raise
+            native.record(runner, state, infos, app_ids)
     finally:
         state.close()
-    controller.start(sweep_dir(handle), os.getcwd())
+    if not infos:
+        controller.start(sweep_dir(handle), os.getcwd())
     return str(handle)
+
+
+def _native(state: SweepState) -> bool:
+    """Whether the sweep was handed to its scheduler whole (:class:`SweepNative`): no controller of ours."""
+    return bool(state.meta().get("native"))
 
 
 def _open(handle: str) -> tuple[SweepHandle, SweepState]:
@@ -190,6 +206,11 @@ def sweep_status(handle: str, restart: bool = True) -> SweepStatus:
     """The sweep's status; an unfinished sweep whose controller was killed gets a new one (``restart``)."""
     parsed, state = _open(handle)
     try:
+        if _native(state):
+            from tsm.sweep import native
+
+            native.refresh(state)
+            return status_of(str(parsed), state, alive=False)
         if restart:
             controller.ensure(state.dir, state)
         return status_of(str(parsed), state, controller.alive(state.dir))
@@ -212,6 +233,11 @@ def sweep_wait(handle: str, timeout: float | None = None) -> SweepStatus:
     deadline = None if timeout is None else time.monotonic() + timeout
     restarts = 0
     try:
+        if _native(state):
+            from tsm.sweep import native
+
+            native.wait(state, timeout)
+            return status_of(str(parsed), state, alive=False)
         while True:
             if state.meta().get("state") in SWEEP_TERMINAL:
                 return status_of(str(parsed), state, alive=False)
@@ -233,6 +259,11 @@ def sweep_cancel(runner: Any, handle: str, timeout: float | None = 60.0) -> Swee
     try:
         if state.meta().get("state") in SWEEP_TERMINAL:
             return status_of(str(parsed), state, alive=False)
+        if _native(state):
+            from tsm.sweep import native
+
+            native.cancel(state)
+            return sweep_wait(handle, timeout)
         state.set_meta(cancel=True)
         for t in state.trials():
             if t.handle and t.state not in TRIAL_TERMINAL:
@@ -243,9 +274,13 @@ def sweep_cancel(runner: Any, handle: str, timeout: float | None = 60.0) -> Swee
 
 
 def sweep_trials(handle: str) -> list[Trial]:
-    """The sweep's trials as recorded, in order."""
+    """The sweep's trials as recorded, in order (a native sweep's brought up to date first)."""
     _, state = _open(handle)
     try:
+        if _native(state):
+            from tsm.sweep import native
+
+            native.refresh(state)
         return state.trials()
     finally:
         state.close()

@@ -73,8 +73,8 @@ def start(sweep: Path, cwd: str | None = None, ready_timeout: float = 10.0) -> N
 def ensure(sweep: Path, state: SweepState) -> bool:
     """Restart the controller of an unfinished sweep whose controller is gone; True when one was started."""
     meta = state.meta()
-    if meta.get("state") in SWEEP_TERMINAL or alive(sweep):
-        return False
+    if meta.get("state") in SWEEP_TERMINAL or meta.get("native") or alive(sweep):
+        return False  # a native sweep (the scheduler holds it whole, tsm.sweep.native) has no controller
     start(sweep, meta.get("cwd"))
     return True
 
@@ -262,7 +262,7 @@ def main(argv: list[str]) -> int:
     else:
         return 0  # another controller runs this sweep
     controller = Controller(sweep)
-    if controller.meta.get("state") in SWEEP_TERMINAL:
+    if controller.meta.get("state") in SWEEP_TERMINAL or controller.meta.get("native"):
         return 0
     with contextlib.suppress(OSError):
         os.chdir(controller.meta.get("cwd") or ".")

@@ -177,8 +177,13 @@ class SweepState:
     def set_meta(self, **values: object) -> None:
         self._tx(("INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)", (k, json.dumps(v))) for k, v in values.items())
 
-    def set_trial(self, idx: int, state: str, handle: str | None = None, msg: str | None = None) -> None:
-        """Move trial ``idx`` to ``state`` (recording the handle, the message, and the launch/end time)."""
+    def set_trial(self, idx: int, state: str, handle: str | None = None, msg: str | None = None,
+                  launched: float | None = None, ended: float | None = None) -> None:
+        """Move trial ``idx`` to ``state`` (recording the handle, the message, and the launch/end time).
+
+        ``launched``/``ended`` are times the scheduler reported (a native sweep's trials: when Slurm started
+        and ended each task); without them, LAUNCHING and an end are stamped now.
+        """
         now = time.time()
         sets: list[str] = ["state=?"]
         params: list[object] = [state]
@@ -188,12 +193,12 @@ class SweepState:
         if msg is not None:
             sets.append("msg=?")
             params.append(msg)
-        if state == LAUNCHING:
+        if state == LAUNCHING or launched is not None:
             sets.append("launched=?")
-            params.append(now)
+            params.append(now if launched is None else launched)
         if state in TRIAL_TERMINAL:
             sets.append("ended=?")
-            params.append(now)
+            params.append(now if ended is None else ended)
         self._tx([
             (f"UPDATE trials SET {', '.join(sets)} WHERE idx=?", (*params, idx)),
             ("INSERT INTO events (t, idx, state) VALUES (?, ?, ?)", (now, idx, state)),

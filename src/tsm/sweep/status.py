@@ -36,10 +36,10 @@ class SweepStatus:
     def summary(self) -> str:
         """One line: state, counts, and the reason once it ended."""
         parts = [f"{self.counts.get(s, 0)} {s.lower()}" for s in
-                 ("SUCCEEDED", "FAILED", "CANCELLED", "RUNNING", "LAUNCHING", "PENDING", "SKIPPED")
+                 ("SUCCEEDED", "FAILED", "CANCELLED", "RUNNING", "SUBMITTED", "LAUNCHING", "PENDING", "SKIPPED")
                  if self.counts.get(s)]
         other = sum(n for s, n in self.counts.items() if s not in
-                    ("SUCCEEDED", "FAILED", "CANCELLED", "RUNNING", "LAUNCHING", "PENDING", "SKIPPED"))
+                    ("SUCCEEDED", "FAILED", "CANCELLED", "RUNNING", "SUBMITTED", "LAUNCHING", "PENDING", "SKIPPED"))
         if other:
             parts.append(f"{other} other")
         tail = f": {self.reason}" if self.is_terminal and self.reason else ""

@@ -42,6 +42,7 @@ from tsm.schedulers.common.viewmodel import (
     settled as settled,
     view_of_describe as view_of_describe,
 )
+from tsm.views.sweeps import SweepGroup
 from tsm.views.usage import Usage, UsageProbe
 
 #: The view model under its earlier names (kept for code that imports them from here).
@@ -62,6 +63,8 @@ class Snapshot:
     apps: list[AppSummary]
     calls: dict[str, int] = field(default_factory=dict)  #: source -> calls made for this refresh
     errors: dict[str, str] = field(default_factory=dict)  #: scheduler -> why it could not be read
+    #: the sweeps recorded here, newest first: their trials are apps of ``apps`` (see :mod:`tsm.views.sweeps`)
+    sweeps: list[SweepGroup] = field(default_factory=list)
 
     def app(self, key: str) -> AppSummary | None:
         """The app whose handle or app id is ``key``."""
@@ -72,6 +75,7 @@ class Snapshot:
         return {
             "taken": self.taken, "calls": dict(self.calls), "errors": dict(self.errors),
             "apps": [a.to_dict(self.taken) for a in self.apps],
+            "sweeps": [g.to_dict() for g in self.sweeps],
         }
 
 
@@ -138,7 +142,22 @@ class SnapshotCollector:
                 views[r.handle] = v
         self._usage([a for a in views.values() if detail is None or a.handle in detail], calls)
         self._ended = {k: v for k, v in self._ended.items() if k in views}
-        return Snapshot(time.time(), [views[r.handle] for r in rows], calls, errors)
+        sweeps = self._sweeps(calls, errors)
+        return Snapshot(time.time(), [views[r.handle] for r in rows], calls, errors, sweeps)
+
+    @staticmethod
+    def _sweeps(calls: dict[str, int], errors: dict[str, str]) -> list[SweepGroup]:
+        """The sweeps recorded here (``calls["sweeps"]``: how many state files were read; absent when none)."""
+        from tsm.views.sweeps import sweep_groups
+
+        try:
+            groups = sweep_groups()
+        except Exception as e:  # noqa: BLE001 - the apps are still shown, unfolded
+            errors["sweeps"] = f"{type(e).__name__}: {e}"
+            return []
+        if groups:
+            calls["sweeps"] = len(groups)
+        return groups
 
     def _usage(self, apps: list[AppSummary], calls: dict[str, int]) -> None:
         """Fill in CPU / memory / GPU used by running replicas that are processes here: one process-table walk."""

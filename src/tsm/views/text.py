@@ -6,9 +6,12 @@ Also the shared formatting (durations, used/requested figures, filters) of the t
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
+from dataclasses import dataclass
 
 from tsm.schedulers.common.viewmodel import AppSummary, ReplicaSummary
 from tsm.views.snapshot import Snapshot
+from tsm.views.sweeps import SweepGroup
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -86,6 +89,87 @@ def app_cells(a: AppSummary, now: float) -> list[str]:
             str(a.restarts), a.last_error]
 
 
+#: what a sweep's line starts with, folded and expanded, and what its trials start with under it (not spaces:
+#: :func:`printable` folds runs of blanks)
+FOLDED, EXPANDED, TRIAL_INDENT = "▸ ", "▾ ", "└ "
+#: a sweep's states once it ended (tsm.sweep.state.SWEEP_TERMINAL, spelled out: the views stay light)
+_SWEEP_ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+@dataclass
+class Row:
+    """One line of an app table: an app (``depth`` 1 under its sweep) or a sweep folding its trials."""
+
+    key: str  #: the app's or the sweep's handle
+    app: AppSummary | None = None
+    sweep: SweepGroup | None = None
+    trials: tuple[AppSummary, ...] = ()  #: a sweep's trials in the snapshot (every one, matching or not)
+    depth: int = 0
+
+
+def fold_rows(snap: Snapshot, query: str = "", expanded: Collection[str] = ()) -> list[Row]:
+    """The apps passing ``query``, each sweep's trials folded under one line where its newest trial was.
+
+    A sweep's line is shown when one of its trials passes ``query`` (or, with no state word in the query,
+    its name does); the trials follow it, indented, when its handle is in ``expanded`` (those passing
+    ``query``). Apps that are no sweep's trial are rows as before; a sweep that has launched no trial yet
+    is a line at the top.
+    """
+    of: dict[str, SweepGroup] = {h: g for g in snap.sweeps for h in g.trials}
+    trials_of: dict[str, list[AppSummary]] = {}
+    for a in snap.apps:
+        if a.handle in of:
+            trials_of.setdefault(of[a.handle].handle, []).append(a)
+    # a sweep still starting (no trial launched yet) comes first, so it is seen at once
+    rows: list[Row] = [Row(g.handle, sweep=g) for g in snap.sweeps
+                       if g.handle not in trials_of and g.state not in _SWEEP_ENDED and _sweep_matches(g, query)]
+    placed: set[str] = set()
+    for a in snap.apps:
+        g = of.get(a.handle)
+        if g is None:
+            if matches(a, query):
+                rows.append(Row(a.handle, app=a))
+            continue
+        if g.handle in placed:
+            continue
+        placed.add(g.handle)
+        trials = trials_of[g.handle]
+        shown = [t for t in trials if matches(t, query)]
+        if not shown and not _sweep_matches(g, query):
+            continue
+        rows.append(Row(g.handle, sweep=g, trials=tuple(trials)))
+        if g.handle in expanded:
+            rows += [Row(t.handle, app=t, depth=1) for t in shown]
+    return rows
+
+
+def _sweep_matches(g: SweepGroup, query: str) -> bool:
+    words = query.split()
+    if any(w.partition(":")[0].lower() in ("state", "scheduler", "sched") and ":" in w for w in words):
+        return False
+    return all(w.lower() in g.name.lower() or w.lower() in g.handle.lower() for w in words)
+
+
+def sweep_cells(g: SweepGroup, trials: Collection[AppSummary], now: float, expanded: bool) -> list[str]:
+    """A sweep's line as the columns of :data:`APP_COLUMNS`: its trials counted by state, its age."""
+    scheds = sorted({t.scheduler for t in trials})
+    errors = [t.last_error for t in trials if t.last_error]
+    return [f"{EXPANDED if expanded else FOLDED}{g.name} (sweep: {g.summary})", g.handle, ",".join(scheds), g.state,
+            fmt_duration(max(now - g.created, 0.0)) if g.created else "", "",
+            str(sum(t.restarts for t in trials)), g.reason or (errors[0] if errors else "")]
+
+
+def row_cells(row: Row, now: float, expanded: Collection[str] = ()) -> list[str]:
+    """One :class:`Row` as the columns of :data:`APP_COLUMNS` (a trial's name indented under its sweep)."""
+    if row.sweep is not None:
+        return sweep_cells(row.sweep, row.trials, now, row.key in expanded)
+    assert row.app is not None
+    cells = app_cells(row.app, now)
+    if row.depth:
+        cells[0] = TRIAL_INDENT + cells[0]
+    return cells
+
+
 def _table(header: tuple[str, ...], rows: list[list[str]], indent: str = "") -> list[str]:
     clean = [[printable(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in clean]) for i, h in enumerate(header)]
@@ -94,16 +178,21 @@ def _table(header: tuple[str, ...], rows: list[list[str]], indent: str = "") -> 
     return out
 
 
-def render_text(snap: Snapshot, query: str = "", replicas: bool = True) -> str:
-    """The apps passing ``query`` as a text table, each followed by its replicas (indented)."""
-    apps = [a for a in snap.apps if matches(a, query)]
-    if not apps:
+def render_text(snap: Snapshot, query: str = "", replicas: bool = True, expanded: Collection[str] = ()) -> str:
+    """The apps passing ``query`` as a text table, each followed by its replicas (indented).
+
+    A sweep's trials are folded under one line (``▸ NAME (sweep: 3 succeeded, 1 running)``), expanded for
+    the sweep handles in ``expanded`` (see :func:`fold_rows`).
+    """
+    rows = fold_rows(snap, query, expanded)
+    if not rows:
         return "no apps" + (f" match {query!r}" if query else "") + "\n"
     lines: list[str] = []
-    for i, line in enumerate(_table(APP_COLUMNS, [app_cells(a, snap.taken) for a in apps])):
+    for i, line in enumerate(_table(APP_COLUMNS, [row_cells(r, snap.taken, expanded) for r in rows])):
         lines.append(line)
-        if i and replicas and apps[i - 1].replicas:
-            lines += _table(REPLICA_COLUMNS, [replica_cells(r) for r in apps[i - 1].replicas], indent="    ")
+        app = rows[i - 1].app if i else None
+        if app is not None and replicas and app.replicas:
+            lines += _table(REPLICA_COLUMNS, [replica_cells(r) for r in app.replicas], indent="    ")
     for name, err in snap.errors.items():
         lines.append(f"{name}: {err}")
     return "\n".join(lines) + "\n"

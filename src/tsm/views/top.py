@@ -7,6 +7,7 @@ following the selected replica. Keys:
 ``/``  edit the filter (``state:RUNNING``, ``scheduler:local``, ``state:FAILED,CANCELLED``, name words)
 ``f``  cycle a state filter: all, RUNNING, FAILED, SUCCEEDED, CANCELLED
 ``l``  follow the log of the replica under the cursor in the replica table
+``e``  expand or fold the sweep under the cursor (also Enter): a sweep's trials are folded under one line
 ``c``  cancel the selected app (asks for confirmation: ``y`` / ``n``)
 ``r``  refresh now
 ``q``  quit
@@ -37,10 +38,11 @@ from tsm.views.snapshot import Snapshot, SnapshotCollector
 from tsm.views.text import (
     APP_COLUMNS,
     REPLICA_COLUMNS,
-    app_cells,
+    fold_rows,
     matches,
     printable,
     replica_cells,
+    row_cells,
     sparkline,
 )
 
@@ -126,7 +128,8 @@ class TopApp(App[None]):
     BINDINGS: ClassVar[list[Any]] = [
         Binding("q", "quit", "quit"), Binding("slash", "focus_filter", "filter"),
         Binding("f", "cycle_state", "state filter"), Binding("c", "cancel_app", "cancel app"),
-        Binding("l", "follow_log", "follow log"), Binding("r", "refresh_now", "refresh"),
+        Binding("l", "follow_log", "follow log"), Binding("e", "toggle_sweep", "expand sweep"),
+        Binding("r", "refresh_now", "refresh"),
         Binding("escape", "focus_apps", "apps", show=False),
     ]
 
@@ -147,6 +150,7 @@ class TopApp(App[None]):
         self._status = ""
         self._shown_apps: dict[str, list[str]] = {}  # what each table shows (see _fill)
         self._shown_replicas: dict[str, list[str]] = {}
+        self.expanded: set[str] = set()  # handles of the sweeps whose trials are shown
 
     # -- plumbing ----------------------------------------------------------------------------------
     @property
@@ -205,10 +209,12 @@ class TopApp(App[None]):
                     del pts[:-SPARK_POINTS]
         query = (self.query_text + (f" state:{self.state_filter}" if self.state_filter else "")).strip()
         apps = [a for a in snap.apps if matches(a, query)]
+        rows = fold_rows(snap, query, self.expanded)  # a sweep's trials under one line (see views/text.py)
         table = self.query_one("#apps", DataTable)
         keep = self.selected
-        handles = [a.handle for a in apps]
-        _fill(table, [(a.handle, [printable(c) for c in app_cells(a, snap.taken)]) for a in apps], self._shown_apps)
+        handles = [r.key for r in rows]
+        _fill(table, [(r.key, [printable(c) for c in row_cells(r, snap.taken, self.expanded)]) for r in rows],
+              self._shown_apps)
         if keep in handles:
             table.move_cursor(row=handles.index(keep), animate=False)
         self.selected = handles[table.cursor_row] if handles and 0 <= table.cursor_row < len(handles) else None
@@ -271,6 +277,19 @@ class TopApp(App[None]):
         self.state_filter = STATE_FILTERS[(STATE_FILTERS.index(self.state_filter) + 1) % len(STATE_FILTERS)]
         if self.snapshot is not None:
             self.show(self.snapshot)
+
+    @on(DataTable.RowSelected, "#apps")
+    def _app_selected(self) -> None:
+        self.action_toggle_sweep()
+
+    def action_toggle_sweep(self) -> None:
+        """Expand the sweep under the cursor to show its trials, or fold them back under its line."""
+        if self.snapshot is None or self.selected is None:
+            return
+        if not any(g.handle == self.selected for g in self.snapshot.sweeps):
+            return
+        self.expanded ^= {self.selected}
+        self.show(self.snapshot)
 
     def action_refresh_now(self) -> None:
         self.refresh_snapshot()

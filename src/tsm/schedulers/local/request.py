@@ -93,6 +93,9 @@ class LocalRequest:
     base_env: dict[str, str] = field(default_factory=dict)
     #: the long-run settings the supervisor enforces (see :func:`lifecycle_request`); {} when none
     lifecycle: dict[str, Any] = field(default_factory=dict)
+    #: with ``-c queue=true``: what the supervisor reserves before it starts replicas (see resources.py);
+    #: {} when the app does not queue
+    queue: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,11 @@ class LocalOptions(LifecycleOptions):
     prepend_cwd: bool = option("put the current directory first on the replicas' PATH", False)
     auto_set_cuda_visible_devices: bool = option(
         "give each replica of a GPU role its own CUDA_VISIBLE_DEVICES slice of this machine's GPUs", True
+    )
+    queue: bool = option(
+        "keep the app PENDING until the CPUs, memory and GPUs its roles request are free on this machine (shared "
+        "by your apps that queue), then give each GPU replica its own CUDA_VISIBLE_DEVICES; default for sweeps",
+        False,
     )
     grace_period: float = option("seconds between SIGTERM and SIGKILL when stopping replicas", 10.0)
     timers: bool = option(
@@ -173,6 +181,11 @@ def format_request(req: LocalRequest) -> str:
     lines = [f"# local app {req.app_id}: logs in {req.log_dir}, grace period {req.grace_period:g}s"]
     if (lc_line := _lifecycle_line(req.lifecycle)) is not None:
         lines.append(lc_line)
+    if req.queue:
+        q = req.queue
+        gpus = sum(g[2] for g in q["gpus"])
+        lines.append(f"# queue: PENDING until {q['cpu']:g} CPU(s), {q['memMB']:g} MB and {gpus} GPU(s) are free; "
+                     "GPU replicas get CUDA_VISIBLE_DEVICES then")
     for role in req.roles:
         policy = f"max_retries={role.max_retries} retry_policy={role.retry_policy}"
         lines.append(f"# role {role.name}: {len(role.replicas)} replica(s), {policy}")

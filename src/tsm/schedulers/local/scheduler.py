@@ -112,7 +112,17 @@ class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, Dire
         app_dir = str(tsm_home() / "local" / app_id)
         log_dir = os.path.join(os.path.abspath(opts.log_dir), app_id) if opts.log_dir else os.path.join(app_dir, "logs")
         default_cwd = os.path.abspath(opts.cwd) if opts.cwd else os.getcwd()
-        gpus = assign_gpus(app.roles, detect_gpus()) if opts.auto_set_cuda_visible_devices else {}
+        queue: dict[str, Any] = {}
+        if opts.queue:  # the supervisor reserves, and assigns GPUs, when the app's turn comes
+            from tsm.schedulers.local import resources
+
+            queue = resources.demand(app.to_dict()["roles"])
+            if (why := resources.too_big(queue, resources.inventory())) is not None:
+                raise InvalidAppError(f"{why}: with -c queue=true it would wait forever; lower the role's resource")
+            queue["assign_gpus"] = opts.auto_set_cuda_visible_devices
+            gpus: dict[tuple[str, int], list[str]] = {}
+        else:
+            gpus = assign_gpus(app.roles, detect_gpus()) if opts.auto_set_cuda_visible_devices else {}
         roles = []
         for role in app.roles:
             img_root = os.path.abspath(role.image) if role.image else default_cwd
@@ -150,7 +160,7 @@ class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, Dire
         req = LocalRequest(
             app_id=app_id, app_name=app.name, session=self.session_name, app_dir=app_dir, log_dir=log_dir,
             grace_period=opts.grace_period, roles=roles, spec=app.to_dict(), timers=opts.timers,
-            lifecycle=lifecycle_request(opts),
+            lifecycle=lifecycle_request(opts), queue=queue,
         )
         return AppDryRunInfo(request=req, fmt=format_request)
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 # AppState values, spelled out so the supervisor does not import the specs package.
-SUBMITTED, RUNNING, SUCCEEDED, FAILED, CANCELLED = 1, 3, 4, 5, 6
+SUBMITTED, PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = 1, 2, 3, 4, 5, 6
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
 
 #: Seconds between attempts to record state the store refused (a full disk), doubling up to the max.

@@ -58,7 +58,7 @@ import time
 
 from tsm.errors import StoreError
 from tsm.schedulers.local import _os
-from tsm.schedulers.local.deadlines import Deadlines
+from tsm.schedulers.local.admission import Admission
 from tsm.schedulers.local.output import OutputPump
 from tsm.schedulers.local.reaper import Reaper, kill_all_children
 from tsm.schedulers.local.replicas import ReplicaLifecycle
@@ -71,6 +71,7 @@ from tsm.schedulers.local.state import (
     INDEX_INTERVAL,
     KILL_DEADLINE,
     MAX_SLEEP,
+    PENDING,
     PIPE_BATCH,
     RUNNING,
     STORE_RETRY_MAX,
@@ -97,7 +98,7 @@ __all__ = [
 ]
 
 
-class Supervisor(Deadlines):
+class Supervisor(Admission):
     """The event loop that owns one app; see the module docstring."""
 
     def _start_timer_server(self) -> None:
@@ -277,8 +278,8 @@ class Supervisor(Deadlines):
         self.store.write([(
             "UPDATE local_apps SET state=?, started=?, sup_pid=?, sup_start=?, watchdog_pid=?, watchdog_start=? "
             "WHERE app_id=? AND sup_pid IS NULL AND state=?",
-            (RUNNING, time.time(), me, _os.start_time(me), watchdog, _os.start_time(watchdog), self.app_id,
-             SUBMITTED),
+            (PENDING if self.req.get("queue") else RUNNING, time.time(), me, _os.start_time(me), watchdog,
+             _os.start_time(watchdog), self.app_id, SUBMITTED),
         )])
         rows = self.store.query("SELECT sup_pid FROM local_apps WHERE app_id=?", (self.app_id,))
         if not rows or rows[0]["sup_pid"] != me:
@@ -300,18 +301,17 @@ class Supervisor(Deadlines):
         except Exception as e:  # noqa: BLE001 - the app runs without timers rather than not at all
             self.timer_server, self.timer_path = None, ""
             self._note(f"timer server not started: {e}")
-        for rep in self.replicas:
-            if self.final_state is not None:
-                break
-            if rep not in self.pending_restart:  # a failed launch before it queued a group restart
-                self._launch(rep)
-        self._start_clock()
-        self._reap()
-        self._restart_ready()
+        if self.req.get("queue"):
+            self._queue_start()  # PENDING until the resources are free (see admission.py)
+        else:
+            self._start_replicas()
         self._flush()
-        while not (self.final_state is not None and self._all_ended() and not self.unwritten and self.recorded):
-            self._step()
-        self._flush()
+        try:
+            while not (self.final_state is not None and self._all_ended() and not self.unwritten and self.recorded):
+                self._step()
+            self._flush()
+        finally:
+            self._queue_release()
         if self.timer_server is not None:
             self.timer_server.stop()
         for conn in list(self.clients):
@@ -325,7 +325,7 @@ class Supervisor(Deadlines):
         """One pass of the loop: sleep until an event or deadline, then act on everything that is due."""
         kills = [r.kill_at for r in self.replicas if r.kill_at is not None]
         deadlines = [d for d in (*kills, self.index_due, self.file_index_due, self.store_retry, self.accept_resume,
-                                 *self._lc_deadlines()) if d is not None]
+                                 self.queue_retry, *self._lc_deadlines()) if d is not None]
         timeout = min(max(0.0, min(deadlines) - time.monotonic()), MAX_SLEEP) if deadlines else MAX_SLEEP
         for key, _ in self.sel.select(timeout):
             kind = key.data
@@ -340,6 +340,8 @@ class Supervisor(Deadlines):
                 self._accept()
             elif kind == "client":
                 self._on_client(key.fileobj)  # type: ignore[arg-type]
+            elif kind == "queue":
+                self._queue_try()
         sigs, self.signals = self.signals, []
         for sig in sigs:
             if sig != signal.SIGCHLD:
@@ -347,6 +349,7 @@ class Supervisor(Deadlines):
         self._reap()
         self._kill_due()
         self._lc_due()
+        self._queue_due()
         now = time.monotonic()
         if self.index_due is not None and now >= self.index_due:
             self._index_pending()
@@ -396,6 +399,11 @@ def _watchdog(child: int, req: dict[str, Any]) -> int:
                 (FAILED, now, msg, req["app_id"]),
             ),
         ])
+    if req.get("queue"):  # what the dead supervisor held goes back now, and the next app is woken
+        from tsm.schedulers.local import resources
+
+        with contextlib.suppress(OSError):
+            resources.release(os.path.dirname(req["app_dir"]), req["app_id"])
     for name in ("sock", f"sock.{child}"):  # registered or not, its socket is dead
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(req["app_dir"], name))

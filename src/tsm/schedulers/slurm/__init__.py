@@ -65,6 +65,12 @@ directory (``--chdir``) is the job directory, so any process finds it again from
 (``WorkDir``); a copy of the path is also kept in ``$TSM_HOME/slurm/index/<job id>``. Replicas run in the
 role's image when it is a directory path, else in the directory ``tsm run`` was called from.
 
+Sweeps (``SweepNative``): a sweep of single-role trials is one job array, ``--array=0-(N-1)%P``. Each trial
+keeps a job directory of its own as above (its ``job.sbatch`` names the app ``<array id>_<task>``); the
+array's script is in ``<trial 0's job dir>-array/``, whose entries ``0``, ``1``, ... link to the trials'
+directories, and task *i* runs trial *i*'s script there. A trial's app id is ``<array id>_<task>``, as squeue
+and sacct show it (the tasks not started yet are one row, ``<array id>_[3-19%4]``, read as one record each).
+
 Status
 ------
 States come from ``squeue --json`` while Slurm remembers the job and from ``sacct --json`` after (both

@@ -13,6 +13,7 @@ not ask for, are the cluster's decisions (:data:`PREEMPTION_STATES`, :func:`pree
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable
@@ -170,10 +171,54 @@ def _sacct_exit(value: Any) -> tuple[int | None, int | None]:
     return _num(value.get("return_code")), (signo or None)
 
 
+#: An array task's app id: ``<array job id>_<task id>`` (what squeue and sacct show as its JobID).
+ARRAY_APP_ID = re.compile(r"(\d+)_(\d+)")
+#: The ids a Slurm app can have: a job id, or an array task's ``<array job id>_<task id>``.
+APP_ID = re.compile(r"\d+(?:_\d+)?")
+
+
+def array_tasks(spec: str) -> list[int]:
+    """The task ids of a pending array row's task string: ``2-5%2`` or ``[0,3-9:2%4]`` -> every id it covers.
+
+    squeue shows the tasks that have not started as one row (``123_[3-19%4]``); each is a trial of its own,
+    so the row is expanded. Anything unreadable gives no ids (the row is then left out, not guessed at).
+    """
+    body = spec.strip().strip("[]").partition("%")[0]
+    out: list[int] = []
+    for part in body.split(","):
+        rng, _, step_text = part.partition(":")
+        lo, dash, hi = rng.partition("-")
+        step = int(step_text) if step_text.isdigit() and int(step_text) > 0 else 1
+        if lo.isdigit() and (not dash or hi.isdigit()):
+            out += range(int(lo), (int(hi) if dash else int(lo)) + 1, step)
+        elif part.strip():
+            return []
+    return out
+
+
+def _array_copies(rec: SlurmJob, array_id: int | None, task: int | None, spec: str) -> list[SlurmJob]:
+    """``rec`` as the array task(s) it stands for (itself when it is no array task), app id ``A_T`` each.
+
+    A row of the array with neither a task id nor a task string is the array itself (app id ``A``): once
+    the array is cancelled, Slurm keeps the tasks that never started only as that one record.
+    """
+    if not array_id:
+        return [rec]
+    if task is not None:
+        rec.app_id = f"{array_id}_{task}"
+        return [rec]
+    if not spec.strip():  # the array's own record: after a cancel, the tasks that never started, ended with it
+        rec.app_id = str(array_id)
+        return [rec]
+    return [dataclasses.replace(rec, app_id=f"{array_id}_{t}") for t in array_tasks(spec)]
+
+
 def parse_squeue_json(text: str) -> dict[str, list[SlurmJob]]:
     """Parse ``squeue --json`` into ``{app id: [component records sorted by offset]}``.
 
-    Every job in the output is kept (22.05 ignores ``-j``): callers pick theirs by app id.
+    Every job in the output is kept (22.05 ignores ``-j``): callers pick theirs by app id. An array task is
+    its own app, ``<array job id>_<task id>``; the row of an array's tasks not started yet
+    (``array_task_string`` ``3-19%4``) gives one record per task.
     """
     data = json.loads(text)
     out: dict[str, list[SlurmJob]] = {}
@@ -204,7 +249,9 @@ def parse_squeue_json(text: str) -> dict[str, list[SlurmJob]]:
             user=str(j.get("user_name") or ""),
             source="squeue",
         )
-        out.setdefault(rec.app_id, []).append(rec)
+        for r in _array_copies(rec, _num(j.get("array_job_id")), _num(j.get("array_task_id")),
+                               str(j.get("array_task_string") or "")):
+            out.setdefault(r.app_id, []).append(r)
     for recs in out.values():
         recs.sort(key=lambda r: r.offset)
     return out
@@ -248,7 +295,11 @@ def parse_sacct_json(text: str) -> dict[str, list[SlurmJob]]:
             user=str(j.get("user") or ""),
             source="sacct",
         )
-        runs.setdefault((rec.app_id, rec.offset), []).append(rec)
+        array = j.get("array") or {}
+        array = array if isinstance(array, dict) else {}
+        for r in _array_copies(rec, _num(array.get("job_id")), _num(array.get("task_id")),
+                               str(array.get("task") or "")):
+            runs.setdefault((r.app_id, r.offset), []).append(r)
     return _latest_runs(runs)
 
 
@@ -288,7 +339,8 @@ def parse_squeue_text(text: str) -> dict[str, list[SlurmJob]]:
         if len(parts) < n:
             continue
         f = dict(zip(SQUEUE_TEXT_FIELDS, parts, strict=True))
-        job_id = f["JobID"].strip()
+        shown = f["JobID"].strip()
+        job_id, _, task = shown.partition("_")  # an array task: 123_4, or 123_[5-19%4] for those not started
         if not job_id.isdigit():
             continue
         het_id = _text_int(f["HetJobID"]) or 0
@@ -309,7 +361,9 @@ def parse_squeue_text(text: str) -> dict[str, list[SlurmJob]]:
             user=f["UserName"].strip(),
             source="squeue",
         )
-        out.setdefault(rec.app_id, []).append(rec)
+        copies = _array_copies(rec, int(job_id) if task else None, _text_int(task), task)
+        for r in copies:
+            out.setdefault(r.app_id, []).append(r)
     for recs in out.values():
         recs.sort(key=lambda r: r.offset)
     return out
@@ -347,7 +401,10 @@ def parse_sacct_text(text: str) -> dict[str, list[SlurmJob]]:
             user=f["User"].strip(),
             source="sacct",
         )
-        runs.setdefault((rec.app_id, rec.offset), []).append(rec)
+        array_id, under, task = shown.partition("_")  # an array task: 123_4 (raw id its own), 123_[5-9]
+        copies = _array_copies(rec, int(array_id) if under and array_id.isdigit() else None, _text_int(task), task)
+        for r in copies:
+            runs.setdefault((r.app_id, r.offset), []).append(r)
     return _latest_runs(runs)
 
 
@@ -485,4 +542,7 @@ def read_status(path: str | Path) -> ReplicaFile | None:
 
 def id_key(app_id: str) -> tuple[int, str]:
     """Sort key of job ids: numerically (``"9" < "10"``)."""
-    return (int(app_id), "") if app_id.isdigit() else (0, app_id)
+    if app_id.isdigit():
+        return (int(app_id), "")
+    m = ARRAY_APP_ID.fullmatch(app_id)
+    return (int(m.group(1)), f"{int(m.group(2)):012d}") if m else (0, app_id)

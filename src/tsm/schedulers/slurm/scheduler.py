@@ -31,6 +31,8 @@ from tsm.schedulers.api import (
     ListAppResponse,
     Scheduler,
     Stream,
+    SweepNative,
+    TrialState,
 )
 from tsm.schedulers.common.errors import cli_message
 from tsm.schedulers.common.failure import failure_of
@@ -49,6 +51,7 @@ from tsm.schedulers.common.record import AppRecord, role_replicas
 from tsm.schedulers.common.status import attribute_failure
 from tsm.schedulers.slurm import cli
 from tsm.schedulers.slurm.parse import (
+    APP_ID,
     WAITING_REASONS,
     SlurmJob,
     expand_hostlist,
@@ -89,11 +92,13 @@ def _index_dir() -> Path:
     return tsm_home() / "slurm" / "index"
 
 
-class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorkspaces):
+class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorkspaces, SweepNative):
     """Runs apps as Slurm heterogeneous batch jobs; see the package docstring (:mod:`tsm.schedulers.slurm`) for the whole picture.
 
-    Capabilities: ``BatchedViews`` (one ``squeue`` plus one ``sstat`` per view refresh) and
-    ``DirectoryWorkspaces`` (roles run in a directory on the shared filesystem). Not ``SizedPlacement``:
+    Capabilities: ``BatchedViews`` (one ``squeue`` plus one ``sstat`` per view refresh),
+    ``DirectoryWorkspaces`` (roles run in a directory on the shared filesystem) and ``SweepNative`` (a sweep
+    of single-role trials is one job array, ``--array=0-(N-1)%P``: Slurm holds the cap, and each task is an
+    app of its own, ``<job id>_<task>``; see :meth:`schedule_sweep`). Not ``SizedPlacement``:
     a role without a resource is accepted: its component gets no size
     directives, so the partition's defaults apply, as TorchX's Slurm scheduler does.
     """
@@ -201,50 +206,145 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
 
             return remote_apps.schedule(req)
         job_dir = Path(req.job_dir)
+        _prepare_job_dir(job_dir, req, req.script)
         try:
-            make_private_dirs(job_dir)
-            if (job_dir / "app.json").exists():
-                raise SubmissionError(f"job_dir {job_dir} already holds an app: choose another directory")
-            for role in req.roles:
-                (job_dir / role).mkdir(mode=0o700, exist_ok=True)
-            write_private(job_dir / "app.json", req.app_json)
-            write_private(job_dir / "job.sbatch", req.script)
-        except OSError as e:
-            raise SubmissionError(f"cannot prepare the job directory {job_dir}: {e.strerror or e}") from e
-        try:
-            # umask 077: files Slurm creates for the job before its script runs (batch.out) are private too
-            proc = cli.run(
-                ["sbatch", *req.sbatch_args, str(job_dir / "job.sbatch")], cwd=str(job_dir), umask=0o077
-            )
-            if proc.returncode != 0:
-                err = cli_message(proc)
-                if cli.unreachable(proc):
-                    raise SchedulerUnavailableError(f"sbatch: the Slurm controller cannot be reached ({err})")
-                raise SubmissionError(f"sbatch refused the job: {err}")
-            job_id = proc.stdout.strip().splitlines()[-1].split(";")[0].strip() if proc.stdout.strip() else ""
-            if not job_id.isdigit():
-                raise SubmissionError(
-                    f"sbatch gave no job id: {proc.stdout.strip()!r} {proc.stderr.strip()!r}"
-                )
+            job_id = self._sbatch(req.sbatch_args, job_dir / "job.sbatch", job_dir)
         except BaseException:
             _remove_job_files(job_dir, req.roles)  # nothing was submitted: leave no half-made job behind
             raise
-        try:
-            write_private(job_dir / "job_id", job_id + "\n")
-            index = _index_dir()
-            make_private_dirs(index)
-            write_private(index / job_id, str(job_dir) + "\n")
-        except OSError:
-            pass  # the job's WorkDir still leads to the job directory
+        _record_job(job_id, job_dir)
         self.queries.submitted(job_id)
         return job_id
+
+    @staticmethod
+    def _sbatch(sbatch_args: Sequence[str], script: Path, cwd: Path) -> str:
+        """``sbatch`` the saved ``script`` from ``cwd``; the job id (typed errors when Slurm refuses)."""
+        # umask 077: files Slurm creates for the job before its script runs (batch.out) are private too
+        proc = cli.run(["sbatch", *sbatch_args, str(script)], cwd=str(cwd), umask=0o077)
+        if proc.returncode != 0:
+            err = cli_message(proc)
+            if cli.unreachable(proc):
+                raise SchedulerUnavailableError(f"sbatch: the Slurm controller cannot be reached ({err})")
+            raise SubmissionError(f"sbatch refused the job: {err}")
+        job_id = proc.stdout.strip().splitlines()[-1].split(";")[0].strip() if proc.stdout.strip() else ""
+        if not job_id.isdigit():
+            raise SubmissionError(f"sbatch gave no job id: {proc.stdout.strip()!r} {proc.stderr.strip()!r}")
+        return job_id
+
+    # -- sweeps: one job array (SweepNative) ----------------------------------------------------------------
+    def accepts_sweep(self, trials: Sequence[AppDryRunInfo[SlurmBatchRequest]]) -> bool:
+        """A sweep is one job array when every trial is a single-role job submitted from here (heterogeneous
+        jobs cannot be arrays; a login node's ``-c ssh=...`` submissions go through the controller)."""
+        from tsm.schedulers.slurm.remote import RemoteBatchRequest
+
+        return bool(trials) and all(
+            isinstance(t.request, SlurmBatchRequest) and not isinstance(t.request, RemoteBatchRequest)
+            and len(t.request.roles) == 1 for t in trials
+        )
+
+    def schedule_sweep(
+        self, trials: Sequence[AppDryRunInfo[SlurmBatchRequest]], parallel: int, name: str
+    ) -> builtins.list[str]:
+        """Submit the trials as one job array ``--array=0-(N-1)%parallel``; their app ids ``<job id>_<i>``.
+
+        Each trial gets its own job directory as :meth:`schedule` makes it (app.json, role folders, and its
+        own script, :func:`~tsm.schedulers.slurm.script.array_task_script`, with its own command line and
+        env); the array's script (:func:`~tsm.schedulers.slurm.script.build_array_script`) sits in a folder
+        beside them whose entries ``0``, ``1``, ... link to those directories, and task ``i`` runs trial
+        ``i``'s script. So each trial is an ordinary app: ``describe``, logs, ``cancel`` (``scancel
+        <job>_<i>``) and ``remove`` work on it as on any job.
+        """
+        if not self.accepts_sweep(trials):
+            raise SubmissionError("a Slurm job array takes single-role trials submitted from this machine only")
+        reqs = [t.request for t in trials]
+        first = Path(reqs[0].job_dir)
+        links = first.parent / f"{first.name}-array"
+        if "%" in str(links) or not directive_safe(str(links)):
+            raise InvalidRunOptionError(f"job_dir {first} must not hold '%', backslashes or line breaks")
+        from tsm.schedulers.slurm.script import array_task_script, build_array_script
+
+        made: builtins.list[SlurmBatchRequest] = []
+        try:
+            script = build_array_script([array_task_script(r.script) for r in reqs], str(links),
+                                        f"{name}.{reqs[0].roles[0]}", parallel)
+            make_private_dirs(links)
+            for i, req in enumerate(reqs):
+                _prepare_job_dir(Path(req.job_dir), req, array_task_script(req.script))
+                made.append(req)
+                os.symlink(req.job_dir, links / str(i))
+            write_private(links / "job.sbatch", script)
+            array_id = self._sbatch(reqs[0].sbatch_args, links / "job.sbatch", links)
+        except BaseException as e:
+            for req in made:  # nothing was submitted: leave no half-made job behind
+                _remove_job_files(Path(req.job_dir), req.roles)
+            for i in range(len(made)):
+                unlink(links / str(i))
+            unlink(links / "job.sbatch")
+            rmdir(links)
+            if isinstance(e, OSError):
+                raise SubmissionError(f"cannot prepare the job array in {links}: {e.strerror or e}") from e
+            raise
+        ids = [f"{array_id}_{i}" for i in range(len(reqs))]
+        with contextlib.suppress(OSError):
+            write_private(links / "job_id", array_id + "\n")
+        for app_id, req in zip(ids, reqs, strict=True):
+            _record_job(app_id, Path(req.job_dir))
+            self.queries.submitted(app_id)
+        return ids
+
+    def trial_states(self, app_ids: Sequence[str]) -> dict[str, TrialState]:
+        """The trials' states from one ``squeue`` (one ``sacct`` for those it no longer shows), each as
+        :meth:`describe` says it, with the start and end times Slurm recorded."""
+        records = self.queries.jobs(app_ids)
+        arrays = sorted({i.partition("_")[0] for i in app_ids if "_" in i and not records.get(i)})
+        if arrays:  # tasks Slurm shows no record of: the array's own record may say they ended with it
+            records.update(self.queries.jobs(arrays))
+        out: dict[str, TrialState] = {}
+        for app_id in app_ids:
+            recs = records.get(app_id)
+            array = records.get(app_id.partition("_")[0]) if "_" in app_id else None
+            if not recs and array and array[0].state.is_terminal:
+                # a task that never started, of an array that ended (cancelled): Slurm keeps only the array's
+                # record for it
+                out[app_id] = TrialState(array[0].state, f"never started: the job array ended {array[0].state_name}")
+                continue
+            desc = self.describe_records(app_id, recs, *self._dir_and_app(app_id, recs))
+            if desc is None:
+                continue
+            leader = recs[0] if recs else None
+            out[app_id] = TrialState(desc.state, desc.msg, leader.start_time if leader else None,
+                                     leader.end_time if leader else None)
+        return out
+
+    def cancel_trials(self, app_ids: Sequence[str]) -> None:
+        """``scancel`` every trial in one call (tasks not started never start), then wait as :meth:`cancel`."""
+        ids = [i for i in app_ids if APP_ID.fullmatch(i)]
+        for other in app_ids:
+            if other not in ids:
+                self.cancel(other)
+        if not ids:
+            return
+        proc = cli.run(["scancel", *ids])
+        if proc.returncode != 0:
+            err = proc.stderr.lower()
+            if "already completing or completed" not in err and "invalid job id" not in err:
+                cli.check(proc, "scancel")
+        self.queries.invalidate()
+
+        def describe_all(pause: float) -> DescribeAppResponse | None:
+            # "terminal" once every trial is: the poller waits on one response, so give it the first live one
+            records = self.queries.jobs(ids, max_age=min(pause, 1.0))
+            live = [i for i in ids if records.get(i) and not records[i][0].state.is_terminal]
+            return self.describe(live[0], max_age=min(pause, 1.0)) if live else None
+
+        poll_until_terminal(describe_all, self.cancel_timeout, initial=0.2, cap=2.0)
 
     # -- queries ------------------------------------------------------------------------------------------
     @staticmethod
     def _indexed_job_dir(app_id: str) -> Path | None:
         """The job directory this ``$TSM_HOME`` recorded for ``app_id`` at submission, if any."""
         try:
-            text = read_text(_index_dir() / app_id) if re.fullmatch(r"\d+", app_id) else None
+            text = read_text(_index_dir() / app_id) if APP_ID.fullmatch(app_id) else None
         except Exception:  # noqa: BLE001 - an unusable TSM_HOME only loses the index
             return None
         path = Path(text.strip()) if text and text.strip() else None
@@ -255,9 +355,11 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         indexed = self._indexed_job_dir(app_id)
         if indexed is not None:
             return indexed
+        task = app_id.partition("_")[2]  # an array task's WorkDir is the array's folder of links, one per task
         for r in recs or []:
-            if r.work_dir and (Path(r.work_dir) / "app.json").is_file():
-                return Path(r.work_dir)
+            where = Path(r.work_dir) / task if r.work_dir else None
+            if where is not None and (where / "app.json").is_file():
+                return where
         return None
 
     @staticmethod
@@ -281,22 +383,23 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
 
         ``max_age`` is how old (seconds) a shared squeue answer may be; see :class:`SlurmQueries`.
         """
-        if not re.fullmatch(r"\d+", app_id):
+        if not APP_ID.fullmatch(app_id):
             from tsm.schedulers.slurm import remote_apps
 
             return remote_apps.describe(self, app_id, max_age)
         recs = self.queries.job(app_id, max_age=max_age)
+        return self.describe_records(app_id, recs, *self._dir_and_app(app_id, recs))
+
+    def _dir_and_app(self, app_id: str, recs: list[SlurmJob] | None) -> tuple[Path | None, AppDef | None]:
+        """The app's job directory and app as submitted (kept for the process once read)."""
         known = _RECORDS.get(app_id)
-        job_dir: Path | None
-        app: AppDef | None
         if known is not None and known[0].is_dir():
-            job_dir, app = known
-        else:
-            job_dir = self._job_dir(app_id, recs)
-            app = self._load_app(job_dir)
-            if job_dir is not None and app is not None:
-                _RECORDS.put(app_id, job_dir, app)
-        return self.describe_records(app_id, recs, job_dir, app)
+            return known
+        job_dir = self._job_dir(app_id, recs)
+        app = self._load_app(job_dir)
+        if job_dir is not None and app is not None:
+            _RECORDS.put(app_id, job_dir, app)
+        return job_dir, app
 
     def describe_records(
         self, app_id: str, recs: list[SlurmJob] | None, job_dir: Path | None, app: AppDef | None = None
@@ -496,7 +599,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         Waiting matters: right after ``scancel`` the job is still RUNNING/COMPLETING while its steps are
         killed, and ``tsm cancel`` (or Ctrl-C of an attached run) prints the state that follows the cancel.
         """
-        if not re.fullmatch(r"\d+", app_id):
+        if not APP_ID.fullmatch(app_id):
             from tsm.schedulers.slurm import remote_apps
 
             remote_apps.cancel(self, app_id)
@@ -516,7 +619,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         Only the files tsm and Slurm write there are deleted, and then the directories if that leaves
         them empty, so a ``job_dir`` that held other files keeps them. Slurm's own records stay.
         """
-        if not re.fullmatch(r"\d+", app_id):
+        if not APP_ID.fullmatch(app_id):
             from tsm.schedulers.slurm import remote_apps
 
             return remote_apps.remove(self, app_id)
@@ -548,12 +651,12 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
 
         See the package docstring for what COMBINED, ``since``/``until`` and ``should_tail`` mean here.
         """
-        if not re.fullmatch(r"\d+", app_id):
+        if not APP_ID.fullmatch(app_id):
             from tsm.schedulers.slurm import remote_apps
 
             return remote_apps.log_iter(self, app_id, role_name, k, regex, since, until, should_tail, streams)
         job_dir = None
-        if re.fullmatch(r"\d+", app_id):
+        if APP_ID.fullmatch(app_id):
             job_dir = self._indexed_job_dir(app_id) or self._job_dir(app_id, self.queries.job(app_id))
         if job_dir is None:
             raise UnknownAppError(
@@ -623,6 +726,31 @@ class _RecordCache:
 
 
 _RECORDS = _RecordCache()
+
+
+def _prepare_job_dir(job_dir: Path, req: SlurmBatchRequest, script: str) -> None:
+    """Make the job directory of a request: role folders, ``app.json`` and the ``script`` it runs."""
+    try:
+        make_private_dirs(job_dir)
+        if (job_dir / "app.json").exists():
+            raise SubmissionError(f"job_dir {job_dir} already holds an app: choose another directory")
+        for role in req.roles:
+            (job_dir / role).mkdir(mode=0o700, exist_ok=True)
+        write_private(job_dir / "app.json", req.app_json)
+        write_private(job_dir / "job.sbatch", script)
+    except OSError as e:
+        raise SubmissionError(f"cannot prepare the job directory {job_dir}: {e.strerror or e}") from e
+
+
+def _record_job(app_id: str, job_dir: Path) -> None:
+    """Write the app id into its job directory and this ``$TSM_HOME``'s index (which leads back to it)."""
+    try:
+        write_private(job_dir / "job_id", app_id + "\n")
+        index = _index_dir()
+        make_private_dirs(index)
+        write_private(index / app_id, str(job_dir) + "\n")
+    except OSError:
+        pass  # the job's WorkDir still leads to the job directory
 
 
 def _remove_job_files(job_dir: Path, roles: list[str]) -> bool:

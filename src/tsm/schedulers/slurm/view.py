@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from tsm.errors import SchedulerUnavailableError
 from tsm.schedulers.common.viewmodel import AppSummary, LastLines, requests_of, settled, view_of_describe
 from tsm.schedulers.slurm import cli
-from tsm.schedulers.slurm.parse import SlurmJob
+from tsm.schedulers.slurm.parse import APP_ID, SlurmJob
 from tsm.specs.api import AppDef, AppState
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ class SlurmView:
 
     def snapshot(self, app_ids: Sequence[str]) -> list[AppSummary]:
         """Views of the apps of ``app_ids`` Slurm (or their job directory) knows; see the module doc."""
-        ids = [i for i in dict.fromkeys(app_ids) if re.fullmatch(r"\d+", i)]
+        ids = [i for i in dict.fromkeys(app_ids) if APP_ID.fullmatch(i)]
         out = [self._ended[i] for i in dict.fromkeys(app_ids) if i in self._ended]
         live = [i for i in ids if i not in self._ended]
         remote_live = [i for i in dict.fromkeys(app_ids) if i not in self._ended and i not in ids]

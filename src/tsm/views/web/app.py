@@ -16,6 +16,9 @@ API (all JSON; ``{id}`` is an app handle, URL-encoded, or a bare app id):
 ``GET /api/apps/{id}/samples``     ``{"role/idx": [[t, cpu, mem_mb, gpu_mem_mb], ...]}``
 ``POST /api/apps/{id}/cancel``     cancels; needs header ``X-TSM: 1``; returns ``{"state"}``
 ``GET /api/events``                server-sent events: ``data: <snapshot JSON>`` per refresh
+``GET /api/sweeps/{id}``           one sweep's page data: ``{"sweep", "axes", "metrics", "trials": [...]}``
+                                   (see :func:`tsm.views.sweeps.sweep_page`; 404 when unknown)
+``GET /sweep?id=SWEEP``            the sweep page: its trials table and a metric against each parameter
 =================================  ==============================================================
 
 **Access** (:class:`Guard`, in this order, on every request):
@@ -312,11 +315,26 @@ def create_app(
     def unknown(request: Request) -> JSONResponse:
         return JSONResponse({"error": f"unknown app {request.path_params['id']}"}, status_code=404)
 
-    async def index(request: Request) -> Response:
-        resp: Response = FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+    def page(request: Request, name: str) -> Response:
+        resp: Response = FileResponse(STATIC / name, headers={"Cache-Control": "no-store"})
         if token is not None and request.query_params.get("token"):
             resp.set_cookie(COOKIE, request.query_params["token"], httponly=True, samesite="strict")
         return resp
+
+    async def index(request: Request) -> Response:
+        return page(request, "index.html")
+
+    async def sweep_html(request: Request) -> Response:
+        return page(request, "sweep.html")
+
+    async def sweep_one(request: Request) -> Response:
+        from tsm.views.sweeps import sweep_page
+
+        handle = request.path_params["id"]
+        data = await asyncio.to_thread(sweep_page, handle)
+        if data is None:
+            return JSONResponse({"error": f"unknown sweep {handle}"}, status_code=404)
+        return JSONResponse(data)
 
     async def apps(request: Request) -> Response:
         return JSONResponse((await current()).to_dict())
@@ -479,6 +497,8 @@ def create_app(
         Route("/", index),
         Route("/api/apps", apps),
         Route("/api/events", events),
+        Route("/sweep", sweep_html),
+        Route("/api/sweeps/{id:path}", sweep_one),
         Route("/api/apps/{id:path}/logs/follow", follow),
         Route("/api/apps/{id:path}/logs", logs),
         Route("/api/apps/{id:path}/samples", samples),

@@ -243,6 +243,20 @@ async function drawCharts() {
   }
 }
 
+// -- sweeps: one link each to its page (sweep.html) --------------------------------------------
+function renderSweeps() {
+  const groups = (snapshot && snapshot.sweeps) || [];
+  $("#sweeps").hidden = groups.length === 0;
+  $("#sweeps ul").replaceChildren(...groups.map((g) => {
+    const li = el("li");
+    const a = el("a", g.name);
+    a.href = "sweep?id=" + encodeURIComponent(g.handle);
+    li.dataset.sweep = g.handle;
+    li.append(a, el("span", " " + g.state + " (" + g.summary + ") " + g.handle, "muted"));
+    return li;
+  }));
+}
+
 // -- live updates -------------------------------------------------------------------------------
 function connect() {
   const es = new EventSource("api/events");
@@ -252,6 +266,7 @@ function connect() {
     const errs = Object.entries(snapshot.errors || {}).map(([k, v]) => k + ": " + v);
     $("#status").textContent = "live · " + snapshot.apps.length + " apps" + (errs.length ? " · " + errs.join("; ") : "");
     render();
+    renderSweeps();
   };
   es.onerror = () => { $("#status").textContent = "disconnected, retrying…"; };
 }
