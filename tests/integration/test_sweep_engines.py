@@ -97,3 +97,55 @@ def test_capped_grid_on_docker(docker_engine: object, tmp_path: Path) -> None:
             assert "".join(lines).strip() == f"lr={t.params['lr']} batch={t.params['batch']}"
             runner.delete(t.handle)
     assert max_concurrent(_events(handle)) <= 2
+
+
+SH_COMPONENT = '''
+from tsm import AppDef, Resource, Role
+
+
+def fit(lr: float = 0.1, batch: int = 32) -> AppDef:
+    return AppDef(name="fit", roles=[Role(name="trainer", image={image!r}, entrypoint="sh",
+                                          args=["-c", f"echo lr={{lr}} batch={{batch}}; sleep 0.3"],
+                                          resource=Resource(cpu=1, memMB=128))])
+'''
+
+
+def _check_trials(runner: object, handle: str, scheme: str) -> None:
+    """Every trial is an ordinary app of the scheduler whose log is its own parameter line; the cap held."""
+    from tsm.runner.api import Runner
+
+    assert isinstance(runner, Runner)
+    status = runner.sweep_wait(handle, timeout=HANG)
+    trials = runner.sweep_list(handle)
+    why = [(t.params, t.state, (runner.status(t.handle) or t).msg if t.handle else "") for t in trials]
+    assert status.state == "SUCCEEDED", (status.summary(), why)
+    assert len(trials) == 4
+    for t in trials:
+        assert t.handle and t.handle.startswith(f"{scheme}://sweepit/")
+        lines = [ln for ln in runner.log_lines(t.handle, "trainer", 0) if ln.strip()]
+        assert "".join(lines).strip() == f"lr={t.params['lr']} batch={t.params['batch']}"
+    assert max_concurrent(_events(handle)) <= 2
+
+
+@pytest.mark.integration
+@pytest.mark.ray
+def test_capped_grid_on_ray(ray_cluster: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the launching directory is each trial's working_dir: keep it small
+    (tmp_path / "fit.py").write_text(SH_COMPONENT.format(image=""))
+    address = ray_cluster.address
+    with get_runner("sweepit") as runner:
+        handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
+                                  scheduler="ray", cfg={"address": address, "ship_cwd": False}, parallel=2)
+        _check_trials(runner, handle, "ray")
+
+
+@pytest.mark.integration
+@pytest.mark.kubernetes
+def test_capped_grid_on_kubernetes(k8s_cluster: object, tmp_path: Path) -> None:
+    image = k8s_cluster.python_image
+    (tmp_path / "fit.py").write_text(SH_COMPONENT.format(image=image))
+    with get_runner("sweepit") as runner:
+        handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
+                                  scheduler="kubernetes", cfg={"request_fraction": 0.1, "gang_timeout": 120.0},
+                                  parallel=2)
+        _check_trials(runner, handle, "kubernetes")

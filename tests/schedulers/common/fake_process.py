@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -58,21 +59,34 @@ class FakeProcess:
             return False
         self.started = time.time()
         streams = [("stdout", self.proc.stdout)] + ([] if self.combined else [("stderr", self.proc.stderr)])
-        for name, pipe in streams:
-            t = threading.Thread(target=self._read, args=(name, pipe), daemon=True)
-            t.start()
-            self._readers.append(t)
+        t = threading.Thread(target=self._read, args=(streams,), daemon=True)
+        t.start()
+        self._readers.append(t)
         return True
 
-    def _read(self, name: str, pipe: object) -> None:
-        fd = pipe.fileno()  # type: ignore[attr-defined]
-        while True:
-            data = os.read(fd, 65536)
-            if not data:
-                break
+    def _read(self, streams: list[tuple[str, Any]]) -> None:
+        """One reader for both pipes (as one runtime reads a container's streams), recording pieces in order.
+
+        When both pipes have data at once (this thread was starved: the machine is loaded), their true order
+        is unknown; whole lines are recorded before an unterminated one, which a program writes last.
+        """
+        import select
+
+        open_fds = {pipe.fileno(): name for name, pipe in streams}
+        while open_fds:
+            ready, _, _ = select.select(list(open_fds), [], [])
+            got: list[tuple[str, bytes]] = []
+            for fd in ready:
+                data = os.read(fd, 65536)
+                if not data:
+                    del open_fds[fd]
+                    continue
+                got.append((open_fds[fd], data))
             now = time.time()
+            lines = [(name, line) for name, data in got for line in data.splitlines(keepends=True)]
+            lines.sort(key=lambda nl: not nl[1].endswith(b"\n"))  # stable: whole lines first
             with self._lock:
-                for line in data.splitlines(keepends=True):
+                for name, line in lines:
                     self.pieces.append(Piece(now, name, line))
 
     def wait(self) -> int:

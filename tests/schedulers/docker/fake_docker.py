@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import secrets
 import signal
+import signal as _signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -190,6 +191,15 @@ class FakeDockerEngine:
                 time.sleep(0.01)
         if c.state == "restarting":
             c.state = "exited"
+
+    def kill(self, ref: str, signal: str = "SIGKILL") -> None:
+        """Docker's kill: send ``signal`` (a name such as ``SIGUSR1``) to the running process; 409 if none."""
+        self.calls.append(("kill", ref, signal))
+        c = self._get(ref)
+        p = c.current
+        if p is None or not p.running:
+            raise api_error(409, f"Container {ref} is not running")
+        p.signal(int(_signal.Signals[signal]))
 
     def remove_container(self, ref: str, force: bool = False, v: bool = False) -> None:
         self.calls.append(("remove_container", ref))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import secrets
 import signal
 import threading
@@ -102,6 +103,7 @@ class FakePod:
         self.job = job
         self.proc: FakeProcess | None = None
         self.deleted = False
+        self.deadline_exceeded = False
         self.cid = secrets.token_hex(6)
 
     @property
@@ -210,17 +212,48 @@ class FakeCluster:
             if ok:
                 status.update(phase="Running", podIP="127.0.0.1", containerStatuses=[
                     {"restartCount": 0, "state": {"running": {"startedAt": now_rfc3339(proc.started)}}}])
+        deadline = spec.get("activeDeadlineSeconds")
+        if ok and deadline is not None:  # the kubelet's activeDeadlineSeconds: preStop, SIGTERM, grace, SIGKILL
+            timer = threading.Timer(float(deadline), self._deadline, args=(pod,))
+            timer.daemon = True
+            timer.start()
         rc = proc.wait()
         with self.lock:
             started = now_rfc3339(proc.started or time.time())
             status.update(phase="Succeeded" if rc == 0 else "Failed", containerStatuses=[{"restartCount": 0, "state": {
                 "terminated": {"exitCode": rc, "reason": "Completed" if rc == 0 else "Error",
                                "startedAt": started, "finishedAt": now_rfc3339(proc.finished)}}}])
+            if pod.deadline_exceeded:
+                status.update(reason="DeadlineExceeded", message="Pod was active on the node longer than the "
+                                                                 "specified deadline")
             job = self.jobs.get(pod.job)
             if rc != 0 and job is not None and not pod.deleted:
                 n = self.failures[pod.job] = self.failures.get(pod.job, 0) + 1
                 if n <= int(job["spec"].get("backoffLimit", 6)):
                     self._make_pod(job)
+
+    def _pre_stop(self, pod: FakePod) -> None:
+        """Run the container's preStop hook as the kubelet would, for the hook tsm writes: ``kill -SIG 1``
+        (the signal to the replica's process), then wait while it runs, at most the hook's seconds."""
+        hook = pod.obj["spec"]["containers"][0].get("lifecycle", {}).get("preStop", {}).get("exec", {})
+        script = " ".join(hook.get("command", []))
+        sig, wait = re.search(r"kill -([A-Z0-9]+) 1", script), re.search(r"-lt (\d+)", script)
+        proc = pod.proc
+        if sig is None or proc is None or not proc.running:
+            return
+        self.calls.append(("preStop", {"pod": pod.name, "signal": sig.group(1)}))
+        proc.signal(int(signal.Signals["SIG" + sig.group(1)]))
+        end = time.monotonic() + (float(wait.group(1)) if wait else 0.0)
+        while proc.running and time.monotonic() < end:
+            time.sleep(0.02)
+
+    def _deadline(self, pod: FakePod) -> None:
+        proc = pod.proc
+        if pod.deleted or proc is None or not proc.running:
+            return
+        pod.deadline_exceeded = True
+        self._pre_stop(pod)
+        proc.stop(float(pod.obj["spec"].get("terminationGracePeriodSeconds", 30)))
 
     def _delete_pod(self, pod: FakePod, grace: float) -> None:
         with self.lock:
@@ -231,6 +264,7 @@ class FakeCluster:
 
         def end() -> None:
             if pod.proc is not None and pod.proc.running:
+                self._pre_stop(pod)
                 pod.proc.stop(grace)
                 pod.proc.wait()
             with self.lock:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tsm.schedulers.common.durations import format_duration
 from tsm.schedulers.common.status import AppStatusView
 from tsm.specs.api import AppState
 
@@ -77,10 +78,41 @@ class Finish:
     msg: str
     stop: bool = False
     gang: bool = False
+    #: it ended at its time limit (the backend records that, so later looks keep this end)
+    time_limit: bool = False
 
 
-#: What one look decides: nothing to do (None), a retry, or the end.
-Decision = Retry | Finish | None
+@dataclass(frozen=True)
+class Warn:
+    """Send the app's warning signal to every running replica, once (the backend records it was sent)."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Limits:
+    """An app's time limit as :func:`decide` needs it: seconds (None: no limit), the warning lead, whether a
+    warning signal was asked for, when the limit counts from (the submission), and what was already done."""
+
+    time_limit: float | None
+    warn_before: float = 120.0
+    warn: bool = False
+    started: float | None = None
+    #: the warning was sent already
+    warned: bool = False
+    #: the limit was reached on an earlier look (or the engine reports it reached)
+    reached: bool = False
+    #: seconds past the limit before a look enforces it, where the engine enforces it first (a backstop)
+    slack: float = 0.0
+
+    @property
+    def message(self) -> str:
+        """The app's failure at its limit: ``time limit 2h reached``."""
+        return f"time limit {format_duration(self.time_limit or 0)} reached"
+
+
+#: What one look decides: nothing to do (None), a retry, a warning, or the end.
+Decision = Retry | Finish | Warn | None
 
 
 def decide(
@@ -92,10 +124,14 @@ def decide(
     gang_timeout: float | None = None,
     waiting_since: float | None = None,
     now: float = 0.0,
+    limits: Limits | None = None,
 ) -> Decision:
     """What to do about an app after one look (pure: same inputs, same answer).
 
     * not ``owned``: nothing (only the submitter acts);
+    * a time limit (``limits``) reached now or on an earlier look: :class:`Finish` FAILED "time limit X
+      reached" that stops what runs (``time_limit``), before any retry: the stopped replicas' exits are not
+      the program's failures; within ``warn_before`` of it, with a warning signal not yet sent: :class:`Warn`;
     * FAILED with a replica to blame: a :class:`Retry` of the failed replica's role (ROLE) or of every role
       (APPLICATION) while the tries made (``attempts``: role -> try, the highest in scope counts) are fewer
       than the role's ``max_retries``; else :class:`Finish` FAILED that stops the others;
@@ -106,6 +142,11 @@ def decide(
     """
     if not owned:
         return None
+    if limits is not None and limits.time_limit is not None and (
+        limits.reached or (not view.state.is_terminal and limits.started is not None
+                           and now - limits.started >= limits.time_limit + limits.slack)
+    ):
+        return Finish(AppState.FAILED, limits.message, stop=True, time_limit=True)
     if view.state == AppState.FAILED and view.first_failure is not None:
         role_name = view.first_failure[0]
         role = next((r for r in shape if r.name == role_name), RoleShape(role_name, 1))
@@ -116,6 +157,9 @@ def decide(
         return Finish(AppState.FAILED, view.msg, stop=True)
     if view.state.is_terminal:
         return Finish(view.state, view.msg)
+    if (limits is not None and limits.time_limit is not None and limits.warn and not limits.warned
+            and limits.started is not None and now - limits.started >= limits.time_limit - limits.warn_before):
+        return Warn(f"{limits.message.replace(' reached', '')} in {format_duration(limits.warn_before)}")
     if gang_timeout is not None and waiting_since and not view.all_started and now - waiting_since > gang_timeout:
         why = view.pending_reason or "not scheduled"
         return Finish(AppState.FAILED, f"not every replica was Running within gang_timeout={gang_timeout:g}s: {why}",

@@ -155,6 +155,16 @@ class DockerClient(ClientBase):
             if e.status != 404:
                 raise
 
+    def signal(self, container_id: str, signame: str) -> None:
+        """Send signal ``signame`` (``USR1``) to a container's main process (the warning of issue 25); a
+        container already ended or gone is fine."""
+        try:
+            with self.call("kill"):
+                self.api.api.kill(container_id, signal="SIG" + signame.removeprefix("SIG"))
+        except ApiError as e:
+            if e.status not in (404, 409):  # gone, or not running
+                raise
+
     def kill(self, container_id: str) -> None:
         """Stop at once (SIGKILL) as a manual stop, so Docker's restart policy does not start it again."""
         with contextlib.suppress(SchedulerError), self.call("kill"):

@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError
-from tsm.schedulers.common.options import RunOptions, option
+from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS, LifecycleOptions, format_duration
+from tsm.schedulers.common.options import option
 from tsm.specs.api import AppDef, RetryPolicy, Role, is_null_resource, macros
 from tsm.specs.mounts import BindMount, DeviceMount, VolumeMount
 from tsm.workspace.image import ImagePlan as WorkspaceBuild  # a workspace image: built, or reused
@@ -48,9 +49,20 @@ _NAME_OK = re.compile(r"[^a-z0-9-]+")
 HOST_MAX = 63
 
 
+#: the long-run options the docker scheduler does not carry out yet: refused, never ignored
+_NOT_YET = {
+    "stall_timeout": "no process watches a container's output and CPU between two looks",
+    "requeue_on_time_limit": "a time limit ends the app; it is not restarted",
+    "exclude_nodes": "one Docker daemon is one node",
+    "max_preemptions": "containers ended by a daemon restart are not told apart from failures yet",
+}
+
+
 @dataclass(frozen=True)
-class DockerOptions(RunOptions):
-    """Run options of the ``docker`` scheduler."""
+class DockerOptions(LifecycleOptions):
+    """Run options of the ``docker`` scheduler, with the long-run ones it carries out: ``time_limit``
+    (enforced by tsm when it looks at the app), ``warn_signal`` and ``warn_before`` (before the time limit
+    and before a cancel)."""
 
     pull: str = option("when to pull a role's image: missing (only if not present locally), always, never", "missing")
     grace_period: float = option("seconds cancel waits after SIGTERM before SIGKILL", 10.0)
@@ -62,6 +74,14 @@ class DockerOptions(RunOptions):
     shm_fraction: float = option("size of /dev/shm as a fraction of the role's memMB (0 = Docker's 64 MB)", 0.5)
 
     def check(self) -> None:
+        super().check()
+        given = {
+            "stall_timeout": self.stall_timeout is not None, "requeue_on_time_limit": self.requeue_on_time_limit,
+            "exclude_nodes": bool(self.exclude_nodes), "max_preemptions": self.max_preemptions != DEFAULT_MAX_PREEMPTIONS,
+        }
+        for name, why in _NOT_YET.items():
+            if given[name]:
+                raise InvalidRunOptionError(f"run option {name} is not supported on docker yet ({why})")
         if self.pull not in PULL_POLICIES:
             raise InvalidRunOptionError(f"pull must be one of {', '.join(PULL_POLICIES)}, not {self.pull!r}")
         if self.grace_period < 0:
@@ -93,6 +113,8 @@ class ContainerSpec:
     #: REPLICA retries: Docker restarts the container itself up to this many times
     restart_max: int = 0
     stop_grace: float = 10.0
+    #: the warning signal's name (``USR1``), empty when the app asked for none
+    warn_signal: str = ""
 
 
 @dataclass
@@ -113,6 +135,12 @@ class DockerRequest:
     spec: dict[str, Any] = field(default_factory=dict)
     #: the owner label value of every object of the app
     owner: str = ""
+    #: ``time_limit`` in seconds (None: none), counted from ``created``; tsm stops the app there
+    time_limit: float | None = None
+    #: seconds before the time limit the warning comes, and a warned replica has before SIGTERM on a cancel
+    warn_before: float = 120.0
+    #: the submission time (epoch seconds), as the containers' ``tsm.created`` label says
+    created: float | None = None
 
     def to_json(self) -> str:
         """The request as JSON (what is saved beside the app and read back to recreate containers)."""
@@ -206,6 +234,8 @@ def build_request(app: AppDef, opts: DockerOptions, session: str, app_dir_root: 
     network = f"tsm-{app_id}"
     rank0 = dns_name(app.roles[0].name, 0)
     shape = [[r.name, r.num_replicas, r.max_retries, r.retry_policy.value] for r in app.roles]
+    sig = opts.warn_signum
+    warn = sig.name.removeprefix("SIG") if sig is not None else ""
     containers: list[ContainerSpec] = []
     for role in app.roles:
         res = role.resource
@@ -218,7 +248,10 @@ def build_request(app: AppDef, opts: DockerOptions, session: str, app_dir_root: 
             env.update({
                 "TSM_APP_ID": app_id, "TSM_ROLE_NAME": role.name, "TSM_REPLICA_ID": str(i),
                 "TSM_NUM_REPLICAS": str(role.num_replicas), "TSM_RANK0_HOST": rank0, "PYTHONUNBUFFERED": "1",
+                **attempt_env(0, 0, ""),
             })
+            if warn:
+                env["TSM_WARN_SIGNAL"] = warn
             if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
                 env["TORCHX_RANK0_HOST"] = rank0
             mem = res.memMB * 1024 * 1024 if sized and res.memMB > 0 else None
@@ -243,13 +276,21 @@ def build_request(app: AppDef, opts: DockerOptions, session: str, app_dir_root: 
                 devices=devices,
                 restart_max=role.max_retries if role.retry_policy == RetryPolicy.REPLICA else 0,
                 stop_grace=opts.grace_period,
+                warn_signal=warn,
             ))
     images = sorted({c.image for c in containers})
     return DockerRequest(
         app_id=app_id, app_name=app.name, session=session, network=network, pull=opts.pull, images=images,
         containers=containers, app_dir=os.path.join(app_dir_root, app_id), remove_finished=opts.remove_finished,
-        roles=shape, spec=app.to_dict(), owner=owner,
+        roles=shape, spec=app.to_dict(), owner=owner, time_limit=opts.time_limit_s, warn_before=opts.warn_before_s,
+        created=round(created, 3),
     )
+
+
+def attempt_env(attempt: int, restart_count: int, last_exit: str) -> dict[str, str]:
+    """What an attempt of a replica is told (:mod:`tsm.lifecycle`): ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``
+    and ``TSM_LAST_EXIT`` (``failed:<code>`` ...; empty on the first)."""
+    return {"TSM_ATTEMPT": str(attempt), "TSM_RESTART_COUNT": str(restart_count), "TSM_LAST_EXIT": last_exit}
 
 
 def docker_run_args(c: ContainerSpec, network: str) -> list[str]:
@@ -282,6 +323,12 @@ def docker_run_args(c: ContainerSpec, network: str) -> list[str]:
 def format_request(req: DockerRequest) -> str:
     """The request as the commands it amounts to: builds, pulls, the network, one ``docker run`` per replica."""
     lines = [f"# app {req.app_id}: {len(req.containers)} container(s) on network {req.network}"]
+    warn = next((c.warn_signal for c in req.containers if c.warn_signal), "")
+    if req.time_limit is not None:
+        lines.append(f"# time limit {format_duration(req.time_limit)}, enforced by tsm when it looks at the app"
+                     + (f"; SIG{warn} {format_duration(req.warn_before)} before it" if warn else ""))
+    if warn:
+        lines.append(f"# on cancel: SIG{warn}, {format_duration(req.warn_before)}, then docker stop")
     for b in req.builds:
         verb = "build" if b.build else "reuse (unchanged workspace, no build)"
         lines.append(f"# workspace of role '{b.role}': {verb} {b.tag} FROM {b.base_image} ({b.base_image_id[:19]})")

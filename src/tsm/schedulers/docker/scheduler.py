@@ -24,7 +24,7 @@ from pathlib import Path
 from tsm.errors import SchedulerError, SubmissionError
 from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler
 from tsm.schedulers.common.appdir import AppDir, kept_status, list_rows
-from tsm.schedulers.common.controller import Decision, Finish, Retry, decide, shapes
+from tsm.schedulers.common.controller import Decision, Finish, Limits, Retry, Warn, decide, shapes
 from tsm.schedulers.common.failure import failure_of
 from tsm.schedulers.common.owner import owner
 from tsm.schedulers.common.polling import poll_until, poll_until_terminal
@@ -41,6 +41,7 @@ from tsm.schedulers.docker.request import (
     LABEL_SESSION,
     DockerOptions,
     DockerRequest,
+    attempt_env,
     build_request,
     format_request,
     validate,
@@ -63,6 +64,8 @@ ORPHAN_AGE = 60.0
 MAX_AGE = 0.2
 #: seconds a network whose just-removed containers dockerd has not released yet is retried
 NETWORK_RELEASE = 5.0
+#: marker files in the app's directory: the warning was sent; the time limit was reached
+WARNED, TIME_LIMIT = "warned", "time_limit_reached"
 
 
 def has_gpus() -> bool:
@@ -221,17 +224,49 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         attempts: dict[str, int] = {}
         for c in view.containers:
             attempts[c.role] = max(attempts.get(c.role, 0), c.attempt)
-        decision = decide(st, shapes(view.roles), attempts, owned=req is not None)
+        d = self._dir(view.app_id)
+        limits = None if req is None or req.time_limit is None else Limits(
+            req.time_limit, req.warn_before, warn=any(c.warn_signal for c in req.containers),
+            started=req.created if req.created is not None else view.created,
+            warned=d.exists(WARNED), reached=d.exists(TIME_LIMIT),
+        )
+        decision = decide(st, shapes(view.roles), attempts, owned=req is not None, now=time.time(), limits=limits)
         return self.act(view, st, decision, req)
+
+    def _warn(self, req: DockerRequest, containers: builtins.list[Observed]) -> int:
+        """Send the warning signal to every running container of ``containers`` once (recorded in the app's
+        directory first, so a second look or process does not send it again); how many were signalled."""
+        sig = next((c.warn_signal for c in req.containers if c.warn_signal), "")
+        d = self._dir(req.app_id)
+        if not sig or d.exists(WARNED):
+            return 0
+        d.write(WARNED, f"{time.time():.3f}\n")
+        n = 0
+        for c in containers:
+            if c.state == "running":
+                self.client.signal(c.id, sig)
+                n += 1
+        return n
 
     def act(self, view: AppView, st: AppStatusView, decision: Decision, req: DockerRequest | None) -> DescribeAppResponse:
         """Do what :func:`~tsm.schedulers.common.controller.decide` said, on an app this home submitted:
         a :class:`Retry` replaces the failed scope's containers; a final failure stops the containers still
         running (in threads: a status look stays quick, and the process waits for them before it exits); an end with ``remove_finished`` removes
         them. Returns the status to report."""
+        if isinstance(decision, Warn) and req is not None:
+            self._warn(req, view.containers)
+        if isinstance(decision, Finish) and decision.time_limit and req is not None:
+            d = self._dir(view.app_id)
+            if not d.exists(TIME_LIMIT):
+                d.write(TIME_LIMIT, decision.msg + "\n")
+                self._warn(req, view.containers)  # not warned yet (no look in the warning window): warn now
         if isinstance(decision, Retry) and req is not None:
             scope = [c for c in view.containers if c.role in decision.roles]
-            self._retry(req, scope, decision.attempt)
+            failed = next((c for c in view.containers if view.containers and st.first_failure is not None
+                           and (c.role, c.replica_id) == st.first_failure), None)
+            code = failed.exit_code if failed is not None else None
+            last = "failed:" + (str(code) if code is not None else "unknown")
+            self._retry(req, scope, decision.attempt, attempt_env(decision.attempt, st.num_restarts + 1, last))
             return DescribeAppResponse(app_id=view.app_id, state=AppState.RUNNING, created=view.created,
                                        num_restarts=st.num_restarts + 1, msg=f"retrying after {decision.why}")
         if isinstance(decision, Finish) and decision.stop and req is not None:
@@ -242,12 +277,21 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
                     # be carried out (at most the grace period), so no survivor keeps its GPU unwatched
                     threading.Thread(target=self.client.stop, args=(c.id, grace), daemon=False).start()
         desc = self._describe_view(view, st)
+        if isinstance(decision, Finish) and decision.time_limit:
+            desc.state, desc.msg = AppState.FAILED, decision.msg
+            for rs in desc.roles_statuses:
+                for r in rs.replicas:
+                    if r.state != AppState.SUCCEEDED:
+                        r.state, r.error_msg = AppState.FAILED, decision.msg
+            desc.structured_error_msg = failure_of(desc.state, desc.msg, desc.roles_statuses)
         if isinstance(decision, Finish) and req is not None and req.remove_finished:
             self._finish(view.app_id, desc)
         return desc
 
-    def _retry(self, req: DockerRequest, scope: builtins.list[Observed], attempt: int) -> None:
-        """Replace the containers of ``scope`` by new ones (their logs are snapshotted first)."""
+    def _retry(self, req: DockerRequest, scope: builtins.list[Observed], attempt: int,
+               env: dict[str, str] | None = None) -> None:
+        """Replace the containers of ``scope`` by new ones (their logs are snapshotted first), with ``env``
+        (the attempt's ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``) laid over their own."""
         keys = {(c.role, c.replica_id) for c in scope}
         for c in scope:
             self.client.kill(c.id)
@@ -257,6 +301,7 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         for spec in req.containers:
             if (spec.role, spec.replica_id) in keys:
                 spec.labels[LABEL_ATTEMPT] = str(attempt)
+                spec.env.update(env or {})
                 with contextlib.suppress(SchedulerError):  # another process retried it first (the name is taken)
                     self.client.run(spec, req.network)
 
@@ -294,7 +339,10 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
     # -- cancel / remove ------------------------------------------------------------------------------
     def cancel(self, app_id: str) -> None:
         """Stop every container of the app (SIGTERM, SIGKILL after the grace period), keep their logs,
-        remove them and the network. Only this owner's containers are seen, so another user's app is unknown."""
+        remove them and the network. Only this owner's containers are seen, so another user's app is unknown.
+
+        With ``warn_signal``, every running container first gets the warning, and the cancel waits
+        ``warn_before`` (less as soon as every warned container has ended) before the stop."""
         current = self.describe(app_id)
         if current is None or current.state.is_terminal:
             return
@@ -303,6 +351,9 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
             containers = self.client.list_containers(app_id)
             req = self._request(app_id)
             grace = max((c.stop_grace for c in req.containers), default=10.0) if req else 10.0
+            if req is not None and self._warn(req, containers):
+                poll_until(lambda: True if not any(c.state == "running" for c in self.client.list_containers(app_id))
+                           else None, req.warn_before, initial=0.05, cap=0.5)
             threads = [threading.Thread(target=self.client.stop, args=(c.id, grace)) for c in containers]
             for t in threads:
                 t.start()

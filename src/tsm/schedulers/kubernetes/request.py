@@ -28,13 +28,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import re
 import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError
-from tsm.schedulers.common.options import RunOptions, option
+from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS, LifecycleOptions
+from tsm.schedulers.common.options import option
 from tsm.specs.api import AppDef, RetryPolicy, Role, is_null_resource, macros
 from tsm.specs.mounts import BindMount, DeviceMount, VolumeMount
 
@@ -66,9 +68,21 @@ _DNS_BAD = re.compile(r"[^a-z0-9-]+")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
+#: the long-run options the kubernetes scheduler does not carry out yet: refused, never ignored
+_NOT_YET = {
+    "stall_timeout": "no process watches a pod's output and CPU between two looks",
+    "requeue_on_time_limit": "a time limit ends the app; it is not restarted",
+    "exclude_nodes": "no node anti-affinity term is written yet",
+    "max_preemptions": "evicted pods are not told apart from failures yet",
+}
+
+
 @dataclass(frozen=True)
-class KubernetesOptions(RunOptions):
-    """Run options of the ``kubernetes`` scheduler."""
+class KubernetesOptions(LifecycleOptions):
+    """Run options of the ``kubernetes`` scheduler, with the long-run ones it carries out: ``time_limit``
+    (each pod's ``activeDeadlineSeconds``, and tsm's looks for the app as a whole), ``warn_signal`` and
+    ``warn_before`` (a ``preStop`` hook that signals the container's PID 1, inside a termination grace
+    period lengthened by ``warn_before``)."""
 
     namespace: str = option("namespace the app's objects are created in", "default")
     service_account: str | None = option("service account the pods run as; default: the namespace's default")
@@ -89,6 +103,14 @@ class KubernetesOptions(RunOptions):
     context: str | None = option("kubeconfig context; default: its current-context")
 
     def check(self) -> None:
+        super().check()
+        given = {
+            "stall_timeout": self.stall_timeout is not None, "requeue_on_time_limit": self.requeue_on_time_limit,
+            "exclude_nodes": bool(self.exclude_nodes), "max_preemptions": self.max_preemptions != DEFAULT_MAX_PREEMPTIONS,
+        }
+        for name, why in _NOT_YET.items():
+            if given[name]:
+                raise InvalidRunOptionError(f"run option {name} is not supported on kubernetes yet ({why})")
         if self.image_pull_policy not in PULL_POLICIES:
             raise InvalidRunOptionError(
                 f"image_pull_policy must be one of {', '.join(PULL_POLICIES)}, not {self.image_pull_policy!r}"
@@ -141,6 +163,8 @@ class KubernetesRequest:
     builds: list[dict[str, Any]] = field(default_factory=list)
     #: the app's Secret: the roles' env values, which the Jobs reference by key
     secret: dict[str, Any] = field(default_factory=dict)
+    #: ``time_limit`` in seconds (None: none), counted from the submission
+    time_limit: float | None = None
 
     def to_json(self) -> str:
         """The request as JSON (saved beside the app; read back to recreate Jobs on ROLE/APPLICATION retries)."""
@@ -364,6 +388,9 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
     role0 = app.roles[0].name
     rank0 = f"{host_name(role0, 0)}.{app_id}"
     shape = [[r.name, r.num_replicas, r.max_retries, r.retry_policy.value] for r in app.roles]
+    sig = opts.warn_signum
+    warn_sig = sig.name.removeprefix("SIG") if sig is not None else ""
+    warn_s = math.ceil(opts.warn_before_s) if warn_sig else 0
     base_labels = {LABEL_SCHEDULER: "kubernetes", LABEL_APP: app_id, LABEL_SESSION: label_value(session),
                    LABEL_OWNER: label_value(owner)}
     secret_data: dict[str, str] = {}
@@ -388,7 +415,10 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
             own = {
                 "TSM_APP_ID": app_id, "TSM_ROLE_NAME": role.name, "TSM_REPLICA_ID": str(i),
                 "TSM_NUM_REPLICAS": str(role.num_replicas), RANK0_VAR: rank0, "PYTHONUNBUFFERED": "1",
+                **attempt_env(0, 0, ""),
             }
+            if warn_sig:
+                own["TSM_WARN_SIGNAL"] = warn_sig
             if "TORCHX_JOB_ID" in r.env:  # the runner sets TorchX's names unless torchx_env=false
                 own[TORCHX_RANK0_VAR] = rank0
             env_spec: list[dict[str, Any]] = []
@@ -414,6 +444,8 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
                 container["resources"] = resources
             if vmounts:
                 container["volumeMounts"] = vmounts
+            if warn_sig:  # the warning: PID 1 gets the signal, then warn_before, then SIGTERM (see lifecycle_hook)
+                container["lifecycle"] = lifecycle_hook(warn_sig, warn_s)
             if role.port_map:
                 container["ports"] = [{"name": port_name(k), "containerPort": p} for k, p in role.port_map.items()]
             pod: dict[str, Any] = {
@@ -421,9 +453,12 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
                 "hostname": host_name(role.name, i),
                 "subdomain": app_id,
                 "enableServiceLinks": False,
-                "terminationGracePeriodSeconds": opts.grace_period,
+                "terminationGracePeriodSeconds": opts.grace_period + warn_s,
                 "containers": [container],
             }
+            limit = opts.time_limit_s
+            if limit is not None:  # the kubelet ends the pod there (reason DeadlineExceeded), warning first
+                pod["activeDeadlineSeconds"] = max(1, math.ceil(limit) - warn_s)
             if vols:
                 pod["volumes"] = vols
             if selector:
@@ -462,10 +497,31 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
     }
     return KubernetesRequest(
         app_id=app_id, app_name=app.name, session=session, namespace=ns, service=service, jobs=jobs, roles=shape,
-        needs=needs, dns=opts.dns, gang_timeout=opts.gang_timeout, grace_period=opts.grace_period,
+        needs=needs, dns=opts.dns, gang_timeout=opts.gang_timeout, grace_period=opts.grace_period + warn_s,
         app_dir=f"{app_dir_root}/{app_id}", spec=app.to_dict(), kubeconfig=opts.kubeconfig, context=opts.context,
-        secret=secret,
+        secret=secret, time_limit=opts.time_limit_s,
     )
+
+
+def attempt_env(attempt: int, restart_count: int, last_exit: str) -> dict[str, str]:
+    """What an attempt of a replica is told (:mod:`tsm.lifecycle`): ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``
+    and ``TSM_LAST_EXIT`` (``failed:<code>`` ...; empty on the first)."""
+    return {"TSM_ATTEMPT": str(attempt), "TSM_RESTART_COUNT": str(restart_count), "TSM_LAST_EXIT": last_exit}
+
+
+def lifecycle_hook(signame: str, warn_before: int) -> dict[str, Any]:
+    """The container's ``preStop`` hook that warns it: Kubernetes runs it before SIGTERM whenever the pod
+    ends by a decision (deleted by a cancel, its ``activeDeadlineSeconds`` reached, evicted), within the
+    termination grace period (lengthened by ``warn_before`` for it). It sends ``signame`` to PID 1 (the
+    replica's entrypoint, which runs as PID 1: tsm sets ``command``, no shell wraps it) and waits
+    ``warn_before`` seconds, or less once PID 1 has ended. Needs ``/bin/sh`` and ``kill`` in the image.
+
+    Sent once: a kubelet may run the hook more than once for one end (1.20 does at ``activeDeadlineSeconds``),
+    so the hook marks ``/tmp/.tsm-warned`` and a later run only waits (where ``/tmp`` is not writable the
+    warning may come twice; :func:`tsm.lifecycle.on_warning` runs its callback once anyway)."""
+    script = (f"if [ ! -d /tmp/.tsm-warned ]; then mkdir /tmp/.tsm-warned 2>/dev/null; kill -{signame} 1; fi; "
+              f"i=0; while [ $i -lt {warn_before} ] && kill -0 1 2>/dev/null; do sleep 1; i=$((i+1)); done")
+    return {"preStop": {"exec": {"command": ["/bin/sh", "-c", script]}}}
 
 
 def with_owner(manifest: dict[str, Any], service_uid: str, app_id: str) -> dict[str, Any]:
@@ -518,9 +574,19 @@ def with_own_ip_as_rank0(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def retried(job: dict[str, Any], app_id: str, attempt: int) -> dict[str, Any]:
-    """``job`` for the ``attempt``-th ROLE/APPLICATION retry: a new name and the attempt label."""
+def retried(job: dict[str, Any], app_id: str, attempt: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``job`` for the ``attempt``-th ROLE/APPLICATION retry: a new name, the attempt label, and ``env`` (the
+    attempt's ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``) laid over the container's."""
     out = copy.deepcopy(job)
+    container_env = out["spec"]["template"]["spec"]["containers"][0]["env"]
+    for k, v in (env or {}).items():
+        for e in container_env:
+            if e["name"] == k:
+                e.pop("valueFrom", None)
+                e["value"] = escape(v)
+                break
+        else:
+            container_env.append({"name": k, "value": escape(v)})
     labels = out["metadata"]["labels"]
     name = out["metadata"]["annotations"][ANN_ROLE]
     out["metadata"]["name"] = job_name(app_id, name, int(labels[LABEL_REPLICA]), attempt)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import math
 import os
 import threading
 import time
@@ -28,7 +29,7 @@ from typing import Any
 from tsm.errors import InvalidRunOptionError, SchedulerError, SubmissionError
 from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler
 from tsm.schedulers.common.appdir import AppDir, kept_status, list_rows
-from tsm.schedulers.common.controller import Decision, Finish, Retry, decide, shapes
+from tsm.schedulers.common.controller import Decision, Finish, Limits, Retry, decide, shapes
 from tsm.schedulers.common.errors import is_status
 from tsm.schedulers.common.failure import failure_of
 from tsm.schedulers.common.owner import owner
@@ -46,6 +47,7 @@ from tsm.schedulers.kubernetes.request import (
     RANK0_VAR,
     KubernetesOptions,
     KubernetesRequest,
+    attempt_env,
     build_request,
     format_request,
     retried,
@@ -77,6 +79,13 @@ if TYPE_CHECKING:
 #: seconds a Service without any pod is left alone by :meth:`KubernetesScheduler.cleanup` (its Jobs' pods
 #: may still be on their way)
 ORPHAN_AGE = 300.0
+
+
+def limits_end(req: KubernetesRequest) -> float:
+    """Seconds from a pod's start by which the kubelet has ended it at its time limit: the deadline
+    (``time_limit``, less the warning's lead) and the whole termination grace period (which holds the lead),
+    and a margin for the kubelet's own pace."""
+    return math.ceil(req.time_limit or 0) + req.grace_period + 2.0
 
 
 def store_root() -> Path:
@@ -323,8 +332,27 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         st = app_status(view)
         latest = [p.created for p in view.pods if p.attempt == view.attempt]
         since = max(view.created or 0.0, min(latest, default=0.0))
+        limits = None if req.time_limit is None else Limits(
+            # the kubelet ends each pod at its deadline; a look ends the app only well past it (a backstop
+            # for an app whose retries together outlast the limit), so the pods' own ends are seen first
+            req.time_limit, started=view.created, slack=req.grace_period + 30.0,
+            # the kubelet ended a pod at its activeDeadlineSeconds (the same limit, less the warning's lead)
+            reached=any(p.reason == "DeadlineExceeded" for p in view.pods),
+        )
+        now = time.time()
+        if limits is not None and any(
+            p.reason == "DeadlineExceeded" and p.exit_code is None and (p.started or now) + limits_end(req) > now
+            for p in view.pods
+        ):
+            # the kubelet marks the pod Failed as it starts ending it (warning hook, SIGTERM, grace) and, on
+            # some versions (1.20), never updates the container's state after: its last lines are still to
+            # come, so the app is reported stopping until the container has ended or must have (its start,
+            # the deadline and the whole grace period)
+            desc = self._describe_view(view, st)
+            desc.state, desc.msg = AppState.RUNNING, f"{limits.message}: stopping"
+            return desc
         decision = decide(st, shapes(view.roles), attempts, owned=True, gang_timeout=req.gang_timeout,
-                          waiting_since=since, now=time.time())
+                          waiting_since=since, now=now, limits=limits)
         return self.act(req, view, st, decision)
 
     def act(self, req: KubernetesRequest, view: AppView, st: AppStatusView, decision: Decision) -> DescribeAppResponse:
@@ -333,7 +361,12 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         final status (replicas still running: CANCELLED after a failure, FAILED by a gang timeout) and
         deletes every object of the app. Returns the status to report."""
         if isinstance(decision, Retry):
-            self._retry(req, view, decision.roles, decision.attempt)
+            failed = next((p for p in view.pods if st.first_failure is not None and p.attempt == view.attempt
+                           and (p.role, p.replica_id) == st.first_failure), None)
+            code = failed.exit_code if failed is not None else None
+            last = "failed:" + (str(code) if code is not None else "unknown")
+            self._retry(req, view, decision.roles, decision.attempt,
+                        attempt_env(decision.attempt, st.num_restarts + 1, last))
             return DescribeAppResponse(app_id=view.app_id, state=AppState.RUNNING, created=view.created,
                                        num_restarts=st.num_restarts + 1, msg=f"retrying after {decision.why}")
         desc = self._describe_view(view, st)
@@ -343,6 +376,8 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                 for r in rs.replicas:
                     if decision.gang and not r.state.is_terminal:
                         r.state, r.error_msg = AppState.FAILED, r.error_msg or decision.msg
+                    elif decision.time_limit and r.state != AppState.SUCCEEDED:
+                        r.state, r.error_msg = AppState.FAILED, decision.msg
                     elif decision.stop and not r.state.is_terminal:
                         r.state, r.error_msg = AppState.CANCELLED, f"stopped: {decision.msg}"
             desc.structured_error_msg = failure_of(desc.state, desc.msg, desc.roles_statuses)
@@ -350,8 +385,10 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
             self._finish(req, desc, view.pods, grace=req.grace_period if decision.stop else 0)
         return desc
 
-    def _retry(self, req: KubernetesRequest, view: AppView, roles: Sequence[str], attempt: int) -> None:
-        """Delete the Jobs of ``roles``, logs snapshotted, and create them anew as try ``attempt``.
+    def _retry(self, req: KubernetesRequest, view: AppView, roles: Sequence[str], attempt: int,
+               env: dict[str, str] | None = None) -> None:
+        """Delete the Jobs of ``roles``, logs snapshotted, and create them anew as try ``attempt`` (with
+        ``env``: the attempt's ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``).
 
         The new try is recorded first (``attempts.json``), so a refresh that still sees the old pods while
         they are being deleted does not retry again; the new Jobs carry ``tsm/attempt`` too.
@@ -367,7 +404,7 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         jobs = [j for j in req.jobs if j["metadata"]["annotations"][ANN_ROLE] in roles]
         for j in jobs:
             client.delete_job_of(req.app_id, j["metadata"]["labels"][LABEL_ROLE], j["metadata"]["labels"][LABEL_REPLICA])
-        self._create_jobs(req, client, [retried(j, req.app_id, attempt) for j in jobs])
+        self._create_jobs(req, client, [retried(j, req.app_id, attempt, env) for j in jobs])
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """The app's status from one pod list shared by every app of the process.

@@ -16,6 +16,12 @@ CPU itself. Steps:
 
 SIGTERM (``ray job stop``) stops every replica's process group: SIGTERM, then SIGKILL after the grace
 period. A watchdog per replica kills its process group if the actor dies without doing so.
+
+Long runs (issue 25): with a ``time_limit`` the driver warns every replica's process group with
+``warn_signal`` ``warn_before`` ahead of it (checked once a second), and at the limit stops them all (the
+warning first if it had not gone yet) and records the app FAILED "time limit X reached"; a cancel with a
+``warn_signal`` warns first and gives the replicas ``warn_before`` to end before SIGTERM. Every attempt
+gets ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT`` and ``TSM_LAST_EXIT`` (``failed:<code>``).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import Any
 
 import ray as _ray
 
+from tsm.schedulers.common.durations import format_duration
 from tsm.schedulers.ray.request import NAMESPACE, DriverPayload, ReplicaSpec
 
 #: Ray, untyped here: its stubs do not cover actor options or the internals the driver reads.
@@ -126,6 +133,18 @@ class Replica:
             self.watchdog.wait()
         return code
 
+    def signal(self, signame: str) -> bool:
+        """Send ``signame`` (``USR1``) to the running attempt's process group (the warning); False if none runs."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return False
+        _signal_group(proc.pid, int(signal.Signals["SIG" + signame.removeprefix("SIG")]))
+        return True
+
+    def running(self) -> bool:
+        """True while the current attempt's process runs."""
+        return self.proc is not None and self.proc.poll() is None
+
     def stop(self, grace: float) -> None:
         """SIGTERM the process group, SIGKILL after ``grace`` seconds."""
         proc = self.proc
@@ -170,7 +189,15 @@ class Driver:
         self.state, self.msg, self.num_restarts = "PENDING", "", 0
         self.lock = threading.Lock()
         self.stopping = False
+        #: a cancel has begun (it may be warning the replicas): nothing is retried any more
+        self.cancelling = False
         self.actors: dict[tuple[str, int], Any] = {}
+        #: why each replica's previous attempt ended (``TSM_LAST_EXIT``)
+        self.last_exit: dict[tuple[str, int], str] = {}
+        #: the warning was sent (once per app)
+        self.warned = False
+        #: when the time limit counts from (monotonic; set as the run starts)
+        self.t0 = time.monotonic()
 
     def write(self) -> None:
         with self.lock:
@@ -185,6 +212,7 @@ class Driver:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        self.t0 = time.monotonic()
         self.write()
         pg = placement_group([r.bundle for r in self.p.replicas], strategy=self.p.strategy)
         ready, _ = ray.wait([pg.ready()], timeout=self.p.gang_timeout)
@@ -215,6 +243,9 @@ class Driver:
             waits[self._start(key)] = key
         self.write()
         while waits and not self.stopping:
+            if self._time_limit():
+                waits.clear()
+                break
             done, _ = ray.wait(list(waits), num_returns=1, timeout=1.0)
             for ref in done:
                 key = waits.pop(ref)
@@ -228,6 +259,9 @@ class Driver:
                 rep["exit_code"] = code
                 if code == 0:
                     rep["state"] = "SUCCEEDED"
+                    continue
+                if self.cancelling:  # ended during a cancel's warning: cancelled, not a failure to retry
+                    rep["state"], rep["msg"] = "CANCELLED", "cancelled"
                     continue
                 rep["state"], rep["msg"] = "FAILED", rep["msg"] or f"exited with code {code}"
                 role = self.roles[key[0]]
@@ -243,6 +277,7 @@ class Driver:
                                 ray.get(sref)
                                 waits.pop(sref)
                     for k in scope:
+                        self.last_exit[k] = f"failed:{code}"
                         self.reps[k]["restarts"] += 1
                         self.reps[k]["attempt"] += 1
                         waits[self._start(k)] = k
@@ -256,7 +291,7 @@ class Driver:
                 waits.clear()
                 break
             self.write()
-        if self.stopping:
+        if self.stopping or self.cancelling:
             return 0
         if self.state != "FAILED":
             self.state = "SUCCEEDED"
@@ -268,14 +303,62 @@ class Driver:
         rep = self.reps[key]
         env = dict(spec.env)
         env["TSM_RANK0_HOST"] = self.rank0
+        env.update(TSM_ATTEMPT=str(rep["attempt"]), TSM_RESTART_COUNT=str(self.num_restarts),
+                   TSM_LAST_EXIT=self.last_exit.get(key, ""))
         if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
             env["TORCHX_RANK0_HOST"] = self.rank0
         pid = ray.get(self.actors[key].start.remote(spec.command, env, rep["attempt"]))
         rep.update(state="RUNNING", pid=pid, exit_code=None, msg="")
         return self.actors[key].wait.remote()
 
+    def warn(self) -> int:
+        """Send the warning signal to every replica still running, once per app; how many got it."""
+        if not self.p.warn_signal or self.warned:
+            return 0
+        self.warned = True
+        with contextlib.suppress(Exception):  # an actor already gone has nothing to warn
+            return sum(ray.get([a.signal.remote(self.p.warn_signal) for a in self.actors.values()], timeout=30))
+        return 0
+
+    def _time_limit(self) -> bool:
+        """Warn within ``warn_before`` of the time limit; at it, stop every replica (warned first) and record
+        the app FAILED "time limit X reached". True once the limit is reached."""
+        limit = self.p.time_limit
+        if limit is None:
+            return False
+        elapsed = time.monotonic() - self.t0
+        if elapsed >= limit - self.p.warn_before and elapsed < limit:
+            self.warn()
+        if elapsed < limit:
+            return False
+        self.warn()
+        msg = f"time limit {format_duration(limit)} reached"
+        running = [k for k, r in self.reps.items() if r["state"] == "RUNNING"]
+        with contextlib.suppress(Exception):  # an actor already gone has nothing to stop
+            ray.get([self.actors[k].stop.remote(self.p.grace_period) for k in running],
+                    timeout=self.p.grace_period + 30)
+        for k in running:
+            self.reps[k]["state"], self.reps[k]["msg"] = "FAILED", msg
+        self.state, self.msg = "FAILED", msg
+        return True
+
+    def _wait_warned(self) -> None:
+        """After a warning, wait ``warn_before`` at most for the replicas to end by themselves."""
+        end = time.monotonic() + self.p.warn_before
+        while time.monotonic() < end:
+            try:
+                if not any(ray.get([a.running.remote() for a in self.actors.values()], timeout=10)):
+                    return
+            except Exception:  # noqa: BLE001 (an actor gone: stop the rest now)
+                return
+            time.sleep(0.2)
+
     def stop(self) -> None:
-        """``ray job stop``: stop every replica (grace period), record CANCELLED."""
+        """``ray job stop``: warn every replica and give them ``warn_before`` (with a ``warn_signal``), then
+        stop them (grace period), record CANCELLED."""
+        self.cancelling = True
+        if self.warn():
+            self._wait_warned()
         self.stopping = True
         refs = [a.stop.remote(self.p.grace_period) for a in self.actors.values()]
         with contextlib.suppress(Exception):  # an actor already gone has nothing to stop
@@ -305,7 +388,7 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     code = driver.run()
-    if driver.stopping:
+    if driver.stopping or driver.cancelling:
         done.wait(driver.p.grace_period + 20)
         return 0
     return code

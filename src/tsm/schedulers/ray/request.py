@@ -15,6 +15,7 @@ No Ray call happens here (a dry run needs no cluster). A request is two things:
 from __future__ import annotations
 
 import json
+import math
 import re
 import secrets
 import shlex
@@ -22,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError
-from tsm.schedulers.common.options import RunOptions, option
+from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS, LifecycleOptions, format_duration
+from tsm.schedulers.common.options import option
 from tsm.specs.api import AppDef, is_null_resource, macros
 
 #: Every tsm actor lives in this Ray namespace, named ``<app_id>/<role>/<replica_id>``.
@@ -33,9 +35,19 @@ META_APP = "tsm.app"
 META_SESSION = "tsm.session"
 META_ROLES = "tsm.roles"
 META_CREATED = "tsm.created"
+#: seconds ``ray job stop`` leaves the driver before SIGKILL (set with a ``warn_signal``: the warning's time)
+META_STOP_WAIT = "tsm.stop_wait"
 #: The payload's module name on the cluster: ``tsm_ray_payload_<app id, made an identifier>``.
 PAYLOAD_PREFIX = "tsm_ray_payload_"
 STRATEGIES = ("SPREAD", "PACK")
+
+#: the long-run options the ray scheduler does not carry out yet: refused, never ignored
+_NOT_YET = {
+    "stall_timeout": "the driver does not watch its replicas' output and CPU",
+    "requeue_on_time_limit": "a time limit ends the app; it is not restarted",
+    "exclude_nodes": "no node-id constraint is placed yet",
+    "max_preemptions": "actors lost with their node are not told apart from failures yet",
+}
 #: What each replica of a role without a resource holds: 1 CPU, no GPU, no memory reservation (TorchX's Ray
 #: scheduler gave such a role one CPU too).
 DEFAULT_BUNDLE: dict[str, float] = {"CPU": 1.0}
@@ -46,8 +58,9 @@ IMPLICIT_EXCLUDES = [".git", ".venv", "venv", ".tox", ".mypy_cache", ".pytest_ca
 
 
 @dataclass(frozen=True)
-class RayOptions(RunOptions):
-    """Run options of the ``ray`` scheduler."""
+class RayOptions(LifecycleOptions):
+    """Run options of the ``ray`` scheduler, with the long-run ones its driver carries out: ``time_limit``,
+    ``warn_signal`` and ``warn_before`` (before the time limit and before a cancel)."""
 
     address: str = option(
         "the Ray dashboard (job API) address, e.g. http://127.0.0.1:8265; default $RAY_ADDRESS, else that", ""
@@ -62,6 +75,14 @@ class RayOptions(RunOptions):
     )
 
     def check(self) -> None:
+        super().check()
+        given = {
+            "stall_timeout": self.stall_timeout is not None, "requeue_on_time_limit": self.requeue_on_time_limit,
+            "exclude_nodes": bool(self.exclude_nodes), "max_preemptions": self.max_preemptions != DEFAULT_MAX_PREEMPTIONS,
+        }
+        for name, why in _NOT_YET.items():
+            if given[name]:
+                raise InvalidRunOptionError(f"run option {name} is not supported on ray yet ({why})")
         if self.placement_strategy not in STRATEGIES:
             raise InvalidRunOptionError(
                 f"placement_strategy must be one of {', '.join(STRATEGIES)}, not {self.placement_strategy!r}"
@@ -107,6 +128,12 @@ class DriverPayload:
     strategy: str
     gang_timeout: float
     grace_period: float
+    #: seconds the app may run from the driver's start (None: no limit); the driver stops it there
+    time_limit: float | None = None
+    #: the warning signal's name (``USR1``), empty for none; sent to every replica's process group
+    warn_signal: str = ""
+    #: how long before the time limit the warning comes, and a warned replica has before SIGTERM on a cancel
+    warn_before: float = 120.0
 
     def to_json(self) -> str:
         """ASCII JSON (surrogate-escaped bytes that are not UTF-8 survive as ``\\udcXX``)."""
@@ -187,6 +214,8 @@ def build_request(app: AppDef, opts: RayOptions, session: str, address: str, cre
     app_id = new_app_id(app.name)
     roles = [RoleSpec(r.name, r.num_replicas, r.max_retries, r.retry_policy.value) for r in app.roles]
     replicas: list[ReplicaSpec] = []
+    sig = opts.warn_signum
+    warn = sig.name.removeprefix("SIG") if sig is not None else ""
     working_dir = source = ""
     default_sized: list[str] = []
     for role in app.roles:
@@ -205,9 +234,12 @@ def build_request(app: AppDef, opts: RayOptions, session: str, address: str, cre
                 "TSM_APP_ID": app_id, "TSM_ROLE_NAME": role.name, "TSM_REPLICA_ID": str(i),
                 "TSM_NUM_REPLICAS": str(role.num_replicas), "PYTHONUNBUFFERED": "1",
             })
+            if warn:
+                env["TSM_WARN_SIGNAL"] = warn
             replicas.append(ReplicaSpec(role.name, i, actor_name(app_id, role.name, i), [r.entrypoint, *r.args],
                                         env, dict(bundle)))
-    payload = DriverPayload(app_id, roles, replicas, opts.placement_strategy, opts.gang_timeout, opts.grace_period)
+    payload = DriverPayload(app_id, roles, replicas, opts.placement_strategy, opts.gang_timeout, opts.grace_period,
+                            opts.time_limit_s, warn, opts.warn_before_s)
     shape = [[r.name, r.num_replicas] for r in roles]
     metadata = {
         META_SCHEDULER: "ray", META_APP: app.name, META_SESSION: session, META_ROLES: json.dumps(shape),
@@ -216,6 +248,9 @@ def build_request(app: AppDef, opts: RayOptions, session: str, address: str, cre
     entrypoint = f"python -m tsm.schedulers.ray.driver {payload_module(app_id)}"
     # the driver asks for no CPU: only the replicas' actors hold resources
     runtime_env: dict[str, Any] = {"env_vars": {"RAY_JOB_SUBMISSION_ID_TSM": app_id}}
+    if warn:  # `ray job stop` SIGKILLs the driver 3 s after its SIGTERM by default: leave it the warning's time
+        stop_wait = str(math.ceil(opts.warn_before_s + opts.grace_period) + 15)
+        runtime_env["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"] = metadata[META_STOP_WAIT] = stop_wait
     return RayRequest(app_id, app.name, session, address, entrypoint, metadata, runtime_env, payload,
                       working_dir, app.to_dict(), source, default_sized)
 
@@ -241,6 +276,12 @@ def format_request(req: RayRequest) -> str:
         lines.append(f"# replicas start in the job's working_dir, a snapshot of {req.working_dir_source or req.working_dir}")
     else:
         lines.append("# no working_dir: replicas start in the Ray worker's directory (relative paths are the worker's)")
+    p = req.payload
+    if p.time_limit is not None:
+        lines.append(f"# time limit {format_duration(p.time_limit)}, enforced by the driver"
+                     + (f"; SIG{p.warn_signal} {format_duration(p.warn_before)} before it" if p.warn_signal else ""))
+    if p.warn_signal:
+        lines.append(f"# on cancel: SIG{p.warn_signal}, {format_duration(p.warn_before)}, then SIGTERM")
     for role in req.payload.roles:
         lines.append(f"# role {role.name}: {role.num_replicas} replica(s), retries {role.max_retries} "
                      f"({role.retry_policy})" + ("" if role.name not in req.default_sized else

@@ -32,6 +32,7 @@ from tsm.schedulers.ray.client import RayClient, resolve_address
 from tsm.schedulers.ray.request import (
     IMPLICIT_EXCLUDES,
     MAX_WORKING_DIR_BYTES,
+    META_STOP_WAIT,
     RayOptions,
     RayRequest,
     build_request,
@@ -292,7 +293,8 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
             return
         c = self.client(self.address_of(app_id))
         c.stop(app_id)
-        deadline = time.monotonic() + 120
+        warn = self._warn_wait(app_id)
+        deadline = time.monotonic() + 120 + warn
         while time.monotonic() < deadline:
             job = c.job(app_id)
             if job is None or _job_status(job) in _TERMINAL_JOB:
@@ -301,6 +303,15 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
         while time.monotonic() < deadline and c.actors(app_id):
             time.sleep(0.2)
         self._watcher(c.address).invalidate()
+
+    def _warn_wait(self, app_id: str) -> float:
+        """Seconds a cancel of ``app_id`` may spend warning its replicas (the job's stop wait beyond Ray's
+        default, set at submission with a ``warn_signal``); 0 when unknown."""
+        job = self.client(self.address_of(app_id)).job(app_id)
+        try:
+            return float(job.metadata.get(META_STOP_WAIT, 0)) if job is not None else 0.0
+        except (TypeError, ValueError):
+            return 0.0
 
     # -- logs ---------------------------------------------------------------------------------------------
     def _roles(self, app_id: str) -> dict[str, int] | None:
