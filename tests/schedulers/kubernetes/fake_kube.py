@@ -171,8 +171,8 @@ class FakeCluster:
     def _env(self, c: Obj) -> dict[str, str]:
         env = {}
         for e in c.get("env", []):
-            if "value" in e:
-                env[e["name"]] = e["value"].replace("$$", "$")
+            if "valueFrom" not in e:  # a plain value; the API server leaves an empty one out
+                env[e["name"]] = e.get("value", "").replace("$$", "$")
             elif "secretKeyRef" in e.get("valueFrom", {}):
                 ref = e["valueFrom"]["secretKeyRef"]
                 secret = self.secrets.get(ref["name"])

@@ -59,7 +59,7 @@ def test_manifests_carry_the_deadline_the_hook_and_the_attempt() -> None:
     assert req.grace_period == 310  # a delete (cancel) leaves the hook its time too
     hook = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
     assert hook[:2] == ["/bin/sh", "-c"] and "kill -USR1 1" in hook[2]
-    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    env = {e["name"]: e.get("value", "") for e in pod["containers"][0]["env"]}
     assert (env["TSM_ATTEMPT"], env["TSM_RESTART_COUNT"], env["TSM_LAST_EXIT"], env["TSM_WARN_SIGNAL"]) == (
         "0", "0", "", "USR1")
     plain = build_request(AppDef("m", [role("pass")]), KubernetesOptions.from_cfg({}), "s", "/tmp", 0.0)

@@ -60,7 +60,7 @@ def test_one_headless_service_and_one_job_per_replica() -> None:
     c = pod["containers"][0]
     assert c["image"] == "img:1" and c["imagePullPolicy"] == "IfNotPresent"
     assert c["command"] == ["python"] and c["args"] == ["-c", "x"]
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e.get("value", "") for e in c["env"]}
     assert env["TSM_RANK0_HOST"] == f"trainer-0.{req.app_id}"
     assert env["TSM_REPLICA_ID"] == "1" and env["TSM_NUM_REPLICAS"] == "2" and env["TSM_ROLE_NAME"] == "trainer"
     labels = req.jobs[1]["spec"]["template"]["metadata"]["labels"]
@@ -205,7 +205,7 @@ def test_owner_and_rank0_ip_are_applied_to_a_copy() -> None:
                                                        "uid": "uid-1", "blockOwnerDeletion": False}
     assert "ownerReferences" not in req.jobs[1]["metadata"]
     ip = with_rank0(req.jobs[1], "172.17.0.5")
-    env = {e["name"]: e["value"] for e in _pod_spec(ip)["containers"][0]["env"]}
+    env = {e["name"]: e.get("value", "") for e in _pod_spec(ip)["containers"][0]["env"]}
     assert env["TSM_RANK0_HOST"] == "172.17.0.5"
     assert "hostAliases" not in _pod_spec(req.jobs[1])
 
@@ -218,7 +218,7 @@ def test_dns_mode_manifests_name_rank0_by_the_services_dns() -> None:
     assert req.dns == "yes"
     for job in req.jobs:
         pod = _pod_spec(job)
-        env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+        env = {e["name"]: e.get("value", "") for e in pod["containers"][0]["env"]}
         assert env["TSM_RANK0_HOST"] == f"trainer-0.{req.app_id}"
         assert pod["subdomain"] == req.app_id == req.service["metadata"]["name"]
         assert "hostAliases" not in pod
@@ -237,7 +237,7 @@ def test_no_dns_mode_gives_the_others_rank0_ip_and_host_aliases() -> None:
     job = with_rank0(req.jobs[2], "10.1.0.7")
     pod = _pod_spec(job)
     assert pod["hostAliases"] == [{"ip": "10.1.0.7", "hostnames": names}]
-    assert {e["name"]: e["value"] for e in pod["containers"][0]["env"]}["TSM_RANK0_HOST"] == "10.1.0.7"
+    assert {e["name"]: e.get("value", "") for e in pod["containers"][0]["env"]}["TSM_RANK0_HOST"] == "10.1.0.7"
     again = _pod_spec(with_rank0(job, "10.1.0.9"))
     assert again["hostAliases"] == [{"ip": "10.1.0.9", "hostnames": names}]
     own = _pod_spec(with_own_ip_as_rank0(req.jobs[0]))["containers"][0]["env"]

@@ -428,7 +428,7 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
                 key = secret_key(v)
                 secret_data[key] = v
                 env_spec.append({"name": k, "valueFrom": {"secretKeyRef": {"name": app_id, "key": key}}})
-            env_spec += [{"name": k, "value": escape(v)} for k, v in own.items()]
+            env_spec += [env_var(k, v) for k, v in own.items()]
             labels = {**base_labels, LABEL_ROLE: label_value(role.name), LABEL_REPLICA: str(i), LABEL_ATTEMPT: "0"}
             annotations = {ANN_ROLE: role.name, ANN_ROLES: json.dumps(shape), ANN_CREATED: f"{created:.3f}",
                            ANN_RANK0: rank0}
@@ -574,6 +574,12 @@ def with_own_ip_as_rank0(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def env_var(name: str, value: str) -> dict[str, str]:
+    """One plain env entry of a container. An empty value is left out, as the API server stores it (``value``
+    is omitted when empty), so the dry run is exactly what the server holds."""
+    return {"name": name, "value": escape(value)} if value else {"name": name}
+
+
 def retried(job: dict[str, Any], app_id: str, attempt: int, env: dict[str, str] | None = None) -> dict[str, Any]:
     """``job`` for the ``attempt``-th ROLE/APPLICATION retry: a new name, the attempt label, and ``env`` (the
     attempt's ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``) laid over the container's."""
@@ -583,10 +589,11 @@ def retried(job: dict[str, Any], app_id: str, attempt: int, env: dict[str, str] 
         for e in container_env:
             if e["name"] == k:
                 e.pop("valueFrom", None)
-                e["value"] = escape(v)
+                e.pop("value", None)
+                e.update(env_var(k, v))
                 break
         else:
-            container_env.append({"name": k, "value": escape(v)})
+            container_env.append(env_var(k, v))
     labels = out["metadata"]["labels"]
     name = out["metadata"]["annotations"][ANN_ROLE]
     out["metadata"]["name"] = job_name(app_id, name, int(labels[LABEL_REPLICA]), attempt)
