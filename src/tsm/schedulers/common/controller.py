@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tsm.schedulers.common.durations import format_duration
+from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS
 from tsm.schedulers.common.status import AppStatusView
 from tsm.specs.api import AppState
 
@@ -67,6 +68,20 @@ class Retry:
     attempt: int
     #: the failure retried after (the status says "retrying after <why>")
     why: str
+    #: the cluster's decision, not the program's failure (a preemption, a lost node, a time limit with
+    #: ``requeue_on_time_limit``): it spends ``max_preemptions``, never ``max_retries``, and the next attempt
+    #: sees ``TSM_LAST_EXIT=preempted`` (``time_limit`` for a requeue at the limit)
+    preemption: bool = False
+    #: it restarts the app at its time limit (``requeue_on_time_limit``): the limit counts again from now
+    time_limit: bool = False
+
+    @property
+    def last_exit(self) -> str | None:
+        """``TSM_LAST_EXIT`` of the next attempt when the decision fixes it (None: the failed replica's
+        ``failed:<code>``, which only the backend knows)."""
+        if self.time_limit:
+            return "time_limit"
+        return "preempted" if self.preemption else None
 
 
 @dataclass(frozen=True)
@@ -104,6 +119,8 @@ class Limits:
     reached: bool = False
     #: seconds past the limit before a look enforces it, where the engine enforces it first (a backstop)
     slack: float = 0.0
+    #: ``requeue_on_time_limit``: the limit restarts the app as a preemption while the budget lasts
+    requeue: bool = False
 
     @property
     def message(self) -> str:
@@ -125,16 +142,25 @@ def decide(
     waiting_since: float | None = None,
     now: float = 0.0,
     limits: Limits | None = None,
+    preemptions: int = 0,
+    max_preemptions: int = DEFAULT_MAX_PREEMPTIONS,
 ) -> Decision:
     """What to do about an app after one look (pure: same inputs, same answer).
 
     * not ``owned``: nothing (only the submitter acts);
-    * a time limit (``limits``) reached now or on an earlier look: :class:`Finish` FAILED "time limit X
-      reached" that stops what runs (``time_limit``), before any retry: the stopped replicas' exits are not
-      the program's failures; within ``warn_before`` of it, with a warning signal not yet sent: :class:`Warn`;
+    * a time limit (``limits``) reached now or on an earlier look: with ``limits.requeue`` and fewer than
+      ``max_preemptions`` restarts made as preemptions (``preemptions``, app-wide), a :class:`Retry` of every
+      role as a preemption (``time_limit``); else :class:`Finish` FAILED "time limit X reached" that stops
+      what runs (``time_limit``), before any retry: the stopped replicas' exits are not the program's
+      failures; within ``warn_before`` of it, with a warning signal not yet sent: :class:`Warn`;
+    * FAILED with a replica to blame that the cluster ended (its ``ReplicaStatus.preempted``): a
+      :class:`Retry` as a preemption of its role (ROLE, REPLICA) or of every role (APPLICATION) while
+      ``preemptions < max_preemptions``, whatever ``max_retries`` is; else :class:`Finish` FAILED "... (no
+      preemptions left: max_preemptions=N)";
     * FAILED with a replica to blame: a :class:`Retry` of the failed replica's role (ROLE) or of every role
-      (APPLICATION) while the tries made (``attempts``: role -> try, the highest in scope counts) are fewer
-      than the role's ``max_retries``; else :class:`Finish` FAILED that stops the others;
+      (APPLICATION) while the tries made for failures (``attempts``: role -> try, the highest in scope
+      counts, less the ``preemptions``) are fewer than the role's ``max_retries``; else :class:`Finish`
+      FAILED that stops the others;
     * not every replica running ``gang_timeout`` seconds after ``waiting_since`` (the current try's start):
       :class:`Finish` FAILED with the first reason a replica gives (``gang``);
     * any other terminal state: :class:`Finish` in it (nothing left to stop);
@@ -142,17 +168,29 @@ def decide(
     """
     if not owned:
         return None
+    every = tuple(r.name for r in shape)
     if limits is not None and limits.time_limit is not None and (
         limits.reached or (not view.state.is_terminal and limits.started is not None
                            and now - limits.started >= limits.time_limit + limits.slack)
     ):
+        if limits.requeue and not limits.reached:
+            if preemptions < max_preemptions:
+                tried = max((attempts.get(r, 0) for r in every), default=0)
+                return Retry(every, tried + 1, limits.message, preemption=True, time_limit=True)
+            return Finish(AppState.FAILED, f"{limits.message} ({_spent(max_preemptions)})", stop=True, time_limit=True)
         return Finish(AppState.FAILED, limits.message, stop=True, time_limit=True)
     if view.state == AppState.FAILED and view.first_failure is not None:
-        role_name = view.first_failure[0]
+        role_name, k = view.first_failure
         role = next((r for r in shape if r.name == role_name), RoleShape(role_name, 1))
-        scope = (role_name,) if role.policy == "ROLE" else tuple(r.name for r in shape)
+        if _preempted(view, role_name, k):
+            scope = every if role.policy == "APPLICATION" else (role_name,)
+            tried = max((attempts.get(r, 0) for r in scope), default=0)
+            if preemptions < max_preemptions:
+                return Retry(scope, tried + 1, view.msg, preemption=True)
+            return Finish(AppState.FAILED, f"{view.msg} ({_spent(max_preemptions)})", stop=True)
+        scope = (role_name,) if role.policy == "ROLE" else every
         tried = max((attempts.get(r, 0) for r in scope), default=0)
-        if role.policy in ("ROLE", "APPLICATION") and tried < role.max_retries:
+        if role.policy in ("ROLE", "APPLICATION") and max(0, tried - preemptions) < role.max_retries:
             return Retry(scope, tried + 1, view.msg)
         return Finish(AppState.FAILED, view.msg, stop=True)
     if view.state.is_terminal:
@@ -165,3 +203,15 @@ def decide(
         return Finish(AppState.FAILED, f"not every replica was Running within gang_timeout={gang_timeout:g}s: {why}",
                       stop=True, gang=True)
     return None
+
+
+def _preempted(view: AppStatusView, role: str, k: int) -> bool:
+    """Whether replica ``k`` of ``role`` was ended by the cluster (its status's ``preempted`` flag)."""
+    for rs in view.roles:
+        if rs.role == role:
+            return any(r.id == k and r.preempted for r in rs.replicas)
+    return False
+
+
+def _spent(max_preemptions: int) -> str:
+    return f"no preemptions left: max_preemptions={max_preemptions}"

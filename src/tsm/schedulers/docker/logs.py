@@ -116,7 +116,7 @@ class DockerLogs:
         A follow ends when the container stops; if Docker will start it again, it is followed again and
         the bytes already given are skipped (the container keeps one log across its restarts).
         """
-        consumed = 0
+        consumed, last = 0, False
         while True:
             skip = consumed
             for chunk in self.client.follow(live.id, out, err, since=since):
@@ -126,14 +126,24 @@ class DockerLogs:
                 chunk, skip = chunk[skip:], 0
                 consumed += len(chunk)
                 yield chunk
-            def next_run() -> str | None:  # "end", "again" once Docker runs it again, None while restarting
-                now = next((c for c in self.client.list_containers(app_id) if c.id == live.id), None)
-                if now is None or now.final:
-                    return "end"
-                return "again" if now.state == "running" else None
-
-            if poll_until(next_run, None, initial=0.1, cap=1.0) == "end":
+            if last:
                 return
+
+            def next_run() -> str | None:
+                # None while Docker waits to restart it. A restarted run may be over before a poll sees it
+                # "running" (restarts back off from 100 ms), so anything else is read again: "last" once
+                # it is final (a read of a stopped container returns its whole log and ends), "gone" if removed.
+                now = next((c for c in self.client.list_containers(app_id) if c.id == live.id), None)
+                if now is None:
+                    return "gone"
+                if now.state == "restarting":
+                    return None
+                return "last" if now.final else "again"
+
+            seen = poll_until(next_run, None, initial=0.05, cap=0.5)
+            if seen == "gone":
+                return
+            last = seen == "last"
 
 
 def _snapshot_lines(snap: Path, names: list[str], since: datetime | None, until: datetime | None) -> Iterator[str]:
