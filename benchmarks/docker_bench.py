@@ -8,6 +8,11 @@ Lines:
   the replicas' exit to ``wait`` returning SUCCEEDED, for a role running ``sleep 2`` (the exit time is
   the latest ``FinishedAt`` Docker recorded). ``baseline``: the same with ``docker run -d`` for each
   container and ``docker wait`` (the CLI, sequentially), so the figures say what tsm adds. Median of 3.
+* ``docker_submit`` (replicas 32): seconds from ``submit`` to every replica seen RUNNING, for tsm as it is
+  (the role's containers created at most ``CREATE_CONCURRENCY`` at once), tsm creating them one after the
+  other (``CREATE_CONCURRENCY=1``: the code before issue 26), and the floor: 32 ``containers.run(detach=True)``
+  of the same image issued at once through the SDK (the network made beforehand), until the list shows all
+  running. Median of 3, interleaved; ``ratio`` is the median over the floor's (target: 1.2 or less).
 * ``docker_workspace``: seconds of a dry run + schedule with ``--workspace`` for a workspace of 200 small
   files and 20 MB: the first time (image built) and unchanged (reused: no build), with the build count.
 
@@ -96,6 +101,73 @@ def baseline_once(n: int) -> tuple[float, float]:
     return running, done - exited
 
 
+def _all_running(listing: object, n: int) -> None:
+    """Poll ``listing()`` (a list of states) until ``n`` are running."""
+    while sum(1 for st in listing() if st == "running") < n:  # type: ignore[operator]
+        time.sleep(0.02)
+
+
+def submit_tsm_once(n: int, concurrency: int | None = None) -> float:
+    from tsm.schedulers.docker import scheduler as mod
+    from tsm.specs.api import AppDef, Resource, Role
+
+    keep = mod.CREATE_CONCURRENCY
+    if concurrency is not None:
+        mod.CREATE_CONCURRENCY = concurrency
+    s = mod.DockerScheduler("bench")
+    try:
+        s.client.list_containers()  # connected before the clock starts, as the floor's client is
+        app = AppDef("sub", [Role("r", image=IMAGE, entrypoint="sleep", args=["60"], num_replicas=n,
+                                  resource=Resource(cpu=1, memMB=64))])
+        t0 = time.time()
+        app_id = s.submit(app)
+        _all_running(lambda: [r.state.name.lower() for d in [s.describe(app_id)] if d is not None
+                              for rs in d.roles_statuses for r in rs.replicas], n)
+        took = time.time() - t0
+        s.cancel(app_id)
+        s.remove(app_id)
+        return took
+    finally:
+        mod.CREATE_CONCURRENCY = keep
+        s.close()
+
+
+def submit_floor_once(n: int) -> float:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import docker
+
+    client = docker.from_env(timeout=120)
+    net = client.networks.create(f"bench-floor-{os.getpid()}", driver="bridge")
+    label = {"tsm-bench-floor": str(os.getpid())}
+    try:
+        t0 = time.time()
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            list(pool.map(lambda k: client.containers.run(IMAGE, ["sleep", "60"], detach=True, network=net.name,
+                                                          labels=label, init=True), range(n)))
+        _all_running(lambda: [c.status for c in client.containers.list(
+            all=True, filters={"label": "tsm-bench-floor"}, sparse=True)], n)
+        return time.time() - t0
+    finally:
+        for c in client.containers.list(all=True, filters={"label": "tsm-bench-floor"}):
+            c.remove(force=True)
+        net.remove()
+        client.close()
+
+
+def submit(n: int = 32, rounds: int = 3) -> None:
+    runs: dict[str, list[float]] = {"tsm": [], "tsm_sequential": [], "floor": []}
+    for _ in range(rounds):  # interleaved: a slow moment of the host touches every variant alike
+        runs["floor"].append(submit_floor_once(n))
+        runs["tsm"].append(submit_tsm_once(n))
+        runs["tsm_sequential"].append(submit_tsm_once(n, concurrency=1))
+    floor = statistics.median(runs["floor"])
+    for how, times in runs.items():
+        med = statistics.median(times)
+        emit(bench="docker_submit", how=how, replicas=n, submit_to_running_s=round(med, 3),
+             runs=[round(t, 3) for t in times], ratio=round(med / floor, 2))
+
+
 def latency(sizes: tuple[int, ...] = (1, 32)) -> None:
     for n in sizes:
         for how, fn in (("tsm", tsm_once), ("baseline", baseline_once)):
@@ -137,14 +209,20 @@ def workspace() -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", "--smoke", action="store_true", help="tiny sizes; never starts the engine (smoke)")
-    tiny = ap.parse_args().tiny
+    ap.add_argument("--only", choices=("latency", "submit", "workspace"), help="run one of the measures")
+    args = ap.parse_args()
+    tiny = args.tiny
     why = engine_ready(start=not tiny)
     if why:
         emit(bench="docker", skipped=why)
         return 0
     os.environ.setdefault("TSM_HOME", tempfile.mkdtemp(prefix="tsm-docker-bench-"))
-    latency((1,) if tiny else (1, 32))
-    workspace()
+    if args.only in (None, "latency"):
+        latency((1,) if tiny else (1, 32))
+    if args.only in (None, "submit"):
+        submit(4 if tiny else 32, 1 if tiny else 3)
+    if args.only in (None, "workspace"):
+        workspace()
     return 0
 
 

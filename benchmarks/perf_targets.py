@@ -337,9 +337,13 @@ def _wall_and_cpu(cmd: list[str], env: dict[str, str], runs: int) -> tuple[float
     return round(statistics.median(walls) * 1000, 2), round(statistics.median(cpus) * 1000, 2)
 
 
-def cli(runner: Any, env: dict[str, str], runs: int) -> None:
-    h = runner.run(app("/bin/true", [], 1, "cli"))
-    runner.wait(h)
+def cli(runner: Any, env: dict[str, str], runs: int, apps: int) -> None:
+    """``tsm --help``, ``tsm status HANDLE`` and ``tsm list`` with ``apps`` ended apps in the home (issue 26:
+    100), each beside ``python3 -c pass``: wall clock and CPU time (user + system) of the command."""
+    handles = [runner.run(app("/bin/true", [], 1, f"cli{i}")) for i in range(apps)]
+    for h in handles:
+        runner.wait(h)
+    h = handles[-1]
     subprocess.run([PY, "-c", "pass"], env=env, capture_output=True)
     base, base_cpu = _wall_and_cpu([PY, "-c", "pass"], env, runs)
     for name, cmd in (("tsm --help", [TSM, "--help"]), ("tsm status HANDLE", [TSM, "status", h]),
@@ -347,7 +351,8 @@ def cli(runner: Any, env: dict[str, str], runs: int) -> None:
         subprocess.run(cmd, env=env, capture_output=True)  # warm: file cache, bytecode
         ours, cpu = _wall_and_cpu(cmd, env, runs)
         row(name, ours, "ms median", "<= 2 x python3 -c pass", ours <= 2 * base, "python3 -c pass", base,
-            ratio=round(ours / base, 2), cpu_ms=cpu, baseline_cpu_ms=base_cpu, cpu_ratio=round(cpu / base_cpu, 2))
+            ratio=round(ours / base, 2), cpu_ms=cpu, baseline_cpu_ms=base_cpu, cpu_ratio=round(cpu / base_cpu, 2),
+            apps_in_home=apps)
 
 
 def _echo_server(path: str, ready: Any, stop: Any, out: Any) -> None:
@@ -480,6 +485,7 @@ def main() -> int:
     ap.add_argument("--replicas", type=int, default=1000, help="replicas in one app (issue target 10000)")
     ap.add_argument("--apps", type=int, default=50, help="concurrent local apps (issue target 1000)")
     ap.add_argument("--memory-apps", type=int, default=100, help="running apps the memory row measures over")
+    ap.add_argument("--cli-apps", type=int, default=100, help="ended apps in the home for the CLI rows")
     ap.add_argument("--clients", type=int, default=16, help="socket timer client processes")
     ap.add_argument("--only", nargs="*", choices=ROWS, metavar="ROW",
                     help=f"run only these rows (any of: {', '.join(ROWS)}); default: all")
@@ -510,7 +516,7 @@ def main() -> int:
         if "tail" in only:
             tail_lag(runner, 5 if tiny else 100)
         if "cli" in only:
-            cli(runner, env, 2 if tiny else 15)
+            cli(runner, env, 2 if tiny else 15, 2 if tiny else args.cli_apps)
         if "timer" in only:
             socket_timer(2 if tiny else args.clients, 0.2 if tiny else 1.0)
         if "reap" in only:

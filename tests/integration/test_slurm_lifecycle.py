@@ -1,22 +1,43 @@
-"""Long runs on the real Slurm cluster (issue 25): a short time limit warns every task before the end.
+"""Long runs on the real Slurm cluster (issue 25): warnings, preemption, cancels and lost nodes.
 
-``time_limit=1m`` with ``warn_before=45s``: Slurm sends USR1 to the batch shell (``--signal=B:USR1@45``)
-between 15 and 45 s in (its controller checks limits every 30 s), the batch shell forwards it to every task
-of the job, each task's ``tsm.lifecycle.on_warning`` handler writes a line, and at the limit Slurm ends the
-job (TIMEOUT). Asserted from what the tasks wrote and the recorded states; takes one to two minutes.
+- ``time_limit=1m`` with ``warn_before=45s``: Slurm sends USR1 to the batch shell (``--signal=B:USR1@45``)
+  between 15 and 45 s in (its controller checks limits every 30 s), the batch shell forwards it to every task
+  of the job, each task's ``tsm.lifecycle.on_warning`` handler writes a line, and at the limit Slurm ends the
+  job (TIMEOUT); takes one to two minutes.
+- Preemption: ``scripts/slurm-up`` configures ``preempt/partition_prio`` with ``PreemptMode=REQUEUE``, a
+  ``low`` partition (``GraceTime=5``) and a ``high`` one over the same nodes, and
+  ``SlurmctldParameters=preempt_send_user_signal``. An app in ``low`` holding a whole node is preempted by a
+  ``high`` job on that node: Slurm sends the app's ``--signal`` to its batch shell, which forwards it to every
+  task, then after the grace time ends and requeues the job; the next attempt sees
+  ``TSM_LAST_EXIT=preempted`` and ``max_retries=0`` is never touched. The worked example of
+  docs/long-runs.md (checkpoint on the warning, resume from ``TSM_RESTART_COUNT``) runs the same way.
+- ``tsm cancel`` of an app with a ``warn_signal`` warns every task before it ``scancel``s the job.
+- A node set DOWN under a replica: NODE_FAIL, a restart as a preemption, and a retry given that node again
+  (the only one it may use) that moves the job off it (``ExcNodeList``) and finishes elsewhere.
+- Stalls: restarted as the replica's failure, or failing the app even when the task exits 0 on the warning.
+- A time limit after a preemption still requeues with ``requeue_on_time_limit`` (Slurm clears
+  ``PreemptTime`` when it requeues a job).
+
+Each asserts from what the tasks wrote and the recorded states, never from timing.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from testutil import wait_until
 from tsm.schedulers.api import Stream
 from tsm.schedulers.slurm import SlurmScheduler, create_scheduler
+from tsm.schedulers.slurm.parse import read_excluded
 from tsm.specs.api import AppDef, AppState, Resource, Role
 
 from .conftest import SlurmCluster
@@ -59,3 +80,394 @@ def test_time_limit_warns_every_task_before_the_end() -> None:
         lines = list(sched.log_iter(app_id, "w", k, streams=Stream.STDOUT))
         assert lines[0] == "ready 0 0 None USR1\n", lines
         assert lines.count(f"warned {k}\n") == 1, lines  # the warning came once, before Slurm ended the job
+
+
+# -- preemption ------------------------------------------------------------------------------------------
+
+#: The CPUs each node of scripts/slurm-up advertises (NODE_CPUS): an app asking for all of them holds its
+#: node alone, so a job of the high partition on that node must preempt it.
+NODE_CPUS = 2
+
+PREEMPTED = textwrap.dedent(
+    """\
+    import sys, time
+    import tsm.lifecycle as lc
+    lc.on_warning(lambda: print("warned", lc.attempt(), flush=True))
+    print("attempt", lc.attempt(), "restarts", lc.restart_count(), "last", lc.last_exit(), flush=True)
+    if lc.restart_count():
+        sys.exit(0)
+    while True:
+        time.sleep(0.2)
+    """
+)
+
+
+def stdout_lines(sched: SlurmScheduler, app_id: str, role: str) -> list[str]:
+    return list(sched.log_iter(app_id, role, 0, streams=Stream.STDOUT))
+
+
+def node_of(sched: SlurmScheduler, app_id: str, role: str) -> str:
+    """The node replica 0 runs on (its status file names it once it started)."""
+    desc = sched.describe(app_id, max_age=0.0)
+    assert desc is not None
+    host = desc.roles_statuses[0].replicas[0].hostname
+    assert host, desc
+    return host
+
+
+@pytest.fixture
+def high_jobs() -> Iterator[list[str]]:
+    """Job ids of the high-priority jobs a test submits; cancelled after it."""
+    ids: list[str] = []
+    yield ids
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True, check=False)
+
+
+def preempt(node: str, high_jobs: list[str]) -> None:
+    """Submit a one-second job of the high partition on ``node``: Slurm preempts the low job holding it."""
+    proc = subprocess.run(["sbatch", "--parsable", "--partition=high", f"--nodelist={node}", "--ntasks=1",
+                           "--cpus-per-task=1", "--output=/dev/null", "--wrap=sleep 1"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    high_jobs.append(proc.stdout.strip().split(";")[0])
+
+
+def test_preempted_app_is_warned_then_restarts_as_a_preemption(high_jobs: list[str]) -> None:
+    sched: SlurmScheduler = create_scheduler("it")
+    app = AppDef("preempt", [Role("w", entrypoint=sys.executable, args=["-c", PREEMPTED], max_retries=0,
+                                  resource=Resource(cpu=NODE_CPUS, memMB=200))])  # fmt: skip
+    app_id = sched.submit(app, {"partition": "low", "warn_signal": "USR1", "warn_before": "60s",
+                                "max_preemptions": 1})  # fmt: skip
+    try:
+        wait_until(lambda: "attempt 0 restarts 0 last None\n" in stdout_lines(sched, app_id, "w"),
+                   "the first attempt to start", timeout=120)  # fmt: skip
+        preempt(node_of(sched, app_id, "w"), high_jobs)
+        desc = sched.wait(app_id, timeout=300)
+    finally:
+        sched.cancel(app_id)
+    assert desc is not None and desc.state == AppState.SUCCEEDED, desc
+    assert desc.num_restarts == 1, desc
+    # warned before it was stopped, then restarted knowing why; its own max_retries=0 was never spent
+    assert stdout_lines(sched, app_id, "w") == [
+        "attempt 0 restarts 0 last None\n", "warned 0\n", "attempt 1 restarts 1 last preempted\n"
+    ]
+    job_dir = sched._dir_and_app(app_id, None)[0]
+    assert job_dir is not None
+    assert not (job_dir / "failures").exists() and not (job_dir / "requeue_cause").exists()
+    assert "tsm: the job is preempted: SIGUSR1 to every task" in (job_dir / "batch.out").read_text()
+
+
+#: The worked example of docs/long-runs.md: 20 steps; on the warning, a checkpoint at the next step boundary,
+#: then wait to be stopped; a restart resumes from the checkpoint.
+TRAIN = textwrap.dedent(
+    """\
+    import json, os, sys, time
+    import tsm.lifecycle
+
+    ckpt, steps = sys.argv[1], 20
+    tsm.lifecycle.on_warning(lambda: print("warned: checkpointing at the next step", flush=True))
+    start = 0
+    if tsm.lifecycle.restart_count() and os.path.exists(ckpt):  # a restart: resume
+        with open(ckpt) as f:
+            start = json.load(f)["next_step"]
+        print(f"resumed at step {start} after {tsm.lifecycle.last_exit()}", flush=True)
+    for step in range(start, steps):
+        if tsm.lifecycle.warned():  # checkpoint at a step boundary, then wait to be stopped
+            with open(ckpt + ".tmp", "w") as f:
+                json.dump({"next_step": step}, f)
+            os.replace(ckpt + ".tmp", ckpt)
+            print(f"checkpointed: next step {step}", flush=True)
+            time.sleep(3600)
+        print(f"step {step}", flush=True)
+        time.sleep(0.5)  # the work of one step
+    """
+)
+
+
+def test_worked_example_checkpoints_on_preemption_and_does_every_step_once(
+    tmp_path: Path, high_jobs: list[str]
+) -> None:
+    (tmp_path / "train_resume.py").write_text(TRAIN)
+    sched: SlurmScheduler = create_scheduler("it")
+    app = AppDef("resume", [Role("trainer", entrypoint=sys.executable,
+                                 args=[str(tmp_path / "train_resume.py"), str(tmp_path / "ckpt.json")],
+                                 resource=Resource(cpu=NODE_CPUS, memMB=200))])  # fmt: skip
+    app_id = sched.submit(app, {"partition": "low", "warn_signal": "USR1", "warn_before": "60s",
+                                "max_preemptions": 2})  # fmt: skip
+    try:
+        wait_until(lambda: "step 2\n" in stdout_lines(sched, app_id, "trainer"), "step 2", timeout=120)
+        preempt(node_of(sched, app_id, "trainer"), high_jobs)
+        desc = sched.wait(app_id, timeout=300)
+    finally:
+        sched.cancel(app_id)
+    lines = stdout_lines(sched, app_id, "trainer")
+    assert desc is not None and desc.state == AppState.SUCCEEDED, (desc, lines)
+    assert [ln for ln in lines if ln.startswith("step ")] == [f"step {i}\n" for i in range(20)]  # each once
+    assert desc.num_restarts == 1
+    checkpointed = [ln for ln in lines if ln.startswith("checkpointed: next step ")]
+    assert len(checkpointed) == 1, lines
+    step = checkpointed[0].split()[-1]
+    assert f"resumed at step {step} after preempted\n" in lines, lines
+
+
+# -- a warning before a cancel -------------------------------------------------------------------------
+
+CANCELLED = textwrap.dedent(
+    """\
+    import os, sys, time
+    import tsm.lifecycle as lc
+    lc.on_warning(lambda: None)
+    print("ready", flush=True)
+    while not lc.warned():
+        time.sleep(0.1)
+    print("warned: saving", os.environ["TSM_REPLICA_ID"], flush=True)
+    sys.exit(0)
+    """
+)
+
+
+def test_cancel_warns_every_task_before_scancel() -> None:
+    sched: SlurmScheduler = create_scheduler("it")
+    app = AppDef("cwarn", [Role("w", entrypoint=sys.executable, args=["-c", CANCELLED], num_replicas=2,
+                                resource=Resource(cpu=1, memMB=200))])  # fmt: skip
+    app_id = sched.submit(app, {"warn_signal": "USR1", "warn_before": "60s", "max_preemptions": 0})
+    try:
+        for k in (0, 1):
+            wait_until(lambda k=k: "ready\n" in list(sched.log_iter(app_id, "w", k, streams=Stream.STDOUT)),
+                       f"replica {k} ready", timeout=120)  # fmt: skip
+    finally:
+        sched.cancel(app_id)
+    desc = sched.describe(app_id, max_age=0.0)
+    assert desc is not None and desc.state.is_terminal, desc
+    for k in (0, 1):
+        lines = list(sched.log_iter(app_id, "w", k, streams=Stream.STDOUT))
+        assert lines == ["ready\n", f"warned: saving {k}\n"], lines  # warned once, and had time to save
+    job_dir = sched._dir_and_app(app_id, None)[0]
+    assert job_dir is not None
+    assert "tsm: cancelled: SIGUSR1 to every task" in (job_dir / "batch.out").read_text()
+
+
+# -- a node lost under a replica -------------------------------------------------------------------------
+
+ON_NODE = textwrap.dedent(
+    """\
+    import os, sys, time
+    import tsm.lifecycle as lc
+    print("attempt", lc.attempt(), "last", lc.last_exit(), "on", os.environ["SLURMD_NODENAME"], flush=True)
+    if lc.restart_count():
+        sys.exit(0)
+    while True:
+        time.sleep(0.2)
+    """
+)
+
+
+def node_in_service(node: str) -> bool:
+    states = subprocess.run(["sinfo", "-h", "-N", "-n", node, "-o", "%t"], capture_output=True, text=True).stdout
+    return bool(states.strip()) and all(s.strip() in ("idle", "mix", "alloc") for s in states.splitlines())
+
+
+def slowly(pred: Callable[[], bool]) -> Callable[[], bool]:
+    """``pred`` asked at most about three times a second (it runs Slurm commands)."""
+
+    def ask() -> bool:
+        time.sleep(0.3)
+        return pred()
+
+    return ask
+
+
+def job_field(job_id: str, name: str) -> str:
+    """One field of ``scontrol show job`` (its first component's), "" when absent."""
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+    m = re.search(rf"\b{name}=(\S*)", out)
+    return m.group(1) if m else ""
+
+
+def hostnames(expr: str) -> set[str]:
+    out = subprocess.run(["scontrol", "show", "hostnames", expr], capture_output=True, text=True).stdout
+    return set(out.split())
+
+
+def test_a_node_set_down_under_a_replica_is_a_preemption_and_the_retry_moves_off_it(high_jobs: list[str]) -> None:
+    """The retry is given the failed node again, so the script must move it off (no condition on chance).
+
+    The app may use two nodes only (``exclude`` names the others). Once it runs on one of them (X), a job of
+    the debug partition takes the other (Y) whole; X is set DOWN (NODE_FAIL, Slurm requeues the app), then
+    back in service: X is then the only node the retry can be given. Its batch script finds X failed under
+    attempt 0, requeues the job held with ``ExcNodeList`` = the ``exclude`` nodes and X, and releases it; the
+    app waits for Y, which is freed, and finishes there. Each step is asserted from Slurm's record and the
+    replica's own output.
+    """
+    nodes = sorted(hostnames(subprocess.run(["sinfo", "-h", "-p", "low", "-o", "%N"], capture_output=True,
+                                            text=True, check=True).stdout.strip()))  # fmt: skip
+    idle = [n for n in nodes if node_in_service(n) and "idle" in subprocess.run(
+        ["sinfo", "-h", "-N", "-n", n, "-o", "%t"], capture_output=True, text=True).stdout]  # fmt: skip
+    pair = (idle + [n for n in nodes if n not in idle])[-2:]
+    others = [n for n in nodes if n not in pair]
+    assert len(pair) == 2, nodes
+    sched: SlurmScheduler = create_scheduler("it")
+    app = AppDef("nodefail", [Role("w", entrypoint=sys.executable, args=["-c", ON_NODE], max_retries=0,
+                                   resource=Resource(cpu=NODE_CPUS, memMB=200))])  # fmt: skip
+    app_id = sched.submit(app, {"partition": "low", "max_preemptions": 1, "exclude": ",".join(others)})
+    node = ""
+    try:
+        wait_until(slowly(lambda: any(ln.startswith("attempt 0 last None on ")
+                                      for ln in stdout_lines(sched, app_id, "w"))),
+                   "the first attempt to start", timeout=120)  # fmt: skip
+        node = node_of(sched, app_id, "w")
+        other = next(n for n in pair if n != node)
+        blocker = subprocess.run(["sbatch", "--parsable", "--partition=debug", f"--nodelist={other}", "--ntasks=1",
+                                  f"--cpus-per-task={NODE_CPUS}", "--output=/dev/null", "--wrap=sleep 600"],
+                                 capture_output=True, text=True, check=True).stdout.strip().split(";")[0]  # fmt: skip
+        high_jobs.append(blocker)
+        wait_until(slowly(lambda: job_field(blocker, "JobState") == "RUNNING"), f"the job taking {other}",
+                   timeout=120)  # fmt: skip
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=tsm-test"], check=True)
+        wait_until(slowly(lambda: job_field(app_id, "Restarts") not in ("", "0")), "Slurm to requeue the app",
+                   timeout=120)  # fmt: skip
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+        wait_until(slowly(lambda: node_in_service(node)), f"{node} back in service", timeout=60)
+        # the retry can only be given the failed node: it moves off it, and waits for the other one
+        job_dir = sched._dir_and_app(app_id, None)[0]
+        assert job_dir is not None
+        wait_until(slowly(lambda: (job_dir / "moves").exists() and job_field(app_id, "JobState") == "PENDING"
+                          and job_field(app_id, "ExcNodeList") not in ("", "(null)")),
+                   "the retry to move off the failed node", timeout=300)  # fmt: skip
+        assert hostnames(job_field(app_id, "ExcNodeList")) == {node, *others}
+        subprocess.run(["scancel", blocker], check=True)
+        desc = sched.wait(app_id, timeout=300)
+    finally:
+        sched.cancel(app_id)
+        if node:  # back to service (ReturnToService=2 may have done it already: then resume is refused)
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+            wait_until(slowly(lambda: node_in_service(node)), f"{node} back in service", timeout=60)
+    lines = stdout_lines(sched, app_id, "w")
+    assert desc is not None and desc.state == AppState.SUCCEEDED, (desc, lines)
+    # a preemption (max_retries=0 untouched); the attempt given the failed node ran nothing; the last ran on Y
+    assert lines == [f"attempt 0 last None on {node}\n", f"attempt 2 last preempted on {other}\n"], lines
+    assert desc.num_restarts == 2, desc
+    assert not (job_dir / "failures").exists() and (job_dir / "moves").read_text().strip() == "1"
+    excluded = read_excluded(job_dir)
+    assert len(excluded) == 1 and excluded[0].startswith(f"{node} NODE_FAIL"), excluded
+    assert f"excluded nodes: {node} NODE_FAIL" in desc.msg, desc.msg
+    batch = (job_dir / "batch.out").read_text()
+    assert f"tsm: this attempt was given node(s) {node}, which failed under an earlier one: requeueing" in batch
+
+
+# -- stalls ---------------------------------------------------------------------------------------------
+
+SILENT = textwrap.dedent(
+    """\
+    import sys, time
+    import tsm.lifecycle as lc
+    lc.on_warning(lambda: print("warned", lc.attempt(), flush=True))
+    print("attempt", lc.attempt(), "last", lc.last_exit(), flush=True)
+    if lc.restart_count():
+        sys.exit(0)
+    while True:  # silent and idle: no log line, no CPU
+        time.sleep(0.5)
+    """
+)
+
+
+def test_a_silent_replica_is_stalled_warned_and_restarted_as_its_failure() -> None:
+    sched: SlurmScheduler = create_scheduler("it")
+    app = AppDef("stall", [Role("w", entrypoint=sys.executable, args=["-c", SILENT], max_retries=1,
+                                resource=Resource(cpu=1, memMB=200))])  # fmt: skip
+    app_id = sched.submit(app, {"stall_timeout": "5s", "on_stall": "restart", "warn_signal": "USR1",
+                                "warn_before": "2s", "kill_grace": 2, "max_preemptions": 0})  # fmt: skip
+    try:
+        desc = sched.wait(app_id, timeout=300)
+    finally:
+        sched.cancel(app_id)
+    lines = stdout_lines(sched, app_id, "w")
+    assert desc is not None and desc.state == AppState.SUCCEEDED, (desc, lines)
+    assert lines == ["attempt 0 last None\n", "warned 0\n", "attempt 1 last stalled\n"], lines
+    job_dir = sched._dir_and_app(app_id, None)[0]
+    assert job_dir is not None
+    assert (job_dir / "failures").read_text().strip() == "1"  # a stall is the replica's own failure
+    assert "tsm: replica w/0 stalled for 5s, last line: 'attempt 0 last None'" in (job_dir / "batch.out").read_text()
+
+
+CHECKPOINT_THEN_EXIT = textwrap.dedent(
+    """\
+    import sys, time
+    import tsm.lifecycle as lc
+    lc.on_warning(lambda: None)
+    print("attempt", lc.attempt(), "last", lc.last_exit(), flush=True)
+    while not lc.warned():  # silent and idle until warned
+        time.sleep(0.5)
+    print("checkpointed", flush=True)
+    sys.exit(0)
+    """
+)
+
+
+def test_a_stalled_replica_that_exits_0_on_the_warning_still_fails_the_app() -> None:
+    """on_stall=fail: the replica checkpoints and exits 0 on the warning, and the app fails as stalled."""
+    sched: SlurmScheduler = create_scheduler("it")
+    app = AppDef("stall0", [Role("w", entrypoint=sys.executable, args=["-c", CHECKPOINT_THEN_EXIT], max_retries=1,
+                                 resource=Resource(cpu=1, memMB=200))])  # fmt: skip
+    app_id = sched.submit(app, {"stall_timeout": "5s", "on_stall": "fail", "warn_signal": "USR1",
+                                "warn_before": "10s", "kill_grace": 2, "max_preemptions": 0})  # fmt: skip
+    try:
+        desc = sched.wait(app_id, timeout=300)
+    finally:
+        sched.cancel(app_id)
+    lines = stdout_lines(sched, app_id, "w")
+    assert lines == ["attempt 0 last None\n", "checkpointed\n"], lines
+    assert desc is not None and desc.state == AppState.FAILED, desc
+    replica = desc.roles_statuses[0].replicas[0]
+    assert replica.state == AppState.FAILED, replica
+    assert replica.error_msg == "stalled for 5s, last line: 'attempt 0 last None'", replica
+    job_dir = sched._dir_and_app(app_id, None)[0]
+    assert job_dir is not None and (job_dir / "exit").read_text().strip() == "1"
+    assert not (job_dir / "failures").exists()  # on_stall=fail: never restarted, max_retries=1 or not
+
+
+# -- a time limit after a preemption ---------------------------------------------------------------------
+
+LIMITED = textwrap.dedent(
+    """\
+    import sys, time
+    import tsm.lifecycle as lc
+    lc.on_warning(lambda: print("warned", lc.attempt(), flush=True))
+    print("attempt", lc.attempt(), "last", lc.last_exit(), flush=True)
+    if lc.restart_count() >= 2:
+        sys.exit(0)
+    while True:
+        time.sleep(0.2)
+    """
+)
+
+
+def test_a_time_limit_after_a_preemption_still_requeues(high_jobs: list[str]) -> None:
+    """The batch shell tells a preemption's warning by the job's ``PreemptTime``: Slurm clears it when it
+    requeues the job, so the next attempt's time limit is one again and ``requeue_on_time_limit`` requeues.
+
+    Attempt 0 is preempted at once (its time limit's warning is due a minute in); attempt 1 runs into its
+    two-minute limit, is warned and requeues itself; attempt 2 ends the app.
+    """
+    sched: SlurmScheduler = create_scheduler("it")
+    app = AppDef("prelimit", [Role("w", entrypoint=sys.executable, args=["-c", LIMITED], max_retries=0,
+                                   resource=Resource(cpu=NODE_CPUS, memMB=200))])  # fmt: skip
+    app_id = sched.submit(app, {"partition": "low", "time_limit": "2m", "warn_signal": "USR1", "warn_before": "60s",
+                                "requeue_on_time_limit": True, "max_preemptions": 2})  # fmt: skip
+    try:
+        wait_until(slowly(lambda: "attempt 0 last None\n" in stdout_lines(sched, app_id, "w")),
+                   "the first attempt to start", timeout=120)  # fmt: skip
+        preempt(node_of(sched, app_id, "w"), high_jobs)
+        desc = sched.wait(app_id, timeout=420)
+    finally:
+        sched.cancel(app_id)
+    lines = stdout_lines(sched, app_id, "w")
+    assert desc is not None and desc.state == AppState.SUCCEEDED, (desc, lines)
+    assert lines == ["attempt 0 last None\n", "warned 0\n", "attempt 1 last preempted\n", "warned 1\n",
+                     "attempt 2 last time_limit\n"], lines  # fmt: skip
+    job_dir = sched._dir_and_app(app_id, None)[0]
+    assert job_dir is not None and not (job_dir / "failures").exists()
+    batch = (job_dir / "batch.out").read_text()
+    assert "tsm: the job is preempted: SIGUSR1 to every task" in batch, batch
+    assert "tsm: the time limit is near: SIGUSR1 to every task" in batch, batch
+    assert "tsm: requeueing at the time limit (preemption 2 of 2)" in batch, batch

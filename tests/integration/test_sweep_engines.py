@@ -137,3 +137,15 @@ def test_capped_grid_on_ray(ray_cluster: object, tmp_path: Path, monkeypatch: py
         handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
                                   scheduler="ray", cfg={"address": address, "ship_cwd": False}, parallel=2)
         _check_trials(runner, handle, "ray")
+
+
+@pytest.mark.integration
+@pytest.mark.kubernetes
+def test_capped_grid_on_kubernetes(k8s_cluster: object, tmp_path: Path) -> None:
+    image = k8s_cluster.python_image
+    (tmp_path / "fit.py").write_text(SH_COMPONENT.format(image=image))
+    with get_runner("sweepit") as runner:
+        handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
+                                  scheduler="kubernetes", cfg={"request_fraction": 0.1, "gang_timeout": 120.0},
+                                  parallel=2)
+        _check_trials(runner, handle, "kubernetes")

@@ -6,19 +6,24 @@ it short, one line on stderr says so and how to see more, so no app is silently 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from typing import Any
 
 from tsm.cli import _exits
 from tsm.errors import brief
+
+TYPE_CHECKING = False  # argparse and typing are for type checkers only: `tsm list` need not import them
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
 
 DEFAULT_LIMIT = 200
 
 
 def count(text: str) -> int:
     """``--limit`` value: a whole number >= 1."""
+    import argparse
+
     try:
         value = int(text)
     except ValueError:

@@ -7,16 +7,18 @@ the scheduler gives no error text of its own), so the reason is on screen withou
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import sys
 from collections import deque
-from typing import TYPE_CHECKING, Any
 
 from tsm.cli import _exits
 
+TYPE_CHECKING = False  # argparse and typing are for type checkers only: `tsm status` need not import them
 if TYPE_CHECKING:
+    import argparse
+    from typing import Any
+
     from tsm.specs.api import AppStatus, ReplicaStatus
 
 #: How many stderr lines of the failed replica are shown, and how much of each.

@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _verb_parser(verb: str) -> argparse.ArgumentParser:
+    from tsm.cli._parser import _Parser
     from tsm.cli.cmd_wait import seconds
-    from tsm.cli.main import _Parser
 
     p = _Parser(prog=f"tsm sweep {verb}")
     if verb != "list":

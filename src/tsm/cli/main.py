@@ -6,15 +6,16 @@ printed as one line on stderr (``--debug`` shows the traceback); the exit codes 
 (:mod:`tsm.cli._exits`, printed by ``tsm --help``): 0 done, 1 failed, 2 usage error or unknown app,
 3 timeout, 130 Ctrl-C. A misspelt subcommand or flag gets a "did you mean", and a flag put in the wrong
 place (a global flag after the subcommand) says where it goes.
+
+The parser lives in :mod:`tsm.cli._parser`; the read-only forms dashboards and scripts call most often
+(``tsm status HANDLE [--json]``, ``tsm list [--all | -s NAME]``, written exactly so) are taken by
+:func:`_simple_args` without building it, with the attributes argparse would set (issue 26: start-up).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import importlib
 import os
-import re
 import sys
 
 from tsm.cli import _exits
@@ -47,154 +48,80 @@ SUBCOMMANDS = {
 #: The global flags, which go before the subcommand.
 GLOBAL_FLAGS = ("--version", "--debug", "--session")
 
-_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>.*)' \(choose from (?P<choices>.*)\)$", re.DOTALL)
+#: What :mod:`tsm.cli._parser` defines, still reachable as ``tsm.cli.main.NAME`` (imported on first use).
+_PARSER_NAMES = frozenset((
+    "build_parser", "_Parser", "_TopParser", "_LazyParsers", "_unrecognized", "_check_single_values",
+    "_subparser", "_chosen", "_INVALID_CHOICE",
+))
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line on stderr and exit code 2, with a "did you mean"."""
+def __getattr__(name: str) -> Any:
+    if name in _PARSER_NAMES:
+        from tsm.cli import _parser
 
-    def error(self, message: str) -> NoReturn:
-        from tsm.errors import did_you_mean
-
-        m = _INVALID_CHOICE.search(message)
-        if m:  # a misspelt subcommand or --streams value: name the closest choice
-            message += did_you_mean(m.group("value"), re.findall(r"'([^']*)'", m.group("choices")))
-        sys.stderr.write(f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
-        raise SystemExit(_exits.USAGE)
+        return getattr(_parser, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class _TopParser(_Parser):
-    """The ``tsm`` parser: its epilog (the exit-code table, wrapped by :mod:`textwrap`) is made only when
-    help is printed, the one place argparse shows an epilog."""
+class _Args:
+    """The parsed command line of a command :func:`_simple_args` took (argparse's ``Namespace`` has the same
+    attributes; this class needs no argparse)."""
 
-    def format_help(self) -> str:
-        if self.epilog is None:
-            self.epilog = _exits.epilog()
-        return super().format_help()
+    def __init__(self, **kwargs: Any) -> None:
+        self.__dict__.update(kwargs)
+
+    def __repr__(self) -> str:
+        return f"Namespace({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
 
 
-class _LazyParsers(dict):  # type: ignore[type-arg]  # argparse's name -> parser map, with lazy entries
-    """Subcommand name -> parser, where a subcommand the command line did not choose gets its (empty)
-    parser only if argparse ever asks for it.
+def _plain(word: str) -> bool:
+    """Whether argparse takes ``word`` as a value, never as an option or ``--`` (it does not start with ``-``)."""
+    return not word.startswith("-")
 
-    ``tsm --help`` and every subcommand otherwise built fifteen parsers they never use, 5-10 ms of
-    start-up (mostly gettext looking for translations of argparse's own strings). The names, their order
-    and their help lines stay as they were, so usage, help and "invalid choice" messages are unchanged.
+
+def _simple_args(argv: list[str]) -> _Args | None:
+    """The parsed command line for the few read-only forms scripts and dashboards run most, without argparse.
+
+    ``tsm status HANDLE [--json]``, ``tsm list [--all]`` and ``tsm list -s|--scheduler NAME``, written
+    exactly so (no global flag, no abbreviation, no ``=``, no value starting with ``-``): for these the
+    attributes are exactly those argparse would set, so the command behaves the same, but importing argparse
+    (with ``gettext``, ``shutil`` and ``locale``) and building the parser cost about 15 ms of a 60 ms
+    command (issue 26). Anything else, including every mistake, returns None and goes through argparse.
     """
+    n = len(argv)
+    if n < 1 or n > 3:
+        return None
+    command = argv[0]
+    if command == "status":
+        if not (n == 2 and _plain(argv[1])) and not (n == 3 and _plain(argv[1]) and argv[2] == "--json"):
+            return None
+        from tsm.cli import cmd_status
 
-    def __init__(self, make: Any) -> None:
-        super().__init__()
-        self._make = make
+        return _Args(debug=False, session="default", command="status", handle=argv[1], json=n == 3,
+                     func=cmd_status.run)
+    if command == "list":
+        if n == 1 or (n == 2 and argv[1] == "--all"):
+            scheduler = None
+        elif n == 3 and argv[1] in ("-s", "--scheduler") and _plain(argv[2]):
+            scheduler = argv[2]
+        else:
+            return None
+        from tsm.cli import cmd_list
 
-    def __getitem__(self, name: str) -> Any:
-        value = super().__getitem__(name)
-        if value is None:
-            value = self._make(name)
-            super().__setitem__(name, value)
-        return value
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self[name] if name in self else default  # noqa: SIM401 - self.get is this method
-
-    def values(self) -> Any:
-        return [self[name] for name in self]
-
-    def items(self) -> Any:
-        return [(name, self[name]) for name in self]
-
-
-def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> str:
-    """The usage error for words argparse did not take: with a "did you mean" or where the flag goes."""
-    from tsm.errors import brief, did_you_mean
-
-    sub = _subparser(parser, command)
-    flags = [s for a in (sub or parser)._actions for s in a.option_strings]
-    for word in extra:
-        name = word.partition("=")[0]
-        if not name.startswith("-"):
-            continue
-        if name in GLOBAL_FLAGS and command:
-            return (
-                f"{name} is an option of tsm itself: put it before the subcommand "
-                f"(tsm {name}{' VALUE' if name == '--session' else ''} {command} ...)"
-            )
-        hint = did_you_mean(name, flags)
-        if hint:
-            return f"unrecognized option {brief(name, 60)}{hint}"
-        hint = did_you_mean(name, GLOBAL_FLAGS)
-        if hint:  # a misspelt global flag (tsm --debgu list): name it, and say where it goes
-            return f"unrecognized option {brief(name, 60)}{hint}; options of tsm itself go before the subcommand"
-    return "unrecognized arguments: " + " ".join(w if len(w) <= 60 else brief(w, 60) for w in extra)
-
-
-def _check_single_values(parser: argparse.ArgumentParser | None, args: argparse.Namespace) -> None:
-    """Refuse ``--flag=--``: argparse drops the ``--`` and hands the flag an empty list instead of a value."""
-    if parser is None:
-        return
-    for action in parser._actions:
-        if action.option_strings and action.nargs is None and getattr(args, action.dest, None) == []:
-            parser.error(f"argument {'/'.join(action.option_strings)}: expected a value ('--' is not one)")
-
-
-def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser | None:
-    """The parser of subcommand ``command``, if there is one."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
-            sub: argparse.ArgumentParser = action.choices[command]
-            return sub
+        return _Args(debug=False, session="default", command="list", scheduler=scheduler,
+                     limit=cmd_list.DEFAULT_LIMIT, all=n == 2, func=cmd_list.run)
     return None
-
-
-def _chosen(argv: list[str]) -> str | None:
-    """The subcommand named on the command line, if any (the first word that is not an option)."""
-    skip = False
-    for word in argv:
-        if skip:
-            skip = False
-        elif word == "--session":
-            skip = True
-        elif not word.startswith("-"):
-            return word if word in SUBCOMMANDS else None
-    return None
-
-
-def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """Global flags plus the subcommands; only the chosen one (all when ``argv`` is None) is built in full."""
-    from tsm import __version__
-
-    parser = _TopParser(
-        prog="tsm", description="Training Session Manager: launch, watch, log and stop apps on any scheduler.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"tsm {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    parser.add_argument("--session", default="default", help="session name used in new app handles (default: default)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    lazy = _LazyParsers(lambda name: _Parser(prog=f"{sub._prog_prefix} {name}"))
-    sub._name_parser_map = sub.choices = lazy  # what add_parser fills, and what argparse checks words against
-    chosen = _chosen(argv) if argv is not None else None
-    for name, text in SUBCOMMANDS.items():
-        if argv is None or name == chosen:
-            importlib.import_module(f"tsm.cli.cmd_{name}").add_parser(sub)
-        else:  # its line in --help now, its (empty) parser only if argparse asks for it
-            sub._choices_actions.append(sub._ChoicesPseudoAction(name, (), text))
-            dict.__setitem__(lazy, name, None)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     argv = sys.argv[1:] if argv is None else argv
     _bytes_out()
-    parser = build_parser(argv)
-    args, extra = parser.parse_known_args(argv)
-    if extra:
-        (_subparser(parser, args.command) or parser).error(_unrecognized(parser, args.command, extra))
-    _check_single_values(parser, args)
-    _check_single_values(_subparser(parser, args.command), args)
-    if not args.command:
-        parser.print_help()
-        return _exits.USAGE
+    args: Any = _simple_args(argv)
+    if args is None:
+        args = _parse(argv)
+        if isinstance(args, int):
+            return args
     debug = args.debug or os.environ.get("TSM_DEBUG") == "1"
     from tsm.errors import ComponentArgumentError, TsmError
 
@@ -203,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
 
         check_name(args.session, "--session: session name")
     except TsmError as e:
-        parser.error(str(e))
+        from tsm.cli._parser import build_parser
+
+        build_parser(argv).error(str(e))
     home_problem = _tsm_home_problem()
     if home_problem:
         sys.stderr.write(f"error: {home_problem}\n")
@@ -239,6 +168,22 @@ def main(argv: list[str] | None = None) -> int:
         what = f"{component}: the component function raised" if component else "internal error:"
         sys.stderr.write(f"error: {what} {type(e).__name__}: {_one_line(e)} (run with --debug for the traceback)\n")
         return _exits.FAILED
+
+
+def _parse(argv: list[str]) -> Any:
+    """``argv`` parsed by argparse (:mod:`tsm.cli._parser`), or the exit code when there is no command."""
+    from tsm.cli._parser import _check_single_values, _subparser, _unrecognized, build_parser
+
+    parser = build_parser(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        (_subparser(parser, args.command) or parser).error(_unrecognized(parser, args.command, extra))
+    _check_single_values(parser, args)
+    _check_single_values(_subparser(parser, args.command), args)
+    if not args.command:
+        parser.print_help()
+        return _exits.USAGE
+    return args
 
 
 def _tsm_home_problem() -> str | None:

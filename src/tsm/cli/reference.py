@@ -24,7 +24,8 @@ def _help(parser: argparse.ArgumentParser) -> str:
 
 def markdown() -> str:
     """``tsm --help`` and every subcommand's ``--help``, each under its own heading, as Markdown."""
-    from tsm.cli.main import SUBCOMMANDS, _subparser, build_parser
+    from tsm.cli._parser import _subparser, build_parser
+    from tsm.cli.main import SUBCOMMANDS
 
     parser = build_parser()
     parts = ["## tsm\n", "```text\n" + _help(parser).rstrip() + "\n```\n"]

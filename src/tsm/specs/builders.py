@@ -7,13 +7,15 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tsm.specs.api import AppDef
 from tsm.specs.handles import make_app_handle as make_app_handle
 from tsm.specs.mounts import parse_mounts as parse_mounts
+
+if TYPE_CHECKING:  # annotations only: every command imports tsm.specs, and argparse with gettext is ~2 ms
+    import argparse
 
 
 def materialize_appdef(

@@ -16,7 +16,8 @@ The Docker backend runs the image on that engine; the Kubernetes backend relies 
 same engine (dockershim on the node that runs tsm, as ``scripts/k8s-up`` sets up) with
 ``imagePullPolicy: IfNotPresent``, so no registry is involved. Both talk to the engine's images through
 :class:`ImageEngine` here (the ``docker`` package, imported on first use), so neither backend imports the
-other; the Docker backend's own client handles containers only.
+other; the Docker backend's own client handles containers only. Both that client and :class:`ImageEngine`
+connect through :class:`DockerEngine` (connect, ping, error translation: written once).
 """
 
 from __future__ import annotations
@@ -93,10 +94,16 @@ def docker_translate(what: str, e: BaseException, errors: Any) -> TsmError | Non
     return None
 
 
-class ImageEngine(ClientBase):
-    """The images of the local Docker engine: look up, pull per a policy, build (calls counted)."""
+class DockerEngine(ClientBase):
+    """One connection to the Docker engine (the ``docker`` package, imported on first use), counted and
+    with its errors translated (:func:`docker_translate`): the base of :class:`ImageEngine` (images) and the
+    Docker backend's ``DockerClient`` (containers and networks), so connecting is written once.
 
-    def __init__(self, timeout: float = 600.0) -> None:
+    :attr:`api` connects on first use and pings, so an engine that is not there is one
+    :class:`SchedulerUnavailableError` saying how to start Docker, not an error of the first real call.
+    """
+
+    def __init__(self, timeout: float) -> None:
         super().__init__()
         from tsm.schedulers.common.optional import import_client
 
@@ -119,6 +126,18 @@ class ImageEngine(ClientBase):
 
     def translate(self, what: str, e: BaseException) -> TsmError | None:
         return docker_translate(what, e, self._errors)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class ImageEngine(DockerEngine):
+    """The images of the local Docker engine: look up, pull per a policy, build (calls counted)."""
+
+    def __init__(self, timeout: float = 600.0) -> None:
+        super().__init__(timeout)
 
     def image_id(self, image: str) -> str | None:
         """The local id of ``image``, or None when it is not present here."""
@@ -158,11 +177,6 @@ class ImageEngine(ClientBase):
                 raise SchedulerError(f"building the workspace image {tag} failed: {e.msg}\n{tail}") from e
             raise
         return str(image.id)
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
 
 
 def _split_tag(image: str) -> tuple[str, str | None]:
@@ -241,5 +255,5 @@ def pull_policy(cfg: Mapping[str, Any]) -> str:
     return str(cfg.get("pull") or "missing")
 
 
-__all__ = ["BUILD_DOCKERFILE", "ImageEngine", "ImagePlan", "build_image", "context_tar", "docker_client",
+__all__ = ["BUILD_DOCKERFILE", "DockerEngine", "ImageEngine", "ImagePlan", "build_image", "context_tar", "docker_client",
            "docker_translate", "plan_image", "pull_policy", "short_error"]

@@ -3,7 +3,7 @@ and that end kept over the stopped replicas' own failures (no retry after a time
 
 from __future__ import annotations
 
-from tsm.schedulers.common.controller import Finish, Limits, Retry, RoleShape, Warn, decide
+from tsm.schedulers.common.controller import Finish, Limits, Retry, RoleShape, Warn, count_preemptions, decide
 from tsm.schedulers.common.status import AppStatusView
 from tsm.specs.api import AppState, ReplicaStatus, RoleStatus
 
@@ -103,3 +103,20 @@ def test_requeue_on_time_limit_restarts_as_a_preemption_until_the_budget_is_spen
     # an end at the limit already recorded stays an end
     done = Limits(60.0, started=0.0, requeue=True, reached=True)
     assert isinstance(decide(view(AppState.RUNNING), SHAPE, {}, owned=True, now=61.0, limits=done), Finish)
+
+
+def test_one_roles_preemptions_do_not_enlarge_another_roles_retries() -> None:
+    two = [RoleShape("a", 1, policy="ROLE"), RoleShape("b", 1, max_retries=1, policy="ROLE")]
+    failed_b = AppStatusView(AppState.FAILED, "role 'b' replica 0 exited with code 1", [], 0, first_failure=("b", 0))
+    total, by_role = count_preemptions([("a",)])
+    assert (total, by_role) == (1, {"a": 1})
+    # b failed once already (try 1) and a was preempted once: b has no retry left
+    d = decide(failed_b, two, {"a": 1, "b": 1}, owned=True, preemptions=total, role_preemptions=by_role)
+    assert isinstance(d, Finish)
+    assert isinstance(decide(failed_b, two, {"a": 1, "b": 0}, owned=True, preemptions=total,
+                             role_preemptions=by_role), Retry)
+
+
+def test_count_preemptions_counts_restarts_not_try_numbers() -> None:
+    assert count_preemptions([("a",), ("b",), ("a", "b")]) == (3, {"a": 2, "b": 2})
+    assert count_preemptions([]) == (0, {})

@@ -48,6 +48,20 @@ def test_final_status_round_trips_and_a_missing_one_is_none(tmp_path: Path) -> N
         assert status_from_json(text) is None, text
 
 
+def test_final_status_keeps_the_preempted_flag_and_metadata(tmp_path: Path) -> None:
+    rep = ReplicaStatus(id=0, state=AppState.FAILED, role="w", error_msg="preempted: evicted", preempted=True)
+    d = DescribeAppResponse(app_id="app-2", state=AppState.FAILED, msg="m", roles_statuses=[RoleStatus("w", [rep])],
+                            metadata={"excluded_nodes": "node1: lost"})
+    save_final(tmp_path, d)
+    back = load_final(tmp_path)
+    assert back == d and back.roles_statuses[0].replicas[0].preempted
+    # a status written before the flag was kept (six fields a row, no metadata) still reads
+    old = ('{"app_id": "a", "state": "FAILED", "msg": "", "num_restarts": 0, "created": null, '
+           '"roles": [["w", [[0, "FAILED", 1, "exited", 0, "h"]]]]}')
+    back = status_from_json(old)
+    assert back is not None and not back.roles_statuses[0].replicas[0].preempted and back.metadata == {}
+
+
 def test_ended_status_gives_every_replica_the_state() -> None:
     d = ended_status("app-1", [["w", 2, 0, "APPLICATION"], ["ps", 1, 0, "ROLE"]], AppState.FAILED, "could not start")
     assert (d.app_id, d.state, d.msg) == ("app-1", AppState.FAILED, "could not start")

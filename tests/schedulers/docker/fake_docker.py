@@ -7,7 +7,9 @@ scheduler's controller. A container is a local process (:class:`~schedulers.comm
 the image is ignored); Docker's restart policy ``on-failure:N``, stop with a grace period and SIGKILL,
 ``RestartCount``, exit codes 128+signal, logs kept per stream with timestamps, networks with endpoints.
 
-Scripted behaviour: :attr:`FakeDockerEngine.unstartable` images fail at start (as a missing entrypoint does).
+Scripted behaviour: :attr:`FakeDockerEngine.unstartable` images fail at start (as a missing entrypoint does);
+:meth:`FakeDockerEngine.daemon_restart` ends containers as a stopping dockerd does (SIGTERM) and moves the
+daemon's start (the ``Created`` of its default ``bridge`` network) to now.
 Every call is recorded in :attr:`FakeDockerEngine.calls` (name, args) for tests that check what was asked.
 
     engine = FakeDockerEngine()
@@ -25,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import docker.errors
+import requests
 
-from schedulers.common.fake_process import FakeProcess, rfc3339
+from schedulers.common.fake_process import FakeProcess, rfc3339, stamp
 from tsm.schedulers.common.errors import ClientBase
 from tsm.schedulers.docker.client import DockerClient
 from tsm.workspace.image import ImageEngine
@@ -81,6 +84,8 @@ class FakeDockerEngine:
         self.lock = threading.RLock()
         self.api = self  # docker.DockerClient().api: the low-level client
         self.networks = _Networks(self)
+        #: when the daemon last started (its default bridge's ``Created``); None: it has no default bridge
+        self.daemon_started: float | None = None
 
     # -- lookup -------------------------------------------------------------------------------------------
     def _get(self, ref: str) -> FakeContainer:
@@ -192,6 +197,34 @@ class FakeDockerEngine:
         if c.state == "restarting":
             c.state = "exited"
 
+    def wait(self, ref: str, timeout: int | None = None, condition: str | None = None) -> dict[str, Any]:
+        """Docker's wait (``condition=not-running``): until the container is not running; the SDK's read
+        timeout (``requests``' ReadTimeout) after ``timeout`` seconds."""
+        self.calls.append(("wait", ref))
+        c = self._get(ref)
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while c.state in ("running", "restarting"):
+            if time.monotonic() > deadline:
+                raise requests.exceptions.ReadTimeout("read timed out")
+            time.sleep(0.01)
+        p = c.current
+        return {"StatusCode": p.returncode if p is not None else 0}
+
+    def daemon_restart(self, ids: list[str] | None = None) -> None:
+        """What a dockerd restart does to the running containers ``ids`` (default: every running one): each
+        is ended by SIGTERM, as a stopping daemon does, and not restarted; then the daemon "starts" again
+        (:attr:`daemon_started` is now, after every end)."""
+        with self.lock:
+            chosen = [c for c in self.by_id.values() if (ids is None or c.id in ids) and c.state == "running"]
+        for c in chosen:
+            c.stopped_by_hand = True
+            p = c.current
+            if p is not None and p.running:
+                p.signal(_signal.SIGTERM)
+            while c.state == "running":  # the watcher records the end
+                time.sleep(0.01)
+        self.daemon_started = time.time()
+
     def kill(self, ref: str, signal: str = "SIGKILL") -> None:
         """Docker's kill: send ``signal`` (a name such as ``SIGUSR1``) to the running process; 409 if none."""
         self.calls.append(("kill", ref, signal))
@@ -218,7 +251,8 @@ class FakeDockerEngine:
 
     # -- logs ---------------------------------------------------------------------------------------------
     def logs(self, ref: str, stdout: bool = True, stderr: bool = True, timestamps: bool = False, stream: bool = False,
-             follow: bool = False, since: float | None = None, until: float | None = None) -> Any:
+             follow: bool = False, since: float | None = None, until: float | None = None,
+             tail: int | None = None) -> Any:
         self.calls.append(("logs", {"ref": ref, "stream": stream, "follow": follow}))
         c = self._get(ref)
         streams = tuple(n for n, on in (("stdout", stdout), ("stderr", stderr)) if on)
@@ -226,7 +260,13 @@ class FakeDockerEngine:
             return self._follow(c, streams, since)
         if stream:  # Docker's frames, one at a time
             return (piece for p in c.runs for piece in p.output_pieces(streams, since, until, timestamps))
-        return b"".join(p.output(streams, since, until, timestamps) for p in c.runs)
+        if timestamps:  # Docker stamps whole lines (a line written in pieces gets one stamp: its first piece's)
+            out = b"".join(_stamped_lines(p, streams, since, until) for p in c.runs)
+        else:
+            out = b"".join(p.output(streams, since, until) for p in c.runs)
+        if tail is not None:  # its last lines only
+            out = b"".join(out.splitlines(keepends=True)[-tail:]) if tail > 0 else b""
+        return out
 
     def _follow(self, c: FakeContainer, streams: tuple[str, ...], since: float | None) -> Any:
         for p in c.runs[:-1]:
@@ -245,6 +285,9 @@ class FakeDockerEngine:
             del self.nets[name]
 
     def inspect_network(self, name: str) -> dict[str, Any]:
+        if name == "bridge" and self.daemon_started is not None:  # the default bridge: made at the daemon's start
+            return {"Name": "bridge", "Created": rfc3339(self.daemon_started), "Containers": {},
+                    "Options": {"com.docker.network.bridge.default_bridge": "true"}}
         with self.lock:
             return {"Containers": {c.id: {} for c in self.by_id.values() if name in c.networks}}
 
@@ -255,6 +298,25 @@ class FakeDockerEngine:
 
     def close(self) -> None:
         pass
+
+
+def _stamped_lines(p: FakeProcess, streams: tuple[str, ...], since: float | None, until: float | None) -> bytes:
+    """A run's output as Docker gives it with ``timestamps``: each line once, after the time it began."""
+    out, line, began = [], b"", 0.0
+    for piece in list(p.pieces):
+        if piece.stream not in streams or (since is not None and piece.when < since) or (
+                until is not None and piece.when > until):
+            continue
+        if not line:
+            began = piece.when
+        line += piece.data
+        while b"\n" in line:
+            head, _, line = line.partition(b"\n")
+            out.append(stamp(began) + b" " + head + b"\n")
+            began = piece.when
+    if line:
+        out.append(stamp(began) + b" " + line)
+    return b"".join(out)
 
 
 class _Networks:

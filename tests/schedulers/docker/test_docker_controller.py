@@ -228,3 +228,32 @@ def test_cleanup_cli_has_help_and_a_dry_run(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit) as exit_:
         main(["cleanup", "--bogus"])
     assert exit_.value.code == 2
+
+
+def test_a_roles_containers_are_created_concurrently_within_the_bound(engine: FakeDockerEngine) -> None:
+    """Issue 26: submit creates a role's containers a few at a time (never more than CREATE_CONCURRENCY)."""
+    import threading
+
+    from tsm.schedulers.docker import scheduler as mod
+
+    inflight, most, lock = [0], [0], threading.Lock()
+    create = engine.create_container
+
+    def slow_create(*a: object, **kw: object) -> dict[str, str]:
+        with lock:
+            inflight[0] += 1
+            most[0] = max(most[0], inflight[0])
+        time.sleep(0.05)  # a create that takes a round trip, so calls overlap when issued together
+        try:
+            return create(*a, **kw)  # type: ignore[arg-type]
+        finally:
+            with lock:
+                inflight[0] -= 1
+
+    engine.create_container = slow_create  # type: ignore[method-assign]
+    s = sched_on(engine)
+    app_id = s.submit(AppDef("many", [Role("r", image="fake/python", entrypoint="true", num_replicas=12)]))
+    assert 2 <= most[0] <= mod.CREATE_CONCURRENCY
+    final = s.wait(app_id, timeout=HANG)
+    assert final is not None and final.state == AppState.SUCCEEDED, final
+    assert sorted(r.id for r in final.roles_statuses[0].replicas) == list(range(12))

@@ -111,9 +111,19 @@ def test_first_attempt_env_and_warn_signal_in_dry_run(engine: FakeDockerEngine) 
     assert "# time limit 1h30m, enforced by tsm" in str(info)
 
 
-@pytest.mark.parametrize("cfg", [{"stall_timeout": "5m"}, {"exclude_nodes": "n1"}, {"max_preemptions": 5},
-                                 {"time_limit": "1h", "requeue_on_time_limit": True}])
-def test_options_not_carried_out_are_refused(engine: FakeDockerEngine, cfg: dict[str, object]) -> None:
+def test_exclude_nodes_is_refused(engine: FakeDockerEngine) -> None:
     s = sched(engine)
-    with pytest.raises(InvalidRunOptionError, match="not supported on docker yet"):
-        s.submit_dryrun(AppDef("r", [role("pass")]), cfg)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRunOptionError, match="exclude_nodes is not supported on docker yet"):
+        s.submit_dryrun(AppDef("r", [role("pass")]), {"exclude_nodes": "n1"})  # type: ignore[arg-type]
+
+
+def test_long_run_options_reach_the_request_and_the_dry_run(engine: FakeDockerEngine) -> None:
+    s = sched(engine)
+    cfg = {"time_limit": "1h", "requeue_on_time_limit": True, "max_preemptions": 5, "stall_timeout": "5m",
+           "on_stall": "fail"}
+    info = s.submit_dryrun(AppDef("r", [role("pass")]), cfg)  # type: ignore[arg-type]
+    req = info.request
+    assert (req.max_preemptions, req.requeue_on_time_limit, req.stall_timeout, req.on_stall) == (5, True, 300.0, "fail")
+    assert "the app restarts, as a preemption (max_preemptions=5)" in str(info)
+    assert "stall_timeout 5m" in str(info) and "on_stall=fail" in str(info)
+    assert type(req).from_json(req.to_json()) == req

@@ -10,7 +10,12 @@ controller (a new pod per failure up to ``backoffLimit``) and a kubelet whose co
 
 Scripted phases: a pod whose image is in :attr:`FakeCluster.unschedulable` stays Pending with the scheduler's
 ``Unschedulable`` condition (a gang that never starts); one in :attr:`FakeCluster.bad_images` waits in
-``ErrImagePull``. A follow of a pod deleted under it ends with the kubelet's ``rpc error: ... No such
+``ErrImagePull``. Every pod runs on ``node-1``. The cluster's own decisions: :meth:`FakeCluster.evict` (the
+eviction API: the pod is deleted with its grace period, and its Job makes a replacement, as 1.20's does for a
+pod deleted under it) and :meth:`FakeCluster.lose_node` (the node is deleted and the taint manager marks its
+pods deleted; their kubelet no longer answers, so they stay). :attr:`FakeCluster.log_lag`: the number of non-follow log reads of an ended container
+that come back empty (the runtime's log copier behind the container's exit). :attr:`FakeCluster.metrics`:
+the ``metrics.k8s.io`` pod metrics (cores per pod), not served when None (the default). A follow of a pod deleted under it ends with the kubelet's ``rpc error: ... No such
 container`` line, as dockershim's does. Every call is recorded (:attr:`FakeCluster.calls`: name and
 keywords), so a test can check that each one carried ``_request_timeout``.
 """
@@ -29,7 +34,7 @@ from typing import Any
 
 from kubernetes.client import ApiException
 
-from schedulers.common.fake_process import FakeProcess
+from schedulers.common.fake_process import FakeProcess, stamp
 from tsm.schedulers.common.errors import ClientBase
 from tsm.schedulers.common.owner import owner
 from tsm.schedulers.kubernetes.client import KubeClient
@@ -97,6 +102,27 @@ def _selects(labels: dict[str, str], selector: str | None) -> bool:
     return True
 
 
+def _lines(proc: FakeProcess, since: float | None, timestamps: bool) -> list[bytes]:
+    """The process's stdout as whole lines (the last may be unterminated), each stamped with the time of its
+    first piece when ``timestamps`` (a write may come in pieces: ``print`` unbuffered writes the line, then
+    its newline)."""
+    out: list[bytes] = []
+    cur, first = b"", 0.0
+    for piece in list(proc.pieces):
+        if piece.stream != "stdout" or (since is not None and piece.when < since):
+            continue
+        for part in piece.data.splitlines(keepends=True):
+            if not cur:
+                first = piece.when
+            cur += part
+            if cur.endswith(b"\n"):
+                out.append((stamp(first) + b" " if timestamps else b"") + cur)
+                cur = b""
+    if cur:
+        out.append((stamp(first) + b" " if timestamps else b"") + cur)
+    return out
+
+
 class FakePod:
     def __init__(self, obj: Obj, job: str) -> None:
         self.obj = obj
@@ -128,9 +154,15 @@ class FakeCluster:
         self.failures: dict[str, int] = {}
         self.unschedulable: set[str] = set()
         self.bad_images: set[str] = set()
+        #: reads of each ended container's log that still come back empty (see the module doc)
+        self.log_lag = 0
+        self._lagged: dict[str, int] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        #: the metrics API: ``{pod name: cores in use}`` (0 for a pod not named); None: not served (404)
+        self.metrics: dict[str, float] | None = None
         self.nodes = [{"metadata": {"name": "node-1"}, "spec": {},
-                       "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}}]
+                       "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"},
+                                  "conditions": [{"type": "Ready", "status": "True"}]}}]
         self.core = _Api(self)
         self.batch = self.core
         self.custom = self.core
@@ -156,6 +188,21 @@ class FakeCluster:
             if p.proc is not None:
                 p.proc.signal(signal.SIGKILL)
 
+    # -- the cluster's decisions ---------------------------------------------------------------------------
+    def evict(self, pod_name: str) -> None:
+        """The eviction API (``POST .../pods/<name>/eviction``): see the module doc."""
+        self.core.create_namespaced_pod_eviction(pod_name, self.namespace, {
+            "apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": pod_name}})
+
+    def lose_node(self, node: str) -> None:
+        """``node`` is gone: removed from the node list, its pods marked deleted (they keep running: their
+        kubelet is unreachable, nothing confirms their end)."""
+        with self.lock:
+            self.nodes = [n for n in self.nodes if n["metadata"]["name"] != node]
+            for p in self.pods.values():
+                if p.obj["spec"].get("nodeName") == node:
+                    p.obj["metadata"]["deletionTimestamp"] = now_rfc3339()
+
     # -- the Job controller and the kubelet -----------------------------------------------------------------
     def _make_pod(self, job: Obj) -> None:
         tmpl = copy.deepcopy(job["spec"]["template"])
@@ -163,7 +210,8 @@ class FakeCluster:
         meta = {**tmpl["metadata"], "name": name, "namespace": self.namespace, "creationTimestamp": now_rfc3339(),
                 "uid": secrets.token_hex(8)}
         meta["labels"] = {**meta.get("labels", {}), "job-name": job["metadata"]["name"]}
-        pod = FakePod({"metadata": meta, "spec": tmpl["spec"], "status": {"phase": "Pending"}}, job["metadata"]["name"])
+        pod = FakePod({"metadata": meta, "spec": {**tmpl["spec"], "nodeName": "node-1"}, "status": {"phase": "Pending"}},
+                      job["metadata"]["name"])
         with self.lock:
             self.pods[name] = pod
         threading.Thread(target=self._kubelet, args=(pod,), daemon=True).start()
@@ -323,6 +371,18 @@ class _Api:
             self.c._make_pod(self.c.jobs[name])
         return _json(body)
 
+    def create_namespaced_pod_eviction(self, name: str, ns: str, body: Obj, **kw: Any) -> _Resp:
+        self._call("create_namespaced_pod_eviction", kw)
+        with self.c.lock:
+            pod = self.c.pods.get(name)
+            if pod is None:
+                raise api_exception(404, f'pods "{name}" not found')
+            job = self.c.jobs.get(pod.job)
+        self.c._delete_pod(pod, float(pod.obj["spec"].get("terminationGracePeriodSeconds", 30)))
+        if job is not None:  # 1.20's Job controller: its pod went away, so it makes another
+            self.c._make_pod(job)
+        return _json({"kind": "Status", "status": "Success", "code": 201})
+
     # -- read ---------------------------------------------------------------------------------------------
     def list_namespaced_pod(self, ns: str, label_selector: str = "", **kw: Any) -> _Resp:
         self._call("list_namespaced_pod", {**kw, "label_selector": label_selector})
@@ -346,11 +406,17 @@ class _Api:
 
     def list_namespaced_custom_object(self, group: str, version: str, ns: str, plural: str, **kw: Any) -> _Resp:
         self._call("list_namespaced_custom_object", kw)
-        raise api_exception(404, "the server could not find the requested resource")
+        if self.c.metrics is None:  # no metrics-server (as the test cluster)
+            raise api_exception(404, "the server could not find the requested resource")
+        with self.c.lock:
+            pods = [p for p in self.c.pods.values() if _selects(p.obj["metadata"].get("labels", {}),
+                                                                 kw.get("label_selector"))]
+        return _json({"items": [{"metadata": {"name": p.name}, "containers": [{"name": "main", "usage": {
+            "cpu": f"{int(self.c.metrics.get(p.name, 0.0) * 1e9)}n", "memory": "1Mi"}}]} for p in pods]})
 
     def read_namespaced_pod_log(self, name: str, ns: str, follow: bool = False, timestamps: bool = False,
-                                since_seconds: int | None = None, **kw: Any) -> _Resp:
-        self._call("read_namespaced_pod_log", {**kw, "follow": follow})
+                                since_seconds: int | None = None, tail_lines: int | None = None, **kw: Any) -> _Resp:
+        self._call("read_namespaced_pod_log", {**kw, "follow": follow, "tail_lines": tail_lines})
         with self.c.lock:
             pod = self.c.pods.get(name)
         if pod is None:
@@ -359,7 +425,15 @@ class _Api:
             raise api_exception(400, f'container "main" in pod "{name}" is waiting to start: ContainerCreating')
         since = time.time() - since_seconds if since_seconds else None
         if not follow:
+            if pod.phase in ("Succeeded", "Failed"):
+                with self.c.lock:
+                    n = self.c._lagged[name] = self.c._lagged.get(name, 0) + 1
+                if n <= self.c.log_lag:
+                    return _Resp(b"")
             data = pod.proc.output(("stdout",), since, timestamps=timestamps)
+            if tail_lines is not None:  # its last lines only, each stamped once, as the kubelet does
+                lines = _lines(pod.proc, since, timestamps)
+                return _Resp(b"".join(lines[-tail_lines:]) if tail_lines > 0 else b"")
             return _Resp(data, chunks=iter(pod.proc.output_pieces(("stdout",), since, timestamps=timestamps)))
 
         def chunks() -> Iterator[bytes]:

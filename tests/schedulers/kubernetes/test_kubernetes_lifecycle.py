@@ -1,6 +1,8 @@
 """Issue 25 on Kubernetes, on the fake cluster: the time limit as each pod's ``activeDeadlineSeconds``, the
 warning as a ``preStop`` hook inside a lengthened grace period (before the limit and before a cancel), what
-each attempt is told, and the options not carried out yet refused.
+each attempt is told, preemptions (an evicted pod, a node lost) restarted on their own budget with the lost
+node excluded, a requeue at the time limit, and the stall options carried in the request (stalls
+themselves: test_kubernetes_stall.py).
 
 Each case asserts from the recorded states and the replica's own output (never from timing).
 """
@@ -10,14 +12,20 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from schedulers.kubernetes.fake_kube import FakeCluster
 from tsm.errors import InvalidRunOptionError
-from tsm.schedulers.kubernetes.request import KubernetesOptions, build_request
+from tsm.schedulers.kubernetes.request import (
+    REQUEUE_BACKSTOP,
+    KubernetesOptions,
+    build_request,
+    with_excluded_nodes,
+)
 from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
-from tsm.specs.api import AppDef, AppState, RetryPolicy, Role
+from tsm.specs.api import AppDef, AppState, Resource, RetryPolicy, Role
 
 PY = sys.executable
 CFG = {"dns": "yes"}
@@ -89,9 +97,8 @@ def test_cancel_runs_the_warning_hook_first(cluster: FakeCluster) -> None:
     assert [c[1]["signal"] for c in cluster.calls if c[0] == "preStop"] == ["USR1"]
     final = s.describe(app_id)
     assert final is not None and final.state == AppState.CANCELLED
-    # the kept log is snapshotted before the delete (what the replica writes after the warning is not in it
-    # yet): the process's own exit on the warning is what shows it got the signal
-    assert any(c[0] == "preStop" for c in cluster.calls)
+    # the lines the replica writes after the warning are kept too (its log is followed through the stop)
+    assert "".join(s.log_iter(app_id, "w", 0)) == "up\nwarned\n"
 
 
 def test_every_attempt_sees_its_attempt_and_last_exit(cluster: FakeCluster) -> None:
@@ -106,8 +113,154 @@ def test_every_attempt_sees_its_attempt_and_last_exit(cluster: FakeCluster) -> N
     assert "attempt 2 2 'failed:3'" in "".join(s.log_iter(app_id, "w", 0))
 
 
-@pytest.mark.parametrize("cfg", [{"stall_timeout": "5m"}, {"exclude_nodes": "n1"}, {"max_preemptions": 5},
-                                 {"time_limit": "1h", "requeue_on_time_limit": True}])
-def test_options_not_carried_out_are_refused(cfg: dict[str, object]) -> None:
-    with pytest.raises(InvalidRunOptionError, match="not supported on kubernetes yet"):
-        KubernetesOptions.from_cfg(cfg)  # type: ignore[arg-type]
+def test_stall_options_are_carried_in_the_request_and_checked() -> None:
+    app = AppDef("a", [role("pass")])
+    req = build_request(app, KubernetesOptions.from_cfg({"stall_timeout": "5m", "on_stall": "fail"}), "s", "/tmp/x", 0.0, "me")
+    assert (req.stall_timeout, req.on_stall) == (300.0, "fail")
+    assert (build_request(app, KubernetesOptions.from_cfg({}), "s", "/tmp/x", 0.0, "me").stall_timeout) is None
+    with pytest.raises(InvalidRunOptionError, match="on_stall"):
+        KubernetesOptions.from_cfg({"stall_timeout": "5m", "on_stall": "ignore"})
+
+
+# -- preemption (issue 25): the cluster's decisions spend max_preemptions, never max_retries -----------------
+
+#: a replica that says which attempt it is and why the last one ended, then ends on attempt ``END`` (else runs)
+ATTEMPTS = (
+    "import os, signal, time\n"
+    "signal.signal(signal.SIGUSR1, lambda *a: print('warned', flush=True))\n"
+    "print('attempt', os.environ['TSM_ATTEMPT'], os.environ['TSM_RESTART_COUNT'],"
+    " repr(os.environ['TSM_LAST_EXIT']), flush=True)\n"
+    "if os.environ['TSM_ATTEMPT'] == 'END': raise SystemExit(0)\n"
+    "while True: time.sleep(0.05)\n"
+)
+
+
+def looks(s: KubernetesScheduler, app_id: str, during: object = None, timeout: float = 60.0) -> list[tuple[str, str]]:
+    """Look at the app until it ends (each look is a controller step); the distinct (state, msg) seen, in order.
+    ``during(desc)`` runs at each look (to act on the cluster at a given state)."""
+    seen: list[tuple[str, str]] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        desc = s.describe(app_id)
+        assert desc is not None
+        if not seen or seen[-1] != (desc.state.name, desc.msg):
+            seen.append((desc.state.name, desc.msg))
+        if desc.state.is_terminal:
+            return seen
+        if during is not None:
+            during(desc)  # type: ignore[operator]
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.05)
+
+
+def running_pod(cluster: FakeCluster, attempt: int) -> str | None:
+    """The name of the running pod of try ``attempt`` (None while there is none)."""
+    with cluster.lock:
+        return next((n for n, p in cluster.pods.items() if p.phase == "Running" and not p.deleted
+                     and p.obj["metadata"]["labels"]["tsm/attempt"] == str(attempt)), None)
+
+
+def test_an_evicted_pod_is_restarted_as_a_preemption_not_a_failure(cluster: FakeCluster) -> None:
+    s = KubernetesScheduler("t", client=cluster.client())
+    app_id = s.submit(AppDef("ev", [role(ATTEMPTS.replace("END", "1"))]),  # max_retries=0
+                      {**CFG, "warn_signal": "USR1", "warn_before": "1s", "grace_period": 1})
+    evicted: list[str] = []
+
+    def evict_once(desc: object) -> None:
+        pod = running_pod(cluster, 0)
+        if not evicted and pod is not None and "attempt 0" in "".join(s.log_iter(app_id, "w", 0)):
+            evicted.append(pod)
+            cluster.evict(pod)
+
+    seen = looks(s, app_id, evict_once)
+    assert seen[-1] == ("SUCCEEDED", ""), seen
+    retry = [m for st, m in seen if m.startswith("retrying after")]
+    assert retry and retry[0].startswith("retrying after role 'w' replica 0 preempted: evicted"), seen
+    log = "".join(s.log_iter(app_id, "w", 0))
+    assert "attempt 0 0 ''" in log and "attempt 1 1 'preempted'" in log, log
+    assert [c[1]["signal"] for c in cluster.calls if c[0] == "preStop"][:1] == ["USR1"]  # the evicted pod was warned
+    final = s.describe(app_id)
+    assert final is not None and final.num_restarts == 1
+    assert final.metadata.get("preemptions") == "1 of max_preemptions=3"
+
+
+def test_a_preemption_past_max_preemptions_fails_the_app(cluster: FakeCluster) -> None:
+    s = KubernetesScheduler("t", client=cluster.client())
+    app_id = s.submit(AppDef("ev", [role(ATTEMPTS.replace("END", "9"), max_retries=5,
+                                         retry_policy=RetryPolicy.APPLICATION)]), {**CFG, "max_preemptions": 0})
+    states: list[object] = []
+
+    def evict_and_record(desc: object) -> None:
+        states.append(desc)
+        pod = running_pod(cluster, 0)
+        if pod is not None and "attempt 0" in "".join(s.log_iter(app_id, "w", 0)):
+            cluster.evict(pod)
+
+    seen = looks(s, app_id, evict_and_record)
+    state, msg = seen[-1]
+    assert state == "FAILED" and "preempted: evicted" in msg and "no preemptions left: max_preemptions=0" in msg, seen
+    assert not any(m.startswith("retrying") for _, m in seen)  # max_retries=5 was not spent on it
+
+
+def test_a_replica_lost_with_its_node_is_retried_off_that_node(cluster: FakeCluster) -> None:
+    s = KubernetesScheduler("t", client=cluster.client())
+    app_id = s.submit(AppDef("nl", [role(ATTEMPTS.replace("END", "1"))]), {**CFG, "exclude_nodes": "node-9"})
+    lost: list[bool] = []
+    retried_jobs: list[dict[str, object]] = []
+
+    def lose_node_once(desc: object) -> None:
+        if not lost and running_pod(cluster, 0) is not None and "attempt 0" in "".join(s.log_iter(app_id, "w", 0)):
+            lost.append(True)
+            cluster.lose_node("node-1")
+        with cluster.lock:  # the retry's Job, before the app's end deletes it
+            retried_jobs[:] = [j for j in cluster.jobs.values() if j["metadata"]["labels"]["tsm/attempt"] == "1"]
+
+    seen = looks(s, app_id, lose_node_once)
+    assert seen[-1] == ("SUCCEEDED", ""), seen
+    retry = next(m for _, m in seen if m.startswith("retrying after"))
+    assert "preempted: node lost: node-1 is gone" in retry and retry.endswith("excluding node(s) node-1"), retry
+    assert "attempt 1 1 'preempted'" in "".join(s.log_iter(app_id, "w", 0))
+    # the retry's Job carries the term (the fake runs it anyway: its one node is "gone")
+    job: Any = retried_jobs[0]
+    terms = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn",
+                                            "values": ["node-1", "node-9"]}]}]
+    final = s.describe(app_id)
+    assert final is not None
+    excluded = final.metadata["excluded_nodes"]
+    assert "node-1: role 'w' replica 0 was lost with it (node lost: node-1 is gone)" in excluded
+    assert "node-9: exclude_nodes" in excluded
+
+
+def test_requeue_on_time_limit_restarts_the_app_and_its_clock(cluster: FakeCluster) -> None:
+    s = KubernetesScheduler("t", client=cluster.client())
+    app_id = s.submit(AppDef("rq", [role(ATTEMPTS.replace("END", "9"))]),
+                      {**CFG, "time_limit": "2s", "requeue_on_time_limit": True, "max_preemptions": 1,
+                       "warn_signal": "USR1", "warn_before": "1s", "grace_period": 1})
+    seen = looks(s, app_id)
+    state, msg = seen[-1]
+    assert state == "FAILED" and msg == "time limit 2s reached (no preemptions left: max_preemptions=1)", seen
+    assert any(m == "retrying after time limit 2s reached" for _, m in seen), seen
+    log = "".join(s.log_iter(app_id, "w", 0))
+    assert "attempt 0 0 ''" in log and "attempt 1 1 'time_limit'" in log, log
+
+
+def test_manifests_carry_the_excluded_nodes_and_the_requeue_backstop() -> None:
+    opts = KubernetesOptions.from_cfg({"exclude_nodes": "n1,n2", "time_limit": "1h", "requeue_on_time_limit": True,
+                                       "max_preemptions": 5})
+    app = AppDef("m", [role("pass", resource=Resource(cpu=1, memMB=64, capabilities={"zone": "a"}))])
+    req = build_request(app, opts, "s", "/tmp", 0.0)
+    pod = req.jobs[0]["spec"]["template"]["spec"]
+    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n1", "n2"]}]}]
+    assert pod["nodeSelector"] == {"zone": "a"}  # kept beside the term
+    assert pod["activeDeadlineSeconds"] == 3600 + REQUEUE_BACKSTOP  # tsm requeues at the limit; this is a backstop
+    assert (req.max_preemptions, req.requeue_on_time_limit, req.exclude_nodes) == (5, True, ["n1", "n2"])
+    overlaid = with_excluded_nodes({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
+                              {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["x"]}]}]}}}},
+        ["n3"])
+    terms = overlaid["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert all({"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n3"]} in t["matchExpressions"]
+               for t in terms)  # terms are ORed: each one keeps the node out

@@ -500,3 +500,33 @@ def test_replicas_keep_the_callers_open_file_limit(tmp_path: Path) -> None:
     out = subprocess.run([PY, "-c", launcher], capture_output=True, text=True, timeout=HANG)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["SUCCEEDED", "900", str(hard)]
+
+
+def test_every_replica_keeps_the_callers_open_file_limit_past_it(tmp_path: Path) -> None:
+    # Below the caller's limit the supervisor lowers its own soft limit around each start so the replica
+    # inherits it (and subprocess can vfork); once its descriptors pass that limit it sets the replica's
+    # limit in the child instead. Both ways, every replica sees exactly the caller's limits, and the
+    # supervisor keeps its own raised limit (else the later replicas' pipes could not be opened).
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 2000:
+        pytest.skip(f"the hard RLIMIT_NOFILE here ({hard}) leaves no room above the caller's 300")
+    n = 150  # 4 descriptors each in the supervisor while they start: well past 300
+    launcher = textwrap.dedent(f"""
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (300, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        from tsm.schedulers.local.scheduler import LocalScheduler
+        from tsm.specs import AppDef, Role
+        s = LocalScheduler("limits")
+        role = Role("r", entrypoint="sh", args=["-c", "echo $(ulimit -Sn) $(ulimit -Hn)"], num_replicas={n})
+        app_id = s.submit(AppDef("limits", [role]), {{}})
+        print(s.wait(app_id, timeout=120).state.name)
+        for k in range({n}):
+            print("".join(s.log_iter(app_id, "r", k)).strip())
+    """)
+    out = subprocess.run([PY, "-c", launcher], capture_output=True, text=True, timeout=HANG * 2)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "SUCCEEDED", out.stdout[-2000:]
+    assert lines[1:] == [f"300 {hard}"] * n

@@ -16,11 +16,20 @@ import pytest
 from slurm_util import directives, dryrun, two_role_app
 
 from testutil import HANG, wait_until
-from tsm.errors import InvalidRunOptionError
-from tsm.schedulers.slurm import SlurmScheduler
-from tsm.schedulers.slurm.parse import PREEMPTION_STATES, SlurmJob, preemption_of, read_last_exit
-from tsm.schedulers.slurm.script import slurm_time
-from tsm.specs.api import AppDef, Role
+from tsm.errors import InvalidRunOptionError, SchedulerError
+from tsm.schedulers.api import DescribeAppResponse
+from tsm.schedulers.common.stall import stall_message
+from tsm.schedulers.slurm import SlurmScheduler, cli as slurm_cli
+from tsm.schedulers.slurm.parse import (
+    PREEMPTION_STATES,
+    SlurmJob,
+    preemption_of,
+    read_excluded,
+    read_last_exit,
+    read_node_error,
+)
+from tsm.schedulers.slurm.script import CANCEL_MARK, slurm_time, warning_of
+from tsm.specs.api import AppDef, AppState, Role
 
 # -- directives ----------------------------------------------------------------------------------------
 
@@ -46,6 +55,18 @@ def test_no_warning_without_a_signal_and_no_requeue_without_a_budget(sched: Slur
     assert "scancel --signal=USR1" not in script and "export TSM_WARN_SIGNAL" not in script
 
 
+def test_a_warning_without_a_time_limit_is_still_asked_for(sched: SlurmScheduler) -> None:
+    """A preemption (preempt_send_user_signal) or a cancel sends it: the batch shell needs --signal and the trap."""
+    script = dryrun(sched, two_role_app(), {"warn_signal": "USR2", "warn_before": "30s"}).script
+    assert "#SBATCH --signal=B:USR2@30" in directives(script)
+    assert "trap _tsm_warning USR2" in script and not any(x.startswith("#SBATCH --time") for x in directives(script))
+    assert warning_of(script) == ("USR2", 30)
+    # a requeue's bare USR1 is no warning of the app's: cancel sends nothing then
+    bare = dryrun(sched, two_role_app(), {"time_limit": "1h", "requeue_on_time_limit": True}).script
+    assert warning_of(bare) is None
+    assert warning_of(dryrun(sched, two_role_app(), {}).script) is None
+
+
 @pytest.mark.parametrize(("seconds", "minutes"), [(1, "1"), (60, "1"), (61, "2"), (7200, "120")])
 def test_slurm_time_rounds_up_to_minutes(seconds: float, minutes: str) -> None:
     assert slurm_time(seconds) == minutes
@@ -53,7 +74,6 @@ def test_slurm_time_rounds_up_to_minutes(seconds: float, minutes: str) -> None:
 
 @pytest.mark.parametrize(("cfg", "match"), [
     ({"time": "10", "time_limit": "10m"}, "give one of time"),
-    ({"stall_timeout": "15m"}, "not supported on slurm yet"),
     ({"time_limit": "1d", "warn_signal": "USR1", "warn_before": "1d"}, "longer than Slurm's --signal"),
     ({"warn_signal": "KILL"}, "cannot be caught"),
 ])
@@ -113,14 +133,37 @@ for t in range(int(opts.get("--ntasks", "1"))):
 sys.exit(max(p.wait() for p in procs))
 """
 
-#: records its arguments; ``requeue`` fails (so the script goes on: the real one would end this run)
+#: records its arguments; ``requeue`` fails (so the script goes on: the real one would end this run);
+#: ``update`` fails as Slurm refuses it when FAKE_REFUSE is set
 FAKE_SCONTROL = """\
 import os, sys
 with open(os.environ["FAKE_LOG"], "a") as f:
     f.write("scontrol " + " ".join(sys.argv[1:]) + "\\n")
 if sys.argv[1:3] == ["show", "hostnames"]:
-    print("localhost")
+    print("\\n".join(sys.argv[3].split(",")))
+if sys.argv[1:3] == ["show", "job"]:
+    print(os.environ.get("FAKE_SHOW_JOB", ""))
+if sys.argv[1:2] == ["update"] and os.environ.get("FAKE_REFUSE"):
+    print("Job is no longer pending execution for job 4242", file=sys.stderr)
+    sys.exit(1)
 sys.exit(1 if sys.argv[1:2] == ["requeue"] else 0)
+"""
+
+#: records its arguments, waits for the file FAKE_SACCT_WAIT names (when set), prints FAKE_SACCT
+FAKE_SACCT = """\
+import os, sys, time
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write("sacct " + " ".join(sys.argv[1:]) + "\\n")
+go, end = os.environ.get("FAKE_SACCT_WAIT"), time.monotonic() + 60
+while go and not os.path.exists(go) and time.monotonic() < end:
+    time.sleep(0.02)
+print(os.environ.get("FAKE_SACCT", ""))
+"""
+
+#: every node is down, for the reason "tsm-test"
+FAKE_SINFO = """\
+import sys
+print("tsm-test" if "%E" in sys.argv else "down")
 """
 
 #: records its arguments; ``--signal=SIG`` signals every task of the job (what slurmstepd does), not srun
@@ -151,7 +194,8 @@ if sig:
 def fake_cluster(tmp_path: Path) -> dict[str, str]:
     bindir = tmp_path / "fakebin"
     bindir.mkdir()
-    for name, body in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL), ("scancel", FAKE_SCANCEL)):
+    for name, body in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL), ("scancel", FAKE_SCANCEL),
+                       ("sacct", FAKE_SACCT), ("sinfo", FAKE_SINFO)):
         path = bindir / name
         path.write_text(f"#!{sys.executable}\n{body}")
         path.chmod(0o755)
@@ -266,6 +310,269 @@ def test_requeue_on_time_limit_requeues_itself_as_a_preemption(
     assert "attempt 1 restarts 1 last time_limit" in lines(job_dir / "r" / "0.stdout")
     assert not (job_dir / "failures").exists()
     assert json.dumps(read_last_exit(job_dir)) == '"time_limit"'
+
+
+def test_requeue_at_the_time_limit_aims_at_the_jobs_end_time(
+    sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """Slurm may send the warning late: the requeue timer runs to 5 s before the job's EndTime, not for
+    warn_before - 5 s after the warning."""
+    bindir = tmp_path / "sleepbin"
+    bindir.mkdir()
+    (bindir / "sleep").write_text(f"#!{sys.executable}\nimport os, sys, time\n"
+                                  "open(os.environ['FAKE_LOG'], 'a').write('sleep ' + sys.argv[1] + '\\n')\n"
+                                  "time.sleep(float(sys.argv[1]))\n")  # fmt: skip
+    (bindir / "sleep").chmod(0o755)
+    # the task ends once the timer started (the fake sleep logged it)
+    code = REPORT + ("print('ready', flush=True)\n"
+                     "while 'sleep ' not in open(os.environ['FAKE_LOG']).read():\n    time.sleep(0.02)\n")
+    app = AppDef("tl", [Role("r", entrypoint=sys.executable, args=["-c", code])])
+    cfg = {"time_limit": "10m", "warn_signal": "USR1", "warn_before": "120s", "requeue_on_time_limit": True}
+    job_dir = write_job(sched, app, cfg, tmp_path)
+    end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 65))
+    env = dict(fake_cluster, PATH=f"{bindir}:{fake_cluster['PATH']}",
+               FAKE_SHOW_JOB=f"   StartTime=2026-11-25T16:33:01 EndTime={end} Deadline=N/A")  # fmt: skip
+    batch = start_batch(job_dir, env)
+    try:
+        wait_until(lambda: "ready" in lines(job_dir / "r" / "0.stdout"), "task ready", timeout=HANG)
+        batch.send_signal(signal.SIGUSR1)
+        _, err = batch.communicate(timeout=HANG)  # the task's end ends the job: the timer is not waited for
+    finally:
+        if batch.poll() is None:
+            batch.kill()
+    assert "tsm: requeueing at the time limit (preemption 1 of 3)" in err, err
+    timers = [int(ln.split()[1]) for ln in lines(tmp_path / "fake.log") if ln.startswith("sleep ")]
+    assert len(timers) == 1 and 50 <= timers[0] <= 60, timers  # not 115 (warn_before - 5)
+
+
+@pytest.mark.parametrize(("cause", "said"), [
+    ("cancel", "tsm: cancelled: SIGUSR1 to every task"),
+    ("preemption", "tsm: the job is preempted: SIGUSR1 to every task"),
+])
+def test_a_cancel_or_preemption_warning_never_requeues_at_the_time_limit(
+    sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path, cause: str, said: str
+) -> None:
+    """The same USR1 comes before the limit, at a preemption and from tsm cancel: only the limit's requeues."""
+    code = REPORT + "print('ready', flush=True)\nwhile not lc.warned():\n    time.sleep(0.02)\n"
+    app = AppDef("tl", [Role("r", entrypoint=sys.executable, args=["-c", code])])
+    cfg = {"time_limit": "10m", "warn_signal": "USR1", "warn_before": "5s", "requeue_on_time_limit": True}
+    job_dir = write_job(sched, app, cfg, tmp_path)
+    env = dict(fake_cluster)
+    if cause == "preemption":  # what scontrol show job says of a job Slurm preempted
+        env["FAKE_SHOW_JOB"] = "   PreemptEligibleTime=2026-11-25T16:33:01 PreemptTime=2026-11-25T16:34:00"
+    batch = start_batch(job_dir, env)
+    try:
+        wait_until(lambda: "ready" in lines(job_dir / "r" / "0.stdout"), "task ready", timeout=HANG)
+        if cause == "cancel":  # tsm cancel writes it to a running job, then warns
+            (job_dir / CANCEL_MARK).write_text("cancel\n")
+        batch.send_signal(signal.SIGUSR1)
+        _, err = batch.communicate(timeout=HANG)
+    finally:
+        if batch.poll() is None:
+            batch.kill()
+    assert batch.returncode == 0, err
+    assert said in err and "requeueing" not in err
+    assert lines(job_dir / "r" / "0.stdout").count("warned") == 1
+    assert not (job_dir / "requeue_cause").exists()
+    assert "scontrol requeue 4242" not in lines(tmp_path / "fake.log")
+
+
+SILENT = REPORT + "print('ready', flush=True)\nwhile True:\n    time.sleep(0.05)\n"
+
+
+@pytest.mark.parametrize("on_stall", ["fail", "restart"])
+def test_a_silent_replica_is_stalled_warned_then_stopped(
+    sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path, on_stall: str
+) -> None:
+    """No log byte and no CPU for stall_timeout: warned, stopped; then the app fails or requeues as a failure."""
+    busy = REPORT + "print('ready', flush=True)\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.1)\n"
+    app = AppDef("st", [Role("r", entrypoint=sys.executable, args=["-c", SILENT], max_retries=1),
+                        Role("busy", entrypoint=sys.executable, args=["-c", busy])])
+    cfg = {"stall_timeout": "1s", "on_stall": on_stall, "warn_signal": "USR1", "warn_before": "1s", "kill_grace": 2}
+    job_dir = write_job(sched, app, cfg, tmp_path)
+    batch = start_batch(job_dir, fake_cluster)
+    try:
+        _, err = batch.communicate(timeout=HANG)
+    finally:
+        if batch.poll() is None:
+            batch.kill()
+    stalled = (job_dir / "stalled").read_text()
+    assert stalled == f"r/0 {stall_message(1, 'ready')}\n", (stalled, err)  # the busy role never stalls
+    assert f"tsm: replica r/0 {stall_message(1, 'ready')}" in err
+    assert "tsm: stalled: SIGUSR1 to every task" in err and "tsm: stalled: stopping every task" in err
+    assert lines(job_dir / "r" / "0.stdout").count("warned") == 1
+    if on_stall == "fail":
+        assert batch.returncode != 0 and "requeueing" not in err, err
+        assert not (job_dir / "requeue_cause").exists()
+    else:  # its own failure: max_retries pays for the restart, which knows why
+        assert "tsm: requeueing (restart 1 of 1)" in err, err
+        assert (job_dir / "requeue_cause").read_text().strip() == "stalled"
+        assert (job_dir / "failures").read_text().strip() == "1"
+
+
+@pytest.mark.parametrize("stalled_status", ["exited 143 1 0 TERM node1", "exited 0 1 0 - node1"])
+def test_describe_names_the_stalled_replica(sched: SlurmScheduler, tmp_path: Path, stalled_status: str) -> None:
+    """The stalled replica failed, also when its task exited 0 on the warning (checkpointed, then exited)."""
+    (tmp_path / "stalled").write_text("r/1 stalled for 15m, last line: 'step 7'\n")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "0.status").write_text("exited 143 1 0 TERM node0\n")
+    (tmp_path / "r" / "1.status").write_text(stalled_status + "\n")
+    app = AppDef("a", [Role("r", entrypoint="x", num_replicas=2)])
+    rec = SlurmJob(job_id="5", app_id="5", offset=0, name="a.r", states=["FAILED"], restarts=0, exit_code=143)
+    desc = sched.describe_records("5", [rec], tmp_path, app)
+    assert desc is not None
+    reps = desc.roles_statuses[0].replicas
+    assert reps[1].error_msg == "stalled for 15m, last line: 'step 7'" and reps[1].state.name == "FAILED"
+    assert reps[0].error_msg.startswith("stopped by SIGTERM")
+    assert "stalled for 15m" in desc.msg
+
+
+@pytest.mark.parametrize(("on_stall", "retries"), [("fail", 1), ("restart", 0)])
+def test_a_stall_fails_even_when_its_tasks_exit_0_on_the_warning(
+    sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path, on_stall: str, retries: int
+) -> None:
+    """A task that checkpoints and exits 0 on the warning: the attempt still fails as stalled (exit 1), with
+    on_stall=fail and with on_stall=restart once max_retries is spent; it never ends COMPLETED."""
+    code = REPORT + ("print('ready', flush=True)\nwhile not lc.warned():\n    time.sleep(0.2)\n"
+                     "print('checkpointed', flush=True)\nsys.exit(0)\n")
+    app = AppDef("st0", [Role("r", entrypoint=sys.executable, args=["-c", code], max_retries=retries)])
+    cfg = {"stall_timeout": "1s", "on_stall": on_stall, "warn_signal": "USR1", "warn_before": "5s", "kill_grace": 2}
+    job_dir = write_job(sched, app, cfg, tmp_path)
+    batch = start_batch(job_dir, fake_cluster)
+    try:
+        _, err = batch.communicate(timeout=HANG)
+    finally:
+        if batch.poll() is None:
+            batch.kill()
+    assert lines(job_dir / "r" / "0.stdout")[-2:] == ["warned", "checkpointed"], err
+    assert (job_dir / "r" / "0.status").read_text().startswith("exited 0 ")  # the task itself ended well
+    assert batch.returncode == 1, err
+    assert (job_dir / "exit").read_text().strip() == "1"
+    assert "requeueing" not in err and not (job_dir / "requeue_cause").exists()
+
+
+def test_a_cancel_mark_of_an_earlier_attempt_is_stale(
+    sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """A tsm cancel whose scancel never came left its mark: the next attempt's time limit still requeues."""
+    code = REPORT + "print('ready', flush=True)\nwhile not lc.warned():\n    time.sleep(0.02)\n"
+    app = AppDef("tl", [Role("r", entrypoint=sys.executable, args=["-c", code])])
+    cfg = {"time_limit": "10m", "warn_signal": "USR1", "warn_before": "5s", "requeue_on_time_limit": True}
+    job_dir = write_job(sched, app, cfg, tmp_path)
+    (job_dir / CANCEL_MARK).write_text("cancel\n")
+    batch = start_batch(job_dir, fake_cluster)
+    try:
+        wait_until(lambda: "ready" in lines(job_dir / "r" / "0.stdout"), "task ready", timeout=HANG)
+        batch.send_signal(signal.SIGUSR1)
+        _, err = batch.communicate(timeout=HANG)
+    finally:
+        if batch.poll() is None:
+            batch.kill()
+    assert "tsm: the time limit is near: SIGUSR1 to every task" in err, err
+    assert "tsm: requeueing at the time limit (preemption 1 of 3)" in err
+    assert (job_dir / "requeue_cause").read_text().strip() == "time_limit"
+    assert not (job_dir / CANCEL_MARK).exists()
+
+
+@pytest.mark.parametrize("batch_rc", [0, 1])
+def test_cancel_removes_its_mark_when_no_scancel_follows(
+    sched: SlurmScheduler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_rc: int
+) -> None:
+    """The warning could not be sent, or the scancel after it failed: the job runs on, without the mark."""
+    req = dryrun(sched, AppDef("c", [Role("r", entrypoint="x")]), {"warn_signal": "USR1", "warn_before": "1s"})
+    (tmp_path / "job.sbatch").write_text(req.script)
+    monkeypatch.setattr(sched, "_dir_and_app", lambda app_id, recs: (tmp_path, None))
+    monkeypatch.setattr(sched, "describe", lambda app_id, max_age=1.0: DescribeAppResponse(app_id, AppState.RUNNING))
+    calls: list[list[str]] = []
+
+    def run(args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        calls.append(args)
+        if "--batch" in args:
+            assert (tmp_path / CANCEL_MARK).exists()  # written before the warning, there while it is sent
+        rc = batch_rc if "--batch" in args else 1
+        return subprocess.CompletedProcess(args, rc, "", "scancel: error: Access/permission denied")
+
+    monkeypatch.setattr(slurm_cli, "run", run)
+    with pytest.raises(SchedulerError, match="permission denied"):
+        sched.cancel("77")
+    assert calls == [["scancel", "--batch", "--signal=USR1", "77"], ["scancel", "77"]][: len(calls)]
+    assert not (tmp_path / CANCEL_MARK).exists()
+
+
+def test_a_warning_before_the_handler_is_set_does_not_kill_the_batch_shell(
+    sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """A tsm cancel or a limit's warning while the script still asks sacct: noted, acted on, the job runs on."""
+    app = AppDef("early", [Role("r", entrypoint=sys.executable, args=["-c", REPORT])])
+    job_dir = write_job(sched, app, {"time_limit": "10m", "warn_signal": "USR1", "warn_before": "60s"}, tmp_path)
+    go = tmp_path / "go"
+    env = dict(fake_cluster, SLURM_RESTART_COUNT="1", FAKE_SACCT_WAIT=str(go))
+    batch = start_batch(job_dir, env)
+    try:
+        wait_until(lambda: any(ln.startswith("sacct ") for ln in lines(tmp_path / "fake.log")),
+                   "the script to ask sacct", timeout=HANG)  # fmt: skip
+        batch.send_signal(signal.SIGUSR1)
+        go.write_text("")
+        _, err = batch.communicate(timeout=HANG)
+    finally:
+        if batch.poll() is None:
+            batch.kill()
+    assert batch.returncode == 0, err
+    assert "tsm: the time limit is near: SIGUSR1 to every task" in err
+    assert lines(job_dir / "r" / "0.stdout") == ["attempt 1 restarts 1 last preempted"]
+
+
+# -- moves off failed nodes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_restart_given_a_failed_node_moves_off_it_and_a_refused_move_fails_the_app(
+    sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path, refused: bool
+) -> None:
+    app = AppDef("mv", [Role("r", entrypoint=sys.executable, args=["-c", REPORT])])
+    job_dir = write_job(sched, app, {"exclude": "node9", "max_preemptions": 1}, tmp_path)
+    env = dict(fake_cluster, FAKE_SACCT="NODE_FAIL|fake0", **({"FAKE_REFUSE": "1"} if refused else {}))
+    first = run_attempt(job_dir, env, 1)  # attempt 0 died with fake0; Slurm gave this one fake0 again
+    log = lines(tmp_path / "fake.log")
+    assert first.returncode == 0, first.stderr
+    assert "requeueing without them (ExcNodeList=node9,fake0)" in first.stderr
+    moves = [ln for ln in log if ln.split()[1] in ("requeuehold", "update", "release")]
+    assert moves == ["scontrol requeuehold 4242", "scontrol update JobId=4242 ExcNodeList=node9,fake0",
+                     "scontrol release 4242"]
+    assert (job_dir / "moves").read_text().strip() == "1"
+    assert read_excluded(job_dir) == ["fake0 NODE_FAIL (reason: tsm-test)"]
+    assert not (job_dir / "r" / "0.stdout").exists()  # nothing ran on the failed node
+    second = run_attempt(job_dir, dict(env, SLURM_JOB_NODELIST="fake1"), 2)
+    if not refused:  # kept off fake0: it runs, its restart still the cluster's
+        assert second.returncode == 0, second.stderr
+        assert lines(job_dir / "r" / "0.stdout") == ["attempt 2 restarts 2 last preempted"]
+        assert read_node_error(job_dir) == ""
+        return
+    said = ("Slurm refused to keep the job off node(s) fake0 (scontrol update JobId=4242 ExcNodeList=node9,fake0: "
+            "Job is no longer pending execution for job 4242); the app fails")
+    assert f"tsm: {said}" in first.stderr
+    assert read_node_error(job_dir) == said
+    # the released job fails as its next attempt starts, before running anything, and says why
+    assert second.returncode == 1 and f"tsm: {said}" in second.stderr
+    assert (job_dir / "exit").read_text().strip() == "1" and not (job_dir / "r" / "0.stdout").exists()
+    rec = SlurmJob(job_id="4242", app_id="4242", offset=0, name="mv.r", states=["FAILED"], restarts=2, exit_code=1)
+    desc = sched.describe_records("4242", [rec], job_dir, app)
+    assert desc is not None and desc.state == AppState.FAILED and said in desc.msg, desc
+
+
+def test_moves_off_failed_nodes_stop_at_max_preemptions(
+    sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """Given a failed node again after max_preemptions moves: Slurm does not keep the exclusion; the app fails."""
+    app = AppDef("mv", [Role("r", entrypoint=sys.executable, args=["-c", REPORT])])
+    job_dir = write_job(sched, app, {"max_preemptions": 1}, tmp_path)
+    (job_dir / "moves").write_text("1\n")
+    result = run_attempt(job_dir, dict(fake_cluster, FAKE_SACCT="NODE_FAIL|fake0"), 2)
+    assert result.returncode == 1, result.stderr
+    assert "after 1 move(s) off failed nodes" in read_node_error(job_dir)
+    assert f"tsm: {read_node_error(job_dir)}" in result.stderr
+    assert not any(ln.split()[1] in ("requeuehold", "update") for ln in lines(tmp_path / "fake.log"))
+    assert not (job_dir / "r" / "0.stdout").exists() and (job_dir / "moves").read_text().strip() == "1"
 
 
 # -- describe (needs the scheduler.py diff) ------------------------------------------------------------

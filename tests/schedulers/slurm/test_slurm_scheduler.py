@@ -204,7 +204,8 @@ def test_sbatch_refusal_is_a_submission_error(monkeypatch: pytest.MonkeyPatch, t
 def test_remove_deletes_only_what_tsm_wrote(tmp_path: Path) -> None:
     s = SlurmScheduler("t", queries_=SlurmQueries(runner=FakeSlurm()))
     job_dir = write_job_dir(s, two_role_app(), "9002", tmp_path)
-    for name in ("job.sbatch", "batch.out", "exit", "restarts", "trainer/0.stdout", "trainer/1.status"):
+    for name in ("job.sbatch", "batch.out", "exit", "restarts", "trainer/0.stdout", "trainer/1.status",
+                 "failures", "moves", "requeue_cause", "last_exit", "excluded", "stalled", "cancel"):
         (job_dir / name).write_text("x")
     (job_dir / "ps" / "mine.txt").write_text("user file")
     assert s.remove("9002") is True

@@ -144,6 +144,7 @@ def decide(
     limits: Limits | None = None,
     preemptions: int = 0,
     max_preemptions: int = DEFAULT_MAX_PREEMPTIONS,
+    role_preemptions: Mapping[str, int] | None = None,
 ) -> Decision:
     """What to do about an app after one look (pure: same inputs, same answer).
 
@@ -158,9 +159,10 @@ def decide(
       ``preemptions < max_preemptions``, whatever ``max_retries`` is; else :class:`Finish` FAILED "... (no
       preemptions left: max_preemptions=N)";
     * FAILED with a replica to blame: a :class:`Retry` of the failed replica's role (ROLE) or of every role
-      (APPLICATION) while the tries made for failures (``attempts``: role -> try, the highest in scope
-      counts, less the ``preemptions``) are fewer than the role's ``max_retries``; else :class:`Finish`
-      FAILED that stops the others;
+      (APPLICATION) while the tries made for failures (``attempts``: role -> try, less the tries of that
+      role that were preemption restarts, ``role_preemptions``: role -> count, see :func:`count_preemptions`;
+      the highest in scope counts) are fewer than the role's ``max_retries``; else :class:`Finish` FAILED
+      that stops the others;
     * not every replica running ``gang_timeout`` seconds after ``waiting_since`` (the current try's start):
       :class:`Finish` FAILED with the first reason a replica gives (``gang``);
     * any other terminal state: :class:`Finish` in it (nothing left to stop);
@@ -190,7 +192,9 @@ def decide(
             return Finish(AppState.FAILED, f"{view.msg} ({_spent(max_preemptions)})", stop=True)
         scope = (role_name,) if role.policy == "ROLE" else every
         tried = max((attempts.get(r, 0) for r in scope), default=0)
-        if role.policy in ("ROLE", "APPLICATION") and max(0, tried - preemptions) < role.max_retries:
+        by_role = role_preemptions if role_preemptions is not None else dict.fromkeys(scope, preemptions)
+        failed_tries = max((attempts.get(r, 0) - by_role.get(r, 0) for r in scope), default=0)
+        if role.policy in ("ROLE", "APPLICATION") and max(0, failed_tries) < role.max_retries:
             return Retry(scope, tried + 1, view.msg)
         return Finish(AppState.FAILED, view.msg, stop=True)
     if view.state.is_terminal:
@@ -203,6 +207,21 @@ def decide(
         return Finish(AppState.FAILED, f"not every replica was Running within gang_timeout={gang_timeout:g}s: {why}",
                       stop=True, gang=True)
     return None
+
+
+def count_preemptions(events: Iterable[Iterable[str]]) -> tuple[int, dict[str, int]]:
+    """The ``preemptions`` and ``role_preemptions`` of :func:`decide` from an app's preemption restarts,
+    each given as the roles it restarted (a :class:`Retry` with ``preemption``: its ``roles``).
+
+    Two ROLE-scope preemptions of different roles are two restarts even when both start try 1, which
+    counting try numbers alone would merge; a restart of every role counts once for the app and once for
+    each role."""
+    total, by_role = 0, dict[str, int]()
+    for roles in events:
+        total += 1
+        for r in set(roles):
+            by_role[r] = by_role.get(r, 0) + 1
+    return total, by_role
 
 
 def _preempted(view: AppStatusView, role: str, k: int) -> bool:

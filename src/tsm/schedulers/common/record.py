@@ -89,13 +89,14 @@ def with_record(status: DescribeAppResponse | None, path: Path) -> DescribeAppRe
 
 
 def status_to_json(d: DescribeAppResponse) -> str:
-    """An app's final status as JSON (state names, one ``[id, state, exit code, message, restarts, host]``
-    row per replica); read back by :func:`status_from_json`."""
+    """An app's final status as JSON (state names, one ``[id, state, exit code, message, restarts, host,
+    preempted]`` row per replica, the describe's string ``metadata``); read back by :func:`status_from_json`."""
     return json.dumps({
         "app_id": d.app_id, "state": d.state.name, "msg": d.msg, "num_restarts": d.num_restarts, "created": d.created,
         "structured_error_msg": d.structured_error_msg,
-        "roles": [[rs.role, [[r.id, r.state.name, r.exit_code, r.error_msg, r.restarts, r.hostname]
+        "roles": [[rs.role, [[r.id, r.state.name, r.exit_code, r.error_msg, r.restarts, r.hostname, r.preempted]
                              for r in rs.replicas]] for rs in d.roles_statuses],
+        "metadata": {str(k): str(v) for k, v in (d.metadata or {}).items()},
     })
 
 
@@ -103,12 +104,16 @@ def status_from_json(text: str) -> DescribeAppResponse | None:
     """The status :func:`status_to_json` wrote, or None when ``text`` is not one (cut short, edited)."""
     try:
         data = json.loads(text)
+        # rows of six fields were written before the preempted flag was kept
         roles = [RoleStatus(name, [ReplicaStatus(id=i, state=AppState[s], role=name, exit_code=c, error_msg=m,
-                                                  restarts=n, hostname=h) for i, s, c, m, n, h in reps])
+                                                  restarts=n, hostname=h, preempted=bool(rest and rest[0]))
+                                    for i, s, c, m, n, h, *rest in reps])
                  for name, reps in data["roles"]]
+        meta = data.get("metadata") or {}
         return DescribeAppResponse(app_id=data["app_id"], state=AppState[data["state"]], msg=data["msg"],
                                    num_restarts=data["num_restarts"], created=data["created"], roles_statuses=roles,
-                                   structured_error_msg=str(data.get("structured_error_msg") or ""))
+                                   structured_error_msg=str(data.get("structured_error_msg") or ""),
+                                   metadata={str(k): str(v) for k, v in dict(meta).items()})
     except (ValueError, KeyError, TypeError):
         return None
 

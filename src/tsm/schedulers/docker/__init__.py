@@ -19,6 +19,12 @@ What it does:
   replica's restarts); ``ROLE`` and ``APPLICATION`` by tsm, which replaces the role's (or app's) containers
   when it observes the failure -- on any ``describe``/``wait``/``status``, so something must be watching
   (``tsm run`` attached, ``tsm wait``); a launcher that is gone retries when the next status call comes.
+* **Long runs** (issue 25), carried out when tsm looks at the app: ``time_limit`` (warned first with
+  ``warn_signal``; ``requeue_on_time_limit`` restarts the app as a preemption), preemption by a daemon
+  restart (a container ended by a signal before the daemon's start: :mod:`.status`), spent from
+  ``max_preemptions`` and never ``max_retries``, ``stall_timeout``/``on_stall`` (:mod:`.stall`). Every
+  attempt sees ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``. ``exclude_nodes`` is refused.
+* **Submit** creates a role's containers a few at a time concurrently (``CREATE_CONCURRENCY``).
 * **Status** is one ``containers.list`` by label per refresh for every app of the process (the kit's
   ``StatusWatcher``); an ended container is inspected once for its exit code and ``OOMKilled``.
 * **Views**: ``tsm top``/``tsm serve`` see every Docker app of a tick through one container list

@@ -5,7 +5,8 @@ an unreachable daemon is :class:`SchedulerUnavailableError` saying how to start 
 :class:`~tsm.schedulers.common.errors.ApiError` with Docker's words and its HTTP status (404: gone). One
 :meth:`DockerClient.list_containers` per status refresh serves every app, selected by the scheduler and owner
 labels (another user's containers on the same engine are never seen); an ended container is inspected once
-(its exit code, OOM flag, restart count, start and end) and cached by id. Images are
+(its exit code, OOM flag, restart count, start and end) and cached by id; one that ended by a signal is
+checked against the daemon's start (:meth:`DockerClient.daemon_started`: a preemption by a daemon restart). Images are
 :class:`tsm.workspace.image.ImageEngine`'s, shared with the Kubernetes backend.
 """
 
@@ -15,51 +16,33 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from tsm.errors import SchedulerError, SchedulerUnavailableError, TsmError
-from tsm.schedulers.common.errors import ApiError, ClientBase, is_status
-from tsm.schedulers.common.optional import import_client
+from tsm.errors import SchedulerError, TsmError
+from tsm.schedulers.common.errors import ApiError, is_status
 from tsm.schedulers.common.owner import owner
 from tsm.schedulers.docker.request import LABEL_APP, LABEL_OWNER, LABEL_SCHEDULER, ContainerSpec
-from tsm.schedulers.docker.status import Observed, complete, from_summary
-from tsm.workspace.image import START_HINT, docker_translate, short_error
+from tsm.schedulers.docker.status import (
+    DAEMON_EXITS,
+    Observed,
+    complete,
+    ended_by_daemon_restart,
+    from_summary,
+    parse_time,
+)
+from tsm.workspace.image import DockerEngine
 
 #: bytes per chunk when a container's log is streamed to a file
 LOG_CHUNK = 1 << 16
 
 
-class DockerClient(ClientBase):
-    """A thin, typed wrapper of ``docker.DockerClient`` (containers and networks) with the inspect cache."""
+class DockerClient(DockerEngine):
+    """A thin, typed wrapper of ``docker.DockerClient`` (containers and networks) with the inspect cache;
+    connecting is :class:`~tsm.workspace.image.DockerEngine`'s (shared with the images)."""
 
     def __init__(self, timeout: float = 120.0) -> None:
-        super().__init__()
-        self._docker = import_client("docker", extra="docker", backend="docker")
-        self._errors = import_client("docker.errors", extra="docker", backend="docker")
-        self._timeout = timeout
-        self._client: Any = None
+        super().__init__(timeout)
         self._final: dict[str, Observed] = {}
         #: the owner label value every object made gets and every list selects (tsm.schedulers.common.owner)
         self.owner = owner()
-
-    # -- plumbing ---------------------------------------------------------------------------------------
-    @property
-    def api(self) -> Any:
-        """The connected low-level client; connecting errors say how to start Docker."""
-        if self._client is None:
-            try:
-                client = self._docker.from_env(timeout=int(self._timeout))
-                client.ping()
-            except Exception as e:  # noqa: BLE001 (the SDK raises DockerException, requests' errors, OSError)
-                raise SchedulerUnavailableError(f"cannot reach the Docker engine ({short_error(e)}); {START_HINT}") from e
-            self._client = client
-        return self._client
-
-    def translate(self, what: str, e: BaseException) -> TsmError | None:
-        return docker_translate(what, e, self._errors)
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
 
     def _labels(self, app_id: str | None) -> list[str]:
         return [f"{LABEL_SCHEDULER}=docker", f"{LABEL_OWNER}={self.owner}"] + ([f"{LABEL_APP}={app_id}"] if app_id else [])
@@ -70,6 +53,7 @@ class DockerClient(ClientBase):
         with self.call("list"):
             summaries = self.api.api.containers(all=True, filters={"label": self._labels(app_id)})
         out = []
+        started: list[float | None] = []  # the daemon's start, asked at most once per list
         for s in summaries:
             obs = from_summary(s)
             cached = self._final.get(obs.id)
@@ -85,10 +69,39 @@ class DockerClient(ClientBase):
                         continue  # removed between the list and the inspect
                     raise
                 complete(obs, attrs)
+                if obs.final and obs.exit_code in DAEMON_EXITS and not obs.oom_killed:
+                    if not started:
+                        started.append(self.daemon_started())
+                    obs.preempted = ended_by_daemon_restart(obs, started[0])
                 if obs.final:
                     self._final[obs.id] = obs
             out.append(obs)
         return out
+
+    def daemon_started(self) -> float | None:
+        """When the daemon answering now started (epoch seconds): the ``Created`` of its default ``bridge``
+        network, which dockerd makes again at every start; None without one (``--bridge=none``) or on error.
+        See :mod:`tsm.schedulers.docker.status` for what it tells."""
+        try:
+            with self.call("inspect network"):
+                info = self.api.api.inspect_network("bridge")
+        except (ApiError, SchedulerError):
+            return None
+        opts = info.get("Options") or {}
+        if opts.get("com.docker.network.bridge.default_bridge") != "true":
+            return None
+        return parse_time(str(info.get("Created", "")))
+
+    def restart_count(self, container_id: str) -> int:
+        """How many times Docker's restart policy restarted a container (``RestartCount``: the list does not
+        say it for a running one); 0 for a container gone."""
+        try:
+            with self.call("inspect"):
+                return int(self.api.api.inspect_container(container_id).get("RestartCount", 0))
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            return 0
 
     def stats(self, container_id: str) -> dict[str, Any]:
         """One ``one_shot`` stats answer of a container (no second sample waited for), for the views' usage.
@@ -155,6 +168,18 @@ class DockerClient(ClientBase):
             if e.status != 404:
                 raise
 
+    def wait_ended(self, container_id: str, timeout: float) -> bool:
+        """Block until the container is not running (Docker's ``wait``, ``condition=not-running``) or
+        ``timeout`` seconds pass; True when it ended (or is gone), False on the timeout or an error."""
+        try:
+            with self.call("wait"):
+                self.api.api.wait(container_id, timeout=max(1, int(round(timeout))), condition="not-running")
+            return True
+        except ApiError as e:
+            return e.status == 404
+        except Exception:  # noqa: BLE001 (the timeout: requests' ReadTimeout, however the SDK wraps it)
+            return False
+
     def signal(self, container_id: str, signame: str) -> None:
         """Send signal ``signame`` (``USR1``) to a container's main process (the warning of issue 25); a
         container already ended or gone is fine."""
@@ -200,9 +225,12 @@ class DockerClient(ClientBase):
 
     # -- logs ------------------------------------------------------------------------------------------------
     def logs(self, container: str, stdout: bool, stderr: bool, *, timestamps: bool = False,
-             since: float | None = None, until: float | None = None) -> bytes:
-        """What the container wrote to the chosen streams (Docker keeps their order when both are asked)."""
+             since: float | None = None, until: float | None = None, tail: int | None = None) -> bytes:
+        """What the container wrote to the chosen streams (Docker keeps their order when both are asked);
+        ``tail``: only its last lines."""
         kw: dict[str, Any] = {"stdout": stdout, "stderr": stderr, "timestamps": timestamps}
+        if tail is not None:
+            kw["tail"] = tail
         if since is not None:
             kw["since"] = since
         if until is not None:

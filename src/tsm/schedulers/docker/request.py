@@ -49,20 +49,18 @@ _NAME_OK = re.compile(r"[^a-z0-9-]+")
 HOST_MAX = 63
 
 
-#: the long-run options the docker scheduler does not carry out yet: refused, never ignored
+#: the long-run options the docker scheduler does not carry out: refused, never ignored
 _NOT_YET = {
-    "stall_timeout": "no process watches a container's output and CPU between two looks",
-    "requeue_on_time_limit": "a time limit ends the app; it is not restarted",
     "exclude_nodes": "one Docker daemon is one node",
-    "max_preemptions": "containers ended by a daemon restart are not told apart from failures yet",
 }
 
 
 @dataclass(frozen=True)
 class DockerOptions(LifecycleOptions):
-    """Run options of the ``docker`` scheduler, with the long-run ones it carries out: ``time_limit``
-    (enforced by tsm when it looks at the app), ``warn_signal`` and ``warn_before`` (before the time limit
-    and before a cancel)."""
+    """Run options of the ``docker`` scheduler, with the long-run ones it carries out when tsm looks at the
+    app: ``time_limit`` (and ``requeue_on_time_limit``), ``warn_signal`` and ``warn_before`` (before the
+    time limit, a cancel or a stall), ``max_preemptions`` (containers ended by a daemon restart),
+    ``stall_timeout`` and ``on_stall``."""
 
     pull: str = option("when to pull a role's image: missing (only if not present locally), always, never", "missing")
     grace_period: float = option("seconds cancel waits after SIGTERM before SIGKILL", 10.0)
@@ -75,10 +73,7 @@ class DockerOptions(LifecycleOptions):
 
     def check(self) -> None:
         super().check()
-        given = {
-            "stall_timeout": self.stall_timeout is not None, "requeue_on_time_limit": self.requeue_on_time_limit,
-            "exclude_nodes": bool(self.exclude_nodes), "max_preemptions": self.max_preemptions != DEFAULT_MAX_PREEMPTIONS,
-        }
+        given = {"exclude_nodes": bool(self.exclude_nodes)}
         for name, why in _NOT_YET.items():
             if given[name]:
                 raise InvalidRunOptionError(f"run option {name} is not supported on docker yet ({why})")
@@ -141,6 +136,14 @@ class DockerRequest:
     warn_before: float = 120.0
     #: the submission time (epoch seconds), as the containers' ``tsm.created`` label says
     created: float | None = None
+    #: restarts the cluster's decisions may cause (a daemon restart, a requeue at the time limit)
+    max_preemptions: int = DEFAULT_MAX_PREEMPTIONS
+    #: restart the app at its time limit, as a preemption
+    requeue_on_time_limit: bool = False
+    #: seconds without log output and CPU time after which a replica is stalled (None: never)
+    stall_timeout: float | None = None
+    #: ``restart`` (the replica's own failure) or ``fail`` (the app fails)
+    on_stall: str = "restart"
 
     def to_json(self) -> str:
         """The request as JSON (what is saved beside the app and read back to recreate containers)."""
@@ -283,7 +286,8 @@ def build_request(app: AppDef, opts: DockerOptions, session: str, app_dir_root: 
         app_id=app_id, app_name=app.name, session=session, network=network, pull=opts.pull, images=images,
         containers=containers, app_dir=os.path.join(app_dir_root, app_id), remove_finished=opts.remove_finished,
         roles=shape, spec=app.to_dict(), owner=owner, time_limit=opts.time_limit_s, warn_before=opts.warn_before_s,
-        created=round(created, 3),
+        created=round(created, 3), max_preemptions=opts.max_preemptions,
+        requeue_on_time_limit=opts.requeue_on_time_limit, stall_timeout=opts.stall_timeout_s, on_stall=opts.on_stall,
     )
 
 
@@ -327,6 +331,11 @@ def format_request(req: DockerRequest) -> str:
     if req.time_limit is not None:
         lines.append(f"# time limit {format_duration(req.time_limit)}, enforced by tsm when it looks at the app"
                      + (f"; SIG{warn} {format_duration(req.warn_before)} before it" if warn else ""))
+    if req.time_limit is not None and req.requeue_on_time_limit:
+        lines.append(f"# at the time limit the app restarts, as a preemption (max_preemptions={req.max_preemptions})")
+    if req.stall_timeout is not None:
+        lines.append(f"# stall_timeout {format_duration(req.stall_timeout)} (no log line, no CPU time), checked by tsm "
+                     f"when it looks at the app; on_stall={req.on_stall}")
     if warn:
         lines.append(f"# on cancel: SIG{warn}, {format_duration(req.warn_before)}, then docker stop")
     for b in req.builds:

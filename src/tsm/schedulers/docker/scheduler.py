@@ -4,7 +4,21 @@ Local store: ``$TSM_HOME/docker/<app_id>/`` (:class:`~tsm.schedulers.common.appd
 whole) holds ``request.json`` (the containers, to recreate them for ROLE/APPLICATION retries), ``app.json``
 (the :class:`AppRecord`), ``logs/`` (snapshots of every container's output taken before it is removed) and
 ``final.json`` (the app's last status and its start and end, written when its containers are removed: by
-``cancel``, ``remove``, ``cleanup`` or ``remove_finished``).
+``cancel``, ``remove``, ``cleanup`` or ``remove_finished``); for long runs (issue 25) ``preemptions.json`` (the
+restarts made as preemptions: a container ended by a daemon restart, a requeue at the time limit; each as
+``[attempt, [roles]]``, so two roles preempted into the same try are two restarts and two processes deciding
+the same restart record it once; their number is spent from ``max_preemptions``, never ``max_retries``),
+``time_limit_from`` (when the time limit counts from after a requeue), ``warned``/``time_limit_reached``/
+``stall_stopped`` markers (created with ``O_EXCL``: one process acts), ``stall.json``
+(:mod:`tsm.schedulers.docker.stall`) and ``lock`` (the ``flock`` one look of an app holds from load to save,
+:func:`~tsm.schedulers.docker.stall.locked`).
+
+**Stops do not hold the caller.** A stop the controller decides (a final failure, a stall, after the warning
+lead) is handed to a detached helper process (``python -m tsm.schedulers.docker stop --after S --grace G``,
+:meth:`DockerScheduler._stop_later`) that waits for the containers to end or the lead to pass and then stops
+them: a ``tsm status`` returns at once, and the stop still happens when the CLI has exited, so no replica is
+left running unwatched. A scheduler given its client (a fake engine in the tests) cannot be reached from
+another process: it stops in threads of its own process, which a CLI waits for before it exits.
 
 Each status look is the kit's controller step (:mod:`tsm.schedulers.common.controller`): observe (one
 owner-scoped container list), decide (pure), act (:meth:`DockerScheduler.act`). Only an app whose
@@ -15,7 +29,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -24,8 +41,19 @@ from pathlib import Path
 from tsm.errors import SchedulerError, SubmissionError
 from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler
 from tsm.schedulers.common.appdir import AppDir, kept_status, list_rows
-from tsm.schedulers.common.controller import Decision, Finish, Limits, Retry, Warn, decide, shapes
+from tsm.schedulers.common.controller import (
+    Decision,
+    Finish,
+    Limits,
+    Retry,
+    Warn,
+    count_preemptions,
+    decide,
+    shapes,
+)
 from tsm.schedulers.common.failure import failure_of
+from tsm.schedulers.common.files import unlink
+from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS
 from tsm.schedulers.common.owner import owner
 from tsm.schedulers.common.polling import poll_until, poll_until_terminal
 from tsm.schedulers.common.record import AppRecord, ended_status, with_record
@@ -39,6 +67,7 @@ from tsm.schedulers.docker.request import (
     LABEL_OWNER,
     LABEL_SCHEDULER,
     LABEL_SESSION,
+    ContainerSpec,
     DockerOptions,
     DockerRequest,
     attempt_env,
@@ -46,6 +75,7 @@ from tsm.schedulers.docker.request import (
     format_request,
     validate,
 )
+from tsm.schedulers.docker.stall import StallState, check, claim, locked
 from tsm.schedulers.docker.status import AppView, Observed, app_status, app_times, group, parse_time
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from tsm.specs.runopts import CfgVal, runopts
@@ -62,10 +92,19 @@ if TYPE_CHECKING:
 ORPHAN_AGE = 60.0
 #: seconds a status snapshot (one containers.list for every app) is reused by describe
 MAX_AGE = 0.2
+#: containers of an app created at once (bounded: the SDK's pool holds 10 connections to dockerd)
+CREATE_CONCURRENCY = 8
 #: seconds a network whose just-removed containers dockerd has not released yet is retried
 NETWORK_RELEASE = 5.0
 #: marker files in the app's directory: the warning was sent; the time limit was reached
 WARNED, TIME_LIMIT = "warned", "time_limit_reached"
+#: files in the app's directory: the restarts made as preemptions (JSON ``[[attempt, [roles]], ...]``); when
+#: the time limit counts from after a requeue (epoch seconds)
+PREEMPTIONS, CLOCK = "preemptions.json", "time_limit_from"
+#: marker: the replicas of an app failed for a stall (``on_stall=fail``) were told to stop
+STALL_STOPPED = "stall_stopped"
+#: the app directory's log of the detached stop helpers (their errors: nobody else would see them)
+STOP_LOG = "stop.log"
 
 
 def has_gpus() -> bool:
@@ -91,6 +130,9 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         super().__init__("docker", session_name)
         self._client = client
         self._images = images
+        #: a client given by the caller (a fake engine, an embedding program) is not reachable from a helper
+        #: process: stops then run in (non-daemon) threads of this process (see the module docstring)
+        self._stop_in_process = client is not None
         self._watcher = self._new_watcher()
         self._lock = threading.Lock()
         #: networks the last :meth:`cleanup` could not remove, with Docker's reason
@@ -147,15 +189,31 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
                   LABEL_OWNER: req.owner or self.client.owner}
         self.client.create_network(req.network, labels)
         try:
-            # one after the other: creating them concurrently measured no faster on a 2-core host (dockerd
-            # is the bottleneck) and dockerd 20.10 is known to leak network endpoints under such races
-            for c in req.containers:
-                self.client.run(c, req.network)
+            self._create(req)
         except SchedulerError as e:
             self._teardown(req.app_id, req.network)
             self._write_final(req, AppState.FAILED, f"could not start: {e}")
             raise SubmissionError(f"app {req.app_id} could not start: {e}") from e
         return req.app_id
+
+    def _create(self, req: DockerRequest, specs: builtins.list[ContainerSpec] | None = None) -> None:
+        """Create and start the containers ``specs`` (default: every one of ``req``), at most
+        :data:`CREATE_CONCURRENCY` at once (a create and a start are two round trips to dockerd each; the
+        SDK's connection pool holds 10). The first failure is raised once the calls under way have returned
+        (the caller tears the app down)."""
+        todo = req.containers if specs is None else specs
+        if len(todo) <= 1:
+            for c in todo:
+                self.client.run(c, req.network)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(CREATE_CONCURRENCY, len(todo)),
+                                thread_name_prefix="tsm-docker-create") as pool:
+            futures = [pool.submit(self.client.run, c, req.network) for c in todo]
+            errors = [e for f in futures if (e := f.exception()) is not None]
+        if errors:
+            raise errors[0]
 
     def _build(self, b: ImagePlan) -> None:
         """Build a workspace image unless its tag is already here (then nothing is built)."""
@@ -218,29 +276,174 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         )
 
     def _look(self, view: AppView) -> DescribeAppResponse:
-        """One controller step for an app: observe (``view``), :func:`decide`, :meth:`act`."""
-        st = app_status(view)
+        """One controller step for an app: observe (``view``), :func:`decide`, :meth:`act`; before deciding,
+        the stall check of an app with ``stall_timeout`` (:mod:`tsm.schedulers.docker.stall`). An app this
+        home submitted is stepped under its directory's lock (:func:`~tsm.schedulers.docker.stall.locked`):
+        two processes looking at it at once (``tsm status`` beside an attached ``tsm run``) act in turn, the
+        second on what the first recorded."""
         req = self._request(view.app_id)
+        if req is None:
+            return self._step(view, None)
+        with locked(self._dir(view.app_id)):
+            return self._step(view, req)
+
+    def _step(self, view: AppView, req: DockerRequest | None) -> DescribeAppResponse:
+        d = self._dir(view.app_id)
+        stall = StallState.load(d) if req is not None and req.stall_timeout is not None else None
+        if stall is not None and req is not None:
+            restarted = self._restart_in_place(req, view, stall)
+            if restarted is not None:
+                return restarted
+            if any(c.state == "running" for c in view.containers):
+                self._stalls(req, view, stall)
+            for c in view.containers:
+                c.stalled = stall.stalled.get(c.id, "")
+        st = app_status(view)
         attempts: dict[str, int] = {}
         for c in view.containers:
             attempts[c.role] = max(attempts.get(c.role, 0), c.attempt)
-        d = self._dir(view.app_id)
+        clock = d.read(CLOCK) if req is not None and req.time_limit is not None else None
         limits = None if req is None or req.time_limit is None else Limits(
             req.time_limit, req.warn_before, warn=any(c.warn_signal for c in req.containers),
-            started=req.created if req.created is not None else view.created,
-            warned=d.exists(WARNED), reached=d.exists(TIME_LIMIT),
+            started=float(clock) if clock else (req.created if req.created is not None else view.created),
+            warned=d.exists(WARNED), reached=d.exists(TIME_LIMIT), requeue=req.requeue_on_time_limit,
         )
-        decision = decide(st, shapes(view.roles), attempts, owned=req is not None, now=time.time(), limits=limits)
+        decision: Decision
+        if stall is not None and stall.failed:
+            decision = Finish(AppState.FAILED, stall.failed, stop=True)
+        else:
+            # read only where decide uses them: a failure, or a requeue at the time limit
+            used = st.state == AppState.FAILED or (limits is not None and limits.requeue)
+            total, by_role = count_preemptions(roles for _, roles in self._preemptions(d)) if used else (0, {})
+            decision = decide(st, shapes(view.roles), attempts, owned=req is not None, now=time.time(), limits=limits,
+                              preemptions=total, role_preemptions=by_role,
+                              max_preemptions=req.max_preemptions if req is not None else DEFAULT_MAX_PREEMPTIONS)
         return self.act(view, st, decision, req)
 
+    def _preemptions(self, d: AppDir) -> builtins.list[tuple[int, tuple[str, ...]]]:
+        """The restarts of the app made as preemptions, each ``(attempt, roles)`` (kept in its directory, so
+        every process counts the same; a restart is counted once however many processes decided it)."""
+        try:
+            raw = json.loads(d.read(PREEMPTIONS) or "[]")
+            return sorted({(int(a), tuple(sorted(str(r) for r in roles))) for a, roles in raw})
+        except (ValueError, TypeError):
+            return []
+
+    def _record_preemption(self, d: AppDir, attempt: int, roles: Sequence[str]) -> None:
+        """Add the preemption restart of ``roles`` into try ``attempt`` (idempotent; the caller holds the
+        app's lock, so no other process's record is lost)."""
+        events = {*self._preemptions(d), (attempt, tuple(sorted(roles)))}
+        d.write(PREEMPTIONS, json.dumps([[a, list(r)] for a, r in sorted(events)]))
+
+    def _restart_in_place(self, req: DockerRequest, view: AppView, stall: StallState) -> DescribeAppResponse | None:
+        """Recreate each replica of a REPLICA role stopped for a stall (``stall.in_place``) whose container has
+        ended, as its next attempt with ``TSM_LAST_EXIT=stalled``: the restarts it spent (stall restarts
+        and Docker's own of the containers replaced) are recorded first and taken off the new container's
+        restart policy, so ``max_retries`` bounds them together. None when there was none to recreate."""
+        d = self._dir(req.app_id)
+        done: builtins.list[str] = []
+        for c in view.containers:
+            if c.id not in stall.in_place or not c.final:
+                continue
+            why = stall.in_place.pop(c.id)
+            stall.marks.pop(c.id, None)
+            key = f"{c.role}/{c.replica_id}"
+            spent = stall.restarts.get(key, 0) + c.restarts + 1
+            stall.restarts[key] = spent
+            stall.save(d)  # before the new container exists: a crash cannot lose the count
+            for spec in req.containers:
+                if (spec.role, spec.replica_id) == (c.role, c.replica_id):
+                    spec.restart_max = max(0, spec.restart_max - spent)
+            self._retry(req, [c], c.attempt + 1, attempt_env(c.attempt + 1, spent, "stalled"))
+            done.append(f"role '{c.role}' replica {c.replica_id} {why}")
+        if not done:
+            return None
+        restarts = sum(c.restarts for c in view.containers) + view.attempt + 1
+        return DescribeAppResponse(app_id=view.app_id, state=AppState.RUNNING, created=view.created,
+                                   num_restarts=restarts, msg=f"restarting after {done[0]}")
+
+    def _stalls(self, req: DockerRequest, view: AppView, stall: StallState) -> None:
+        """One stall check (at most one per tick), and what each stall found does (see the module docstring
+        of :mod:`tsm.schedulers.docker.stall`): the stalled replica is warned, then stopped (a REPLICA role's
+        to be recreated in place while its restarts last), or the app fails (``on_stall=fail``). The caller
+        holds the app's lock: the stall is recorded before anything is sent, and acted on once."""
+        d = self._dir(req.app_id)
+        if d.cancelling or req.stall_timeout is None or stall.failed:
+            return
+        found = check(self.client, stall, view.containers, req.stall_timeout, time.time())
+        specs = {(c.role, c.replica_id): c for c in req.containers}
+        stop: builtins.list[Observed] = []
+        for c, why in found:
+            if req.on_stall == "fail":
+                stall.stalled[c.id] = why
+                stall.failed = f"role '{c.role}' replica {c.replica_id} {why}"
+                break
+            spec = specs.get((c.role, c.replica_id))
+            # Docker's restarts of this container and the stall restarts before it share max_retries (the
+            # list does not give a running container's RestartCount: one inspect, for a stall found)
+            if spec is not None and spec.restart_max > 0 and stall.restarts.get(
+                    f"{c.role}/{c.replica_id}", 0) + self.client.restart_count(c.id) < spec.restart_max:
+                stall.in_place[c.id] = why
+            else:
+                stall.stalled[c.id] = why
+            stop.append(c)
+        stall.save(d)
+        if stop:
+            self._stop_warned(req, stop)
+
+    def _stop_warned(self, req: DockerRequest, containers: builtins.list[Observed],
+                     warned_at: float | None = None) -> None:
+        """Stop the running ``containers`` without waiting (:meth:`_stop_later`): with ``warn_signal`` each is
+        warned now (``warned_at``: it was at that time) and stopped once ``warn_before`` from the warning has
+        passed, sooner when it has ended."""
+        sig = next((c.warn_signal for c in req.containers if c.warn_signal), "")
+        live = [c for c in containers if c.state in ("running", "restarting", "created")]
+        after = 0.0
+        if sig:
+            if warned_at is None:
+                for c in live:
+                    with contextlib.suppress(SchedulerError):
+                        self.client.signal(c.id, sig)
+                warned_at = time.time()
+            after = max(0.0, req.warn_before - (time.time() - warned_at))
+        self._stop_later(req, [c.id for c in live], after)
+
+    def _stop_later(self, req: DockerRequest, ids: builtins.list[str], after: float) -> None:
+        """Stop the containers ``ids`` (SIGTERM, SIGKILL after the grace period) once each has ended or
+        ``after`` seconds have passed, without this process waiting: a detached helper process does it
+        (``python -m tsm.schedulers.docker stop``, its errors in the app's ``stop.log``), so the stop
+        happens even when this process exits first; in process (threads) for a client given by the caller."""
+        if not ids:
+            return
+        grace = max((c.stop_grace for c in req.containers), default=10.0)
+        if self._stop_in_process:
+            client = self.client
+
+            def one(cid: str) -> None:
+                with contextlib.suppress(SchedulerError):
+                    if after <= 0 or not client.wait_ended(cid, after):
+                        client.stop(cid, grace)
+
+            for cid in ids:
+                # not a daemon: a process that exits still waits for the stop (no survivor left unwatched)
+                threading.Thread(target=one, args=(cid,), daemon=False, name="tsm-docker-stop").start()
+            return
+        log = self._dir(req.app_id).private_dir() / STOP_LOG
+        with open(log, "ab") as err:
+            subprocess.Popen(
+                [sys.executable, "-m", "tsm.schedulers.docker", "stop", "--after", f"{after:.3f}",
+                 "--grace", f"{grace:g}", *ids],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+            )
+
     def _warn(self, req: DockerRequest, containers: builtins.list[Observed]) -> int:
-        """Send the warning signal to every running container of ``containers`` once (recorded in the app's
-        directory first, so a second look or process does not send it again); how many were signalled."""
+        """Send the warning signal to every running container of ``containers`` once (the ``warned`` marker
+        is created first with ``O_EXCL``, so of several looks or processes exactly one sends it); how many
+        were signalled."""
         sig = next((c.warn_signal for c in req.containers if c.warn_signal), "")
         d = self._dir(req.app_id)
-        if not sig or d.exists(WARNED):
+        if not sig or not claim(d, WARNED, f"{time.time():.3f}\n"):
             return 0
-        d.write(WARNED, f"{time.time():.3f}\n")
         n = 0
         for c in containers:
             if c.state == "running":
@@ -248,35 +451,54 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
                 n += 1
         return n
 
+    def _warned_at(self, req: DockerRequest) -> float | None:
+        """When the app's warning was sent (the ``warned`` marker's time), None when it was not."""
+        try:
+            return float((self._dir(req.app_id).read(WARNED) or "").strip())
+        except ValueError:
+            return None
+
     def act(self, view: AppView, st: AppStatusView, decision: Decision, req: DockerRequest | None) -> DescribeAppResponse:
         """Do what :func:`~tsm.schedulers.common.controller.decide` said, on an app this home submitted:
         a :class:`Retry` replaces the failed scope's containers; a final failure stops the containers still
-        running (in threads: a status look stays quick, and the process waits for them before it exits); an end with ``remove_finished`` removes
-        them. Returns the status to report."""
+        running (:meth:`_stop_later`: a status look stays quick, and the stop happens if the process exits);
+        an end with ``remove_finished`` removes them. Returns the status to report."""
         if isinstance(decision, Warn) and req is not None:
             self._warn(req, view.containers)
-        if isinstance(decision, Finish) and decision.time_limit and req is not None:
-            d = self._dir(view.app_id)
-            if not d.exists(TIME_LIMIT):
-                d.write(TIME_LIMIT, decision.msg + "\n")
-                self._warn(req, view.containers)  # not warned yet (no look in the warning window): warn now
+        if isinstance(decision, Finish) and decision.time_limit and req is not None and \
+                claim(self._dir(view.app_id), TIME_LIMIT, decision.msg + "\n"):
+            self._warn(req, view.containers)  # not warned yet (no look in the warning window): warn now
         if isinstance(decision, Retry) and req is not None:
             scope = [c for c in view.containers if c.role in decision.roles]
             failed = next((c for c in view.containers if view.containers and st.first_failure is not None
                            and (c.role, c.replica_id) == st.first_failure), None)
             code = failed.exit_code if failed is not None else None
-            last = "failed:" + (str(code) if code is not None else "unknown")
+            last = decision.last_exit or ("stalled" if failed is not None and failed.stalled else
+                                          "failed:" + (str(code) if code is not None else "unknown"))
+            d = self._dir(view.app_id)
+            if decision.preemption:  # counted before the new try exists, so a crash cannot lose it
+                self._record_preemption(d, decision.attempt, decision.roles)
+            if decision.time_limit:  # a requeue at the limit: the limit counts again from now, warned again
+                d.write(CLOCK, f"{time.time():.3f}\n")
+                unlink(d.path / WARNED)
             self._retry(req, scope, decision.attempt, attempt_env(decision.attempt, st.num_restarts + 1, last))
             return DescribeAppResponse(app_id=view.app_id, state=AppState.RUNNING, created=view.created,
                                        num_restarts=st.num_restarts + 1, msg=f"retrying after {decision.why}")
-        if isinstance(decision, Finish) and decision.stop and req is not None:
-            grace = max((c.stop_grace for c in req.containers), default=10.0)
-            for c in view.containers:
-                if c.state in ("running", "restarting", "created"):
-                    # not a daemon: a CLI that printed FAILED and exits still waits for the stop requests to
-                    # be carried out (at most the grace period), so no survivor keeps its GPU unwatched
-                    threading.Thread(target=self.client.stop, args=(c.id, grace), daemon=False).start()
+        stall_failed = isinstance(decision, Finish) and req is not None and req.stall_timeout is not None and \
+            StallState.load(self._dir(view.app_id)).failed == decision.msg
+        if stall_failed and req is not None:
+            # every replica is warned and stopped warn_before later, as on a cancel (once: the marker)
+            if claim(self._dir(view.app_id), STALL_STOPPED, f"{time.time():.3f}\n"):
+                self._warn(req, view.containers)  # now, or already (a time limit's warning): never twice
+                self._stop_warned(req, view.containers, warned_at=self._warned_at(req) or time.time())
+        elif isinstance(decision, Finish) and decision.stop and req is not None:
+            self._stop_later(req, [c.id for c in view.containers if c.state in ("running", "restarting", "created")], 0)
         desc = self._describe_view(view, st)
+        if isinstance(decision, Finish) and (stall_failed or decision.msg != desc.msg) and \
+                decision.state == AppState.FAILED and not decision.time_limit:
+            # the decision's own words: a stall, a spent preemption budget ("... (no preemptions left: ...)")
+            desc.state, desc.msg = AppState.FAILED, decision.msg
+            desc.structured_error_msg = failure_of(desc.state, desc.msg, desc.roles_statuses)
         if isinstance(decision, Finish) and decision.time_limit:
             desc.state, desc.msg = AppState.FAILED, decision.msg
             for rs in desc.roles_statuses:
@@ -298,12 +520,12 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         for c in scope:
             self._snapshot_logs(req.app_id, c)
             self.client.remove_container(c.id)
-        for spec in req.containers:
-            if (spec.role, spec.replica_id) in keys:
-                spec.labels[LABEL_ATTEMPT] = str(attempt)
-                spec.env.update(env or {})
-                with contextlib.suppress(SchedulerError):  # another process retried it first (the name is taken)
-                    self.client.run(spec, req.network)
+        specs = [spec for spec in req.containers if (spec.role, spec.replica_id) in keys]
+        for spec in specs:
+            spec.labels[LABEL_ATTEMPT] = str(attempt)
+            spec.env.update(env or {})
+        with contextlib.suppress(SchedulerError):  # another process retried them first (the names are taken)
+            self._create(req, specs)
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """The app's status, from a container list shared by every app of the process.

@@ -4,6 +4,24 @@ Input is what one ``containers.list(all=True, sparse=True)`` by label gives (``S
 ``Labels``), completed for ended containers by one ``inspect`` each, made once per container and cached
 by the client (:class:`Observed`): exit code, ``OOMKilled``, ``RestartCount``, ``FinishedAt``. Nothing here
 blocks on ``wait()``.
+
+**Preemption: a container ended by a daemon restart.** Without ``live-restore``, a dockerd that stops (a
+restart, an upgrade, a reboot) stops every running container first (SIGTERM, SIGKILL after its stop timeout)
+and one that dies leaves its containers to be killed when it starts again; neither is the program's failure.
+The client learns when the daemon it talks to started: the default ``bridge`` network is deleted and made
+again at every daemon start (measured on dockerd 20.10: its ``Created`` is the start, within 0.2 s, after a
+clean stop and after a ``kill -9``), so a container that ended by the signals a stopping daemon sends (exit
+143 SIGTERM or 137 SIGKILL; not the OOM killer) within :data:`DAEMON_WINDOW` seconds before that start,
+having started before it, was ended by the daemon going down: :func:`ended_by_daemon_restart`. Any other exit
+is the program's: a crash by its own signal (139 SIGSEGV, 134 SIGABRT, ...) stays a failure even when an
+unrelated daemon restart follows before tsm's next look, and so does a SIGTERM/SIGKILL end long before the
+daemon went down. Such a replica's status is ``preempted`` with the reason in its error, and the controller
+restarts it on the ``max_preemptions`` budget. A container a person stopped by hand within the window before a
+daemon restart is taken for preempted too (nothing Docker keeps tells the two apart); a daemon run with
+``--bridge=none`` has no default bridge, so its restarts are not recognised (the replica fails as the
+program's own failure). A container with Docker's restart policy
+(REPLICA retries) is started again by the daemon itself as it starts (``RestartCount`` unchanged, so
+``max_retries`` is untouched), with its first attempt's environment.
 """
 
 from __future__ import annotations
@@ -12,9 +30,10 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
+from tsm.lifecycle import PREEMPTED_PREFIX
 from tsm.schedulers.common.status import AppStatusView, Seen, StateTable, aggregate_roles
 from tsm.schedulers.docker.request import (
     LABEL_APP,
@@ -35,6 +54,12 @@ STATES = StateTable({
 })
 
 _EXITED = re.compile(r"Exited \((-?\d+)\)")
+#: the exits of a container a stopping daemon ends: SIGTERM (143), then SIGKILL (137) after its stop timeout
+DAEMON_EXITS = (128 + 15, 128 + 9)
+#: seconds before the daemon's start within which such an end counts as the daemon's: a daemon stops its
+#: containers as it goes down (at most their stop timeout, 10 s by default, before it exits) and a service
+#: manager starts it again within seconds; an end earlier than this was not caused by that restart
+DAEMON_WINDOW = 60.0
 
 
 @dataclass
@@ -53,6 +78,10 @@ class Observed:
     error: str = ""
     #: set when the container ended and will not be restarted by Docker (its record no longer changes)
     final: bool = False
+    #: it was ended by the daemon going down (:func:`ended_by_daemon_restart`): the reason, else ""
+    preempted: str = ""
+    #: tsm stopped it as stalled (:mod:`tsm.schedulers.docker.stall`): the message, else ""
+    stalled: str = ""
 
     @property
     def app_id(self) -> str:
@@ -101,6 +130,21 @@ def complete(obs: Observed, attrs: dict[str, Any]) -> Observed:
     return obs
 
 
+def ended_by_daemon_restart(obs: Observed, daemon_started: float | None) -> str:
+    """Why ``obs`` counts as preempted by a restart of the daemon that started at ``daemon_started`` (see
+    the module docstring), or "" when it does not: it ended for good by SIGTERM or SIGKILL (143, 137; not
+    the OOM killer) within :data:`DAEMON_WINDOW` seconds before that start, after starting before it."""
+    if daemon_started is None or not obs.final or obs.oom_killed or obs.exit_code not in DAEMON_EXITS:
+        return ""
+    ended, started = parse_time(obs.finished_at), parse_time(obs.started_at)
+    if ended is None or started is None or not started <= ended <= daemon_started:
+        return ""
+    if daemon_started - ended > DAEMON_WINDOW:
+        return ""  # it ended well before the daemon went down: not by that restart
+    when = datetime.fromtimestamp(daemon_started, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"the Docker daemon restarted (at {when}) and ended the container (exit code {obs.exit_code})"
+
+
 @dataclass
 class AppView:
     """Everything a refresh saw of one app: its shape (from labels) and its containers."""
@@ -138,7 +182,8 @@ def replica_state(o: Observed) -> AppState:
     if o.state in ("exited",):
         if not o.final:
             return AppState.RUNNING  # Docker restarts it (REPLICA retries)
-        return AppState.SUCCEEDED if o.exit_code == 0 else AppState.FAILED
+        # a replica tsm stopped for a stall failed, whatever its exit code (a program may exit 0 on SIGTERM)
+        return AppState.SUCCEEDED if o.exit_code == 0 and not o.stalled else AppState.FAILED
     return STATES.state(o.state)
 
 
@@ -148,13 +193,17 @@ def replica_status(o: Observed) -> ReplicaStatus:
     msg = ""
     if state == AppState.FAILED:
         msg = f"exited with code {o.exit_code}"
-        if o.oom_killed:
+        if o.stalled:
+            msg = o.stalled
+        elif o.preempted:
+            msg = PREEMPTED_PREFIX + o.preempted
+        elif o.oom_killed:
             msg = f"killed by the kernel: out of memory (its memory limit) -- exit code {o.exit_code}"
         elif o.error:
             msg = f"{msg}: {o.error}"
     return ReplicaStatus(
         id=o.replica_id, state=state, role=o.role, hostname=o.name, exit_code=o.exit_code if o.final else None,
-        error_msg=msg, restarts=o.restarts,
+        error_msg=msg, restarts=o.restarts, preempted=bool(o.preempted) and state == AppState.FAILED,
     )
 
 
@@ -168,6 +217,10 @@ def app_status(view: AppView) -> AppStatusView:
         if c is None:
             return None
         why = "ran out of memory" if c.oom_killed else f"exited with code {c.exit_code}"
+        if c.preempted:
+            why = f"was preempted: {c.preempted}"
+        if c.stalled:
+            why = c.stalled
         return replica_status(c), c.finished_at, why
 
     return aggregate_roles(view.roles or [[c.role, 1] for c in view.containers], seen, view.attempt)

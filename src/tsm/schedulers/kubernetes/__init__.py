@@ -29,6 +29,17 @@ What it does (works on any cluster >= 1.20, built-in objects only):
   replica's restarts); ``ROLE``/``APPLICATION`` -> tsm deletes the role's (app's) Jobs and creates new ones
   labelled ``tsm/attempt=<n>`` when a status refresh sees the failure (so something must be watching:
   ``tsm run`` attached, ``tsm wait``); the attempt count lives on the objects, ``num_restarts`` from it.
+* **Preemptions** (issue 25): a pod evicted (reason ``Evicted``, condition ``DisruptionTarget``, deleted by
+  anyone but tsm: the eviction API, a drain) or lost with its node makes its replica ``preempted``; a look
+  restarts its scope as a new attempt on ``max_preemptions`` (never ``max_retries``), once the old pods have
+  ended, with ``TSM_LAST_EXIT=preempted``; a lost node is excluded from the new Jobs (a required node
+  anti-affinity term, as ``exclude_nodes`` writes). ``requeue_on_time_limit``: a look at the limit restarts
+  the app the same way (``TSM_LAST_EXIT=time_limit``; the limit counts again).
+* **Stalls** (issue 25, ``stall_timeout``/``on_stall``, :mod:`.stall`): a look checks, once a tick, each
+  running pod's last log line (``tailLines=1``, timestamps) and, where ``metrics.k8s.io`` answers, its CPU
+  (without a metrics API the log alone decides); a stalled replica is FAILED "stalled for X, last line: ..."
+  and retried as its own failure (``TSM_LAST_EXIT=stalled``) or fails the app, its pods warned by the
+  ``preStop`` hook first. Every look of an app holds its directory's ``lock`` (one process acts at a time).
 * **Resources**: ``cpu``/``memMB`` -> limits, requests = ``request_fraction`` of them (default 1: guaranteed);
   ``gpu`` -> ``nvidia.com/gpu``; ``devices`` -> extended resources; ``/dev/shm`` a memory emptyDir of
   ``shm_fraction`` x memMB; ``capabilities`` -> ``nodeSelector``; mounts: bind -> hostPath, volume -> PVC,
@@ -39,7 +50,9 @@ What it does (works on any cluster >= 1.20, built-in objects only):
   reason (ErrImagePull, OOMKilled, Unschedulable, Evicted).
 * **Logs**: Kubernetes keeps stdout and stderr in one log, so only the combined stream is served (asking for
   one stream is refused with a clear error); ``since``/``until``/regex, follow, every try of a retried
-  replica. Before tsm deletes a pod its log is copied into ``$TSM_HOME/kubernetes/<app_id>/logs``.
+  replica. Before tsm deletes a pod its log is copied into ``$TSM_HOME/kubernetes/<app_id>/logs`` (never
+  replaced by a shorter copy; a pod stopped with a grace period is followed to its end, so the lines it
+  writes after the warning are kept too).
 * **Lifetime**: an app that ends is deleted from the cluster at once (its logs and final status kept
   locally: ``describe``, ``logs`` and ``list`` keep working; 1.20 has no Job TTL controller); ``cancel``
   deletes every object (cascading, with ``grace_period``). What nothing saw end (a killed launcher, a

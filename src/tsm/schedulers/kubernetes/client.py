@@ -208,17 +208,28 @@ class KubeClient(ClientBase):
             out.append({k: _quantity(str(v)) for k, v in alloc.items()})
         return out
 
+    def node_ready(self) -> dict[str, bool]:
+        """``{node: Ready}`` of the cluster's nodes (one call): a pod's node that is not there is gone."""
+        with self.call("list nodes"):
+            nodes = self._json(self.core.list_node(**self._kw()))["items"]
+        return {str((n.get("metadata") or {}).get("name", "")): any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in (n.get("status") or {}).get("conditions") or [])
+            for n in nodes}
+
     def has_dns(self) -> bool:
         """True when the cluster runs a DNS service (``kube-dns`` in ``kube-system``, CoreDNS's usual name)."""
         with self.call("list services"):
             svcs = self._json(self.core.list_namespaced_service("kube-system", **self._kw()))["items"]
         return any(s["metadata"]["name"] in ("kube-dns", "coredns") for s in svcs)
 
-    def log(self, pod: str, *, since: int | None = None, timestamps: bool = False) -> bytes:
-        """A pod's log (stdout and stderr together, as the kubelet keeps them); b"" when it has none yet."""
+    def log(self, pod: str, *, since: int | None = None, timestamps: bool = False, tail: int | None = None) -> bytes:
+        """A pod's log (stdout and stderr together, as the kubelet keeps them); b"" when it has none yet.
+        ``tail``: only its last lines (``tailLines``: the stall check reads one)."""
         kw = self._kw(timestamps=timestamps)
         if since is not None:
             kw["since_seconds"] = max(1, since)
+        if tail is not None:
+            kw["tail_lines"] = tail
         try:
             with self.call("read log"):
                 return bytes(self.core.read_namespaced_pod_log(pod, self.namespace, **kw).data)
@@ -228,12 +239,14 @@ class KubeClient(ClientBase):
             raise
 
     def log_chunks(self, pod: str, *, timestamps: bool = False) -> Iterator[bytes]:
-        """A pod's log so far, in chunks as they come (never held whole in memory); none when it has none."""
+        """A pod's log so far, in chunks as they come (never held whole in memory); none when its container
+        has not started. A pod that is gone raises :class:`ApiError` 404: "no log" and "no pod any more"
+        differ to a caller that keeps logs (another process may have kept this one before deleting it)."""
         try:
             with self.call("read log"):
                 resp = self.core.read_namespaced_pod_log(pod, self.namespace, **self._kw(timestamps=timestamps))
         except ApiError as e:
-            if e.status in (400, 404):
+            if e.status == 400:
                 return
             raise
         try:
@@ -250,6 +263,18 @@ class KubeClient(ClientBase):
             kw["since_seconds"] = max(1, since)
         with self.call("follow log"):
             resp = self.core.read_namespaced_pod_log(pod, self.namespace, **kw)
+        yield from self._followed(resp)
+
+    def follow_open(self, pod: str, read_timeout: float) -> Iterator[bytes]:
+        """Like :meth:`follow` from the log's start, but the request is made now (the follow is open when
+        this returns: what the container writes from here on is in it), waiting at most ``read_timeout``
+        seconds for each next bytes."""
+        with self.call("follow log"):
+            resp = self.core.read_namespaced_pod_log(pod, self.namespace, **self._kw(
+                follow=True, _request_timeout=(CONNECT_TIMEOUT, read_timeout)))
+        return self._followed(resp)
+
+    def _followed(self, resp: Any) -> Iterator[bytes]:
         try:
             with self.call("follow log", count=False):
                 if getattr(resp, "chunked", False) and resp.supports_chunked_reads():
@@ -281,15 +306,16 @@ class KubeClient(ClientBase):
                 if e.status != 404:
                     raise
 
-    def delete_job_of(self, app_id: str, role_label: str, replica: str) -> None:
-        """Delete every Job (any try) of one replica and its pods, at once."""
+    def delete_job_of(self, app_id: str, role_label: str, replica: str, grace: int = 0) -> None:
+        """Delete every Job (any try) of one replica and its pods: at once, or with ``grace`` seconds after
+        SIGTERM (the warning hook runs first: a preemption's restart)."""
         sel = self._sel(app_id, f"{LABEL_ROLE}={role_label},{LABEL_REPLICA}={replica}")
         with self.call("delete jobs"):
             self.batch.delete_collection_namespaced_job(self.namespace, **self._kw(
-                label_selector=sel, body={"propagationPolicy": "Background", "gracePeriodSeconds": 0}))
+                label_selector=sel, body={"propagationPolicy": "Background", "gracePeriodSeconds": grace}))
         with self.call("delete pods"):
             self.core.delete_collection_namespaced_pod(self.namespace, **self._kw(label_selector=sel,
-                                                                                  grace_period_seconds=0))
+                                                                                  grace_period_seconds=grace))
 
     def close(self) -> None:
         self.api.close()

@@ -13,7 +13,9 @@ output, so that last line is dropped when the pod is gone (:func:`_without_runti
 from __future__ import annotations
 
 import builtins
+import os
 import re
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -22,6 +24,7 @@ from pathlib import Path
 from tsm.errors import NotSupportedError, SchedulerError
 from tsm.schedulers.api import DescribeAppResponse, Stream
 from tsm.schedulers.common.appdir import AppDir
+from tsm.schedulers.common.errors import ApiError
 from tsm.schedulers.common.logs import (
     check_log_target,
     decode,
@@ -39,6 +42,8 @@ from tsm.schedulers.kubernetes.status import Pod, from_json
 
 #: seconds a follow waits for a replica's pod to be made, or to start
 FOLLOW_WAIT = 600.0
+#: seconds a snapshot reads again the log of a container that ran and reads back empty (see _snapshot_log)
+EMPTY_LOG_WAIT = 1.5
 #: what the kubelet writes into a log stream when the container went away under it
 RUNTIME_ERROR = re.compile(rb"^(rpc error: code = \w+ desc = .*|unable to retrieve container logs for .*)$")
 
@@ -61,14 +66,61 @@ class KubernetesLogs:
     def _log_name(self, p: Pod) -> str:
         return f"logs/{host_name(p.role, p.replica_id)}/{p.attempt:03d}-{p.created:.3f}-{p.name}.log"
 
-    def _snapshot_log(self, app_id: str, client: KubeClient, p: Pod) -> None:
-        """Stream a pod's log into the app directory (once; see the module doc)."""
+    def _snapshot_log(self, app_id: str, client: KubeClient, p: Pod, again: bool = False) -> None:
+        """Stream a pod's log into the app directory (see the module doc): a kept log is never replaced by
+        a shorter one, and a pod that is gone leaves what is kept as it is.
+
+        Two processes may finish one app at once (a sweep's controller and ``tsm wait``): one keeps the log
+        and deletes the pod while the other is still reading; the other's read then finds no pod (404) and
+        must not write its empty answer over the kept log, nor the kubelet's text for a container already
+        removed (``unable to retrieve container logs for ...``, with status 200), which is no log (``again``: read it anew even when a log is kept,
+        for the lines a pod wrote after it, e.g. while warned). A container that has just ended can read
+        back empty for a moment (the runtime's log copier lags its exit): it is read again for up to
+        :data:`EMPTY_LOG_WAIT` seconds before an empty log is kept.
+        """
         d = self._dir(app_id)
         name = self._log_name(p)
-        if d.exists(name):
+        kept = d.path / name
+        if _size(kept) > 0 and not again:
             return
-        d.write(name[:-4] + ".ts", client.log_chunks(p.name, timestamps=True))
-        d.write(name, client.log_chunks(p.name))
+        ended = p.exit_code is not None
+        part = f"{name[:-4]}.{os.getpid()}-{secrets.token_hex(3)}.part"  # not *.log: readers never see it
+        waited, pause = 0.0, 0.1
+        try:
+            while True:
+                try:
+                    stamped = d.write(part + ".ts", client.log_chunks(p.name, timestamps=True))
+                    n = min(stamped, d.write(part, client.log_chunks(p.name)))
+                except ApiError as e:
+                    if e.status == 404:  # gone: whoever deleted it kept its log first
+                        return
+                    raise
+                if _kubelet_error_only(d.path / part):  # its container is removed: nothing left to keep
+                    return
+                if n or not ended or waited >= EMPTY_LOG_WAIT:
+                    break
+                time.sleep(pause)
+                waited += pause
+                pause = min(pause * 2, 0.4)
+            _keep_longer(d.path / (part + ".ts"), kept.with_suffix(".ts"))
+            _keep_longer(d.path / part, kept)
+        finally:
+            for f in (d.path / part, d.path / (part + ".ts")):
+                f.unlink(missing_ok=True)
+
+    def _keep_followed(self, app_id: str, p: Pod, chunks: Iterator[bytes]) -> None:
+        """Keep the log a follow of pod ``p`` read to its end (from the log's start), when it is longer than
+        the kept one; the kubelet's error line that ends a follow of a deleted pod is left out."""
+        d = self._dir(app_id)
+        name = self._log_name(p)
+        part = f"{name[:-4]}.{os.getpid()}-{secrets.token_hex(3)}.part"
+        try:
+            d.write(part, _without_runtime_error(chunks, lambda: True))
+        except SchedulerError:
+            pass  # cut short (the API went away): what was read is in the part, kept if longer
+        finally:
+            if (d.path / part).exists():
+                _keep_longer(d.path / part, d.path / name)
 
     def log_iter(
         self,
@@ -135,10 +187,15 @@ class KubernetesLogs:
                 s = int(time.time() - since.timestamp()) + 1 if since else None
                 yield from self._follow(client, app_id, p, s)
                 return
-            if window:
-                yield from _stamped_lines(client.log(p.name, timestamps=True), since, until)
+            raw = client.log(p.name, timestamps=window)
+            if RUNTIME_ERROR.match(raw.rstrip(b"\n")) and b"\n" not in raw.rstrip(b"\n"):
+                raw = b""  # the kubelet's text for a container already removed: no log
+            if not raw and f.exists():  # finished and deleted by another process since the list: it kept the log
+                yield from saved_lines(f)
+            elif window:
+                yield from _stamped_lines(raw, since, until)
             else:
-                yield from split_lines(decode(client.log(p.name)))
+                yield from split_lines(decode(raw))
 
     def _follow(self, client: KubeClient, app_id: str, p: Pod, since: int | None) -> Iterator[str]:
         """Follow a live pod: wait until its container started, then stream until it ends."""
@@ -164,6 +221,31 @@ class KubernetesLogs:
             return True
         cur = next((from_json(x) for x in client.list_pods(app_id) if x["metadata"]["name"] == p.name), None)
         return cur is None or cur.deleting
+
+
+def _kubelet_error_only(f: Path) -> bool:
+    """True when file ``f`` holds nothing but one line of the kubelet's error text (:data:`RUNTIME_ERROR`)."""
+    if not 0 < _size(f) <= 4096:
+        return False
+    body = f.read_bytes().rstrip(b"\n")
+    return b"\n" not in body and bool(RUNTIME_ERROR.match(body))
+
+
+def _size(f: Path) -> int:
+    """Bytes in ``f``; -1 when there is no such file."""
+    try:
+        return f.stat().st_size
+    except FileNotFoundError:
+        return -1
+
+
+def _keep_longer(new: Path, kept: Path) -> None:
+    """Rename ``new`` over ``kept`` unless ``kept`` is at least as long (a finished pod's log only grows,
+    so the longer copy holds the other); ``new`` is gone afterwards either way."""
+    if _size(kept) >= _size(new):
+        new.unlink(missing_ok=True)
+    else:
+        os.replace(new, kept)
 
 
 def _without_runtime_error(chunks: Iterator[bytes], gone: Callable[[], bool]) -> Iterator[bytes]:

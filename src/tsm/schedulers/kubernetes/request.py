@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError
+from tsm.schedulers.common.durations import format_duration
 from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS, LifecycleOptions
 from tsm.schedulers.common.options import option
 from tsm.specs.api import AppDef, RetryPolicy, Role, is_null_resource, macros
@@ -68,13 +69,11 @@ _DNS_BAD = re.compile(r"[^a-z0-9-]+")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
-#: the long-run options the kubernetes scheduler does not carry out yet: refused, never ignored
-_NOT_YET = {
-    "stall_timeout": "no process watches a pod's output and CPU between two looks",
-    "requeue_on_time_limit": "a time limit ends the app; it is not restarted",
-    "exclude_nodes": "no node anti-affinity term is written yet",
-    "max_preemptions": "evicted pods are not told apart from failures yet",
-}
+#: seconds past ``time_limit`` a pod's ``activeDeadlineSeconds`` is put with ``requeue_on_time_limit``: tsm's
+#: look requeues the app at the limit; the kubelet's deadline only ends an app no process looked at
+REQUEUE_BACKSTOP = 60
+#: the node label a node anti-affinity term (``exclude_nodes``) selects on
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,11 @@ class KubernetesOptions(LifecycleOptions):
     """Run options of the ``kubernetes`` scheduler, with the long-run ones it carries out: ``time_limit``
     (each pod's ``activeDeadlineSeconds``, and tsm's looks for the app as a whole), ``warn_signal`` and
     ``warn_before`` (a ``preStop`` hook that signals the container's PID 1, inside a termination grace
-    period lengthened by ``warn_before``)."""
+    period lengthened by ``warn_before``), ``max_preemptions`` (evicted pods and pods lost with their node
+    are restarted by tsm's controller on that budget), ``requeue_on_time_limit`` (tsm's look restarts the
+    app at the limit; the pods' deadline becomes a backstop :data:`REQUEUE_BACKSTOP` s later),
+    ``exclude_nodes`` (a required node anti-affinity term: :func:`with_excluded_nodes`) and ``stall_timeout``
+    with ``on_stall`` (checked by tsm when it looks at the app: :mod:`tsm.schedulers.kubernetes.stall`)."""
 
     namespace: str = option("namespace the app's objects are created in", "default")
     service_account: str | None = option("service account the pods run as; default: the namespace's default")
@@ -104,13 +107,6 @@ class KubernetesOptions(LifecycleOptions):
 
     def check(self) -> None:
         super().check()
-        given = {
-            "stall_timeout": self.stall_timeout is not None, "requeue_on_time_limit": self.requeue_on_time_limit,
-            "exclude_nodes": bool(self.exclude_nodes), "max_preemptions": self.max_preemptions != DEFAULT_MAX_PREEMPTIONS,
-        }
-        for name, why in _NOT_YET.items():
-            if given[name]:
-                raise InvalidRunOptionError(f"run option {name} is not supported on kubernetes yet ({why})")
         if self.image_pull_policy not in PULL_POLICIES:
             raise InvalidRunOptionError(
                 f"image_pull_policy must be one of {', '.join(PULL_POLICIES)}, not {self.image_pull_policy!r}"
@@ -163,8 +159,18 @@ class KubernetesRequest:
     builds: list[dict[str, Any]] = field(default_factory=list)
     #: the app's Secret: the roles' env values, which the Jobs reference by key
     secret: dict[str, Any] = field(default_factory=dict)
-    #: ``time_limit`` in seconds (None: none), counted from the submission
+    #: ``time_limit`` in seconds (None: none), counted from the submission (from the last requeue after one)
     time_limit: float | None = None
+    #: restarts the cluster's decisions may cause (evictions, lost nodes, requeues at the time limit)
+    max_preemptions: int = DEFAULT_MAX_PREEMPTIONS
+    #: ``requeue_on_time_limit``: the time limit restarts the app (a preemption) rather than ending it
+    requeue_on_time_limit: bool = False
+    #: ``exclude_nodes``: nodes no pod of the app may run on (each Job carries the term already)
+    exclude_nodes: list[str] = field(default_factory=list)
+    #: ``stall_timeout`` in seconds (None: never): no log line (and no CPU, where metrics are served) that long
+    stall_timeout: float | None = None
+    #: ``on_stall``: ``restart`` (the stalled replica retried as its own failure) or ``fail`` (the app fails)
+    on_stall: str = "restart"
 
     def to_json(self) -> str:
         """The request as JSON (saved beside the app; read back to recreate Jobs on ROLE/APPLICATION retries)."""
@@ -404,6 +410,8 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
     }
     jobs: list[dict[str, Any]] = []
     needs: list[Need] = []
+    given: Any = opts.exclude_nodes or []  # a list; "n1,n2" from a cfg dict given in Python
+    excluded = [n for n in (given.split(",") if isinstance(given, str) else given) if n]
     for role in app.roles:
         resources, need = _resources(role, opts.request_fraction)
         shm = int(role.resource.memMB * opts.shm_fraction) if not is_null_resource(role.resource) else 0
@@ -457,7 +465,9 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
                 "containers": [container],
             }
             limit = opts.time_limit_s
-            if limit is not None:  # the kubelet ends the pod there (reason DeadlineExceeded), warning first
+            if limit is not None and opts.requeue_on_time_limit:  # tsm requeues at the limit; this is a backstop
+                pod["activeDeadlineSeconds"] = math.ceil(limit) + REQUEUE_BACKSTOP
+            elif limit is not None:  # the kubelet ends the pod there (reason DeadlineExceeded), warning first
                 pod["activeDeadlineSeconds"] = max(1, math.ceil(limit) - warn_s)
             if vols:
                 pod["volumes"] = vols
@@ -472,6 +482,8 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
                 pod = with_pod_overlay(pod, overlay["V1Pod"])
             elif isinstance(overlay, dict):
                 pod = deep_merge(pod, overlay)
+            if excluded:
+                pod = with_excluded_nodes(pod, excluded)
             jobs.append({
                 "apiVersion": "batch/v1",
                 "kind": "Job",
@@ -499,8 +511,32 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
         app_id=app_id, app_name=app.name, session=session, namespace=ns, service=service, jobs=jobs, roles=shape,
         needs=needs, dns=opts.dns, gang_timeout=opts.gang_timeout, grace_period=opts.grace_period + warn_s,
         app_dir=f"{app_dir_root}/{app_id}", spec=app.to_dict(), kubeconfig=opts.kubeconfig, context=opts.context,
-        secret=secret, time_limit=opts.time_limit_s,
+        secret=secret, time_limit=opts.time_limit_s, max_preemptions=opts.max_preemptions,
+        requeue_on_time_limit=opts.requeue_on_time_limit, exclude_nodes=excluded,
+        stall_timeout=opts.stall_timeout_s, on_stall=opts.on_stall,
     )
+
+
+def with_excluded_nodes(pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
+    """``pod`` (a pod spec) kept off ``nodes``: a ``NotIn`` expression on ``kubernetes.io/hostname`` added to
+    every required node-selector term (one term when there is none: terms are ORed, so each must carry it).
+    The scheduler then never places it there (``exclude_nodes``, and the nodes a replica was lost with)."""
+    if not nodes:
+        return pod
+    out = copy.deepcopy(pod)
+    required = (out.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+                .setdefault("requiredDuringSchedulingIgnoredDuringExecution", {}))
+    terms = required.setdefault("nodeSelectorTerms", [])
+    if not terms:
+        terms.append({})
+    for term in terms:
+        exprs = term.setdefault("matchExpressions", [])
+        mine = next((e for e in exprs if e.get("key") == HOSTNAME_LABEL and e.get("operator") == "NotIn"), None)
+        if mine is None:
+            exprs.append({"key": HOSTNAME_LABEL, "operator": "NotIn", "values": sorted(set(nodes))})
+        else:
+            mine["values"] = sorted({*mine.get("values", []), *nodes})
+    return out
 
 
 def attempt_env(attempt: int, restart_count: int, last_exit: str) -> dict[str, str]:
@@ -580,10 +616,14 @@ def env_var(name: str, value: str) -> dict[str, str]:
     return {"name": name, "value": escape(value)} if value else {"name": name}
 
 
-def retried(job: dict[str, Any], app_id: str, attempt: int, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """``job`` for the ``attempt``-th ROLE/APPLICATION retry: a new name, the attempt label, and ``env`` (the
-    attempt's ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``) laid over the container's."""
+def retried(job: dict[str, Any], app_id: str, attempt: int, env: dict[str, str] | None = None,
+            exclude: list[str] | None = None) -> dict[str, Any]:
+    """``job`` for the ``attempt``-th ROLE/APPLICATION retry: a new name, the attempt label, ``env`` (the
+    attempt's ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``) laid over the container's, and the
+    nodes to ``exclude`` (:func:`with_excluded_nodes`: the ones a replica was lost with)."""
     out = copy.deepcopy(job)
+    if exclude:
+        out["spec"]["template"]["spec"] = with_excluded_nodes(out["spec"]["template"]["spec"], exclude)
     container_env = out["spec"]["template"]["spec"]["containers"][0]["env"]
     for k, v in (env or {}).items():
         for e in container_env:
@@ -675,6 +715,9 @@ def format_request(req: KubernetesRequest) -> str:
         f"# rank 0: {RANK0_VAR} = Service DNS name; dns={req.dns}: without cluster DNS it becomes rank 0's pod IP",
         f"# gang_timeout {req.gang_timeout:g}s: not every replica Running by then -> deleted, FAILED with the reason",
     ]
+    if req.stall_timeout is not None:
+        head.append(f"# stall_timeout {format_duration(req.stall_timeout)} (no log line; no CPU where metrics.k8s.io "
+                    f"answers), checked by tsm when it looks at the app; on_stall={req.on_stall}")
     for b in req.builds:
         what = "build" if b.get("build") else "reuse (already built)"
         head.append(f"# workspace image of role '{b['role']}': {what} {b['tag']} on {b['base_image']} "

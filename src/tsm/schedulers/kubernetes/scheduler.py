@@ -5,7 +5,36 @@ written whole): ``request.json`` (the manifests, to recreate Jobs for ROLE/APPLI
 ``attempts.json`` (the try each role is on; the new Jobs carry it too, label ``tsm/attempt``), ``app.json``
 (the :class:`AppRecord`), ``logs/<host>/<attempt>-<created>-<pod>.log`` (each pod's log, snapshotted before
 tsm deletes the pod: :mod:`.logs`) and ``final.json`` (the last status and the app's start and end, written
-when the app's objects are deleted: by ``cancel``, a final failure, the gang timeout, or cleanup).
+when the app's objects are deleted: by ``cancel``, a final failure, the gang timeout, or cleanup). For long
+runs (issue 25): ``preemptions`` (the restarts spent from ``max_preemptions``), ``clock`` (when the time
+limit counts from: the last requeue), ``excluded.json`` (nodes the next tries avoid, and why),
+``retry.json`` (a preemption's new Jobs, made once the old pods have ended), ``tried-at`` (when the current
+try was made: its gang timeout counts from there), ``pods-seen.json`` (the pods of the current tries a look
+saw: one gone since was taken by the cluster), ``finishing`` (tsm is deleting the app's objects: a pod
+being deleted is then not an eviction), ``stall.json`` (the stall check's marks and the stalls found:
+:mod:`.stall`) and ``lock`` (the ``flock`` every look of the app holds, :func:`~.stall.locked`).
+
+**Stalls** (``stall_timeout``): a look checks, a tick apart, whether each running pod's log grew (and its CPU,
+where ``metrics.k8s.io`` answers); a stalled pod is FAILED "stalled for X, last line: ..." whatever its exit
+code. ``on_stall=restart``: it is retried as its own failure (its role's retry policy and ``max_retries``; a
+REPLICA role's stall restarts its role's Jobs, as ROLE does, since a try is per role here;
+``TSM_LAST_EXIT=stalled``), the old pods deleted with the grace period, so the ``preStop`` hook warns them
+(``warn_signal``) ``warn_before`` ahead of SIGTERM, and the new Jobs made once they have ended.
+``on_stall=fail``: the app fails with the stall's message and is stopped the same way.
+
+**One look at a time.** Two processes may look at one app at once (a sweep's controller and ``tsm wait``, a
+``tsm status`` beside an attached ``tsm run``): each look of an app this home submitted holds the app
+directory's ``lock`` (an exclusive ``flock``) from its observation to what it does, and a look that got the
+lock after another finished the app answers from the final status that one kept, so an app is finished,
+retried or found stalled once. A look that finds the lock held while the app is being stopped
+(``finishing``: the holder follows the pods through their grace period) does not wait: it reports RUNNING
+"being stopped".
+
+**Preemptions.** A pod the cluster ended (evicted, lost with its node, or deleted by anyone but tsm: the
+eviction API, a drain) makes its replica ``preempted`` (:mod:`.status`); the controller restarts it on the
+``max_preemptions`` budget, never ``max_retries``, and the new try sees ``TSM_LAST_EXIT=preempted``. Its
+new Jobs are made only once the old pods have ended (they get the warning and the grace period), so two
+tries of a replica never run at once; a node a replica was lost with is excluded from the new Jobs.
 
 **Status looks act.** Each look at an app (``describe``, ``wait``, ``status``, a view's refresh) is the kit's
 controller step (:mod:`tsm.schedulers.common.controller`): observe (one owner-scoped pod list), decide (pure),
@@ -18,6 +47,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
+import json
 import math
 import os
 import threading
@@ -56,6 +87,7 @@ from tsm.schedulers.kubernetes.request import (
     with_owner,
     with_rank0,
 )
+from tsm.schedulers.kubernetes.stall import StallState, check, locked
 from tsm.schedulers.kubernetes.status import (
     AppView,
     Pod,
@@ -75,6 +107,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from tsm.schedulers.common.viewmodel import AppSummary as ViewApp
 
+
+#: the app directory's files of long runs (see the module doc)
+PREEMPTIONS, CLOCK, EXCLUDED, RETRY, TRIED_AT, FINISHING, SEEN = (
+    "preemptions", "clock", "excluded.json", "retry.json", "tried-at", "finishing", "pods-seen.json")
+#: why a pod deleted by someone other than tsm ended (on 1.20 the eviction API only deletes the pod)
+DELETED_BY_CLUSTER = "evicted: its pod was deleted by the cluster (the eviction API, a preemption or a drain)"
+#: seconds past the grace period a preemption's new Jobs wait at most for the old pods to end
+RETRY_WAIT_MARGIN = 30.0
+#: seconds past the grace period a stop follows a pod's log for its last lines
+FOLLOW_MARGIN = 10.0
 
 #: seconds a Service without any pod is left alone by :meth:`KubernetesScheduler.cleanup` (its Jobs' pods
 #: may still be on their way)
@@ -116,6 +158,8 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         self._watcher = self._new_watcher()
         self._lock = threading.Lock()
         self._docker: ImageEngine | None = None
+        #: app id -> the follows of the old pods a waiting retry stopped (joined before its new Jobs are made)
+        self._retry_follows: dict[str, builtins.list[threading.Thread]] = {}
 
     def _new_watcher(self) -> StatusWatcher[DescribeAppResponse]:
         return StatusWatcher(self._snapshot, self._lookup, is_terminal=lambda d: d.state.is_terminal)
@@ -322,22 +366,50 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                                    structured_error_msg=failure_of(st.state, st.msg, st.roles))
 
     def _look(self, view: AppView) -> DescribeAppResponse:
-        """One controller step: observe (``view``, less the pods of tries already replaced), decide, act."""
+        """One controller step: observe (``view``, less the pods of tries already replaced), decide, act;
+        under the app directory's lock (:func:`~.stall.locked`) for an app this home submitted, so two
+        processes looking at it act in turn. ``view`` was listed before the lock was held: when the app was
+        finished meanwhile (by the look that held it), its kept final status answers."""
         req = self._request(view.app_id)
         if req is None:  # not submitted from this home: report only
             return self._describe_view(view)
-        attempts = self._dir(view.app_id).attempts()
+        d = self._dir(view.app_id)
+        # a look that is stopping the app holds the lock through the pods' grace period (it follows their
+        # last lines): another look does not wait that long, it reports the stop under way
+        with locked(d, wait=not d.exists(FINISHING)) as held:
+            if not held:
+                desc = self._describe_view(view)
+                desc.state, desc.msg = AppState.RUNNING, "being stopped (by another look at it)"
+                return desc
+            final = d.final()
+            if final is not None:
+                return final
+            return self._step(req, view)
+
+    def _step(self, req: KubernetesRequest, view: AppView) -> DescribeAppResponse:
+        """The body of :meth:`_look` (the caller holds the app's lock)."""
+        d = self._dir(view.app_id)
+        if d.exists(RETRY):  # a preemption's new try waits for the old pods to end
+            waiting = self._resume_retry(req, view)
+            if waiting is not None:
+                return waiting
+        attempts = d.attempts()
         view = AppView(view.app_id, view.roles, view.created,
                        [p for p in view.pods if p.attempt >= attempts.get(p.role, 0)])
+        stall = self._stalls(req, view)
+        self._mark_lost(req, view, attempts, set(stall.stalled) if stall is not None else set())
         st = app_status(view)
         latest = [p.created for p in view.pods if p.attempt == view.attempt]
-        since = max(view.created or 0.0, min(latest, default=0.0))
+        since = max(view.created or 0.0, _number(d.read(TRIED_AT)), min(latest, default=0.0))
+        clock = _number(d.read(CLOCK)) or view.created
         limits = None if req.time_limit is None else Limits(
             # the kubelet ends each pod at its deadline; a look ends the app only well past it (a backstop
-            # for an app whose retries together outlast the limit), so the pods' own ends are seen first
-            req.time_limit, started=view.created, slack=req.grace_period + 30.0,
+            # for an app whose retries together outlast the limit), so the pods' own ends are seen first;
+            # with requeue_on_time_limit the look requeues at the limit (the deadline is the backstop)
+            req.time_limit, started=clock, slack=0.0 if req.requeue_on_time_limit else req.grace_period + 30.0,
             # the kubelet ended a pod at its activeDeadlineSeconds (the same limit, less the warning's lead)
             reached=any(p.reason == "DeadlineExceeded" for p in view.pods),
+            requeue=req.requeue_on_time_limit,
         )
         now = time.time()
         if limits is not None and any(
@@ -351,9 +423,119 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
             desc = self._describe_view(view, st)
             desc.state, desc.msg = AppState.RUNNING, f"{limits.message}: stopping"
             return desc
-        decision = decide(st, shapes(view.roles), attempts, owned=True, gang_timeout=req.gang_timeout,
-                          waiting_since=since, now=now, limits=limits)
+        decision: Decision
+        if stall is not None and stall.failed:  # on_stall=fail
+            decision = Finish(AppState.FAILED, stall.failed, stop=True)
+        else:
+            shape = shapes(view.roles)
+            stalled_roles = {p.role for p in view.pods if p.stalled}
+            # a stall is retried by tsm: a REPLICA role's (whose Job retries only its own exits) as ROLE
+            shape = [dataclasses.replace(r, policy="ROLE") if r.name in stalled_roles and r.policy == "REPLICA"
+                     else r for r in shape]
+            decision = decide(st, shape, attempts, owned=True, gang_timeout=req.gang_timeout,
+                              waiting_since=since, now=now, limits=limits,
+                              preemptions=int(_number(d.read(PREEMPTIONS))), max_preemptions=req.max_preemptions)
         return self.act(req, view, st, decision)
+
+    def _stalls(self, req: KubernetesRequest, view: AppView) -> StallState | None:
+        """The stall check of an app with ``stall_timeout`` (:mod:`.stall`; at most one per tick): each stall
+        found is recorded in ``stall.json`` (with ``on_stall=fail``, the app's failure too) before anything is
+        done about it, and every pod of ``view`` found stalled, now or by an earlier look, is marked so
+        (:attr:`~.status.Pod.stalled`). None without ``stall_timeout``. The caller holds the app's lock."""
+        if req.stall_timeout is None:
+            return None
+        d = self._dir(req.app_id)
+        stall = StallState.load(d)
+        if not (stall.failed or d.cancelling or d.exists(FINISHING)):
+            found = check(self._client_of(req), req.app_id, stall, view.pods, req.stall_timeout, time.time())
+            for p, why in found:
+                stall.stalled[p.name] = why
+                if req.on_stall == "fail" and not stall.failed:
+                    stall.failed = f"role '{p.role}' replica {p.replica_id} {why}"
+            stall.save(d)
+        for p in view.pods:
+            p.stalled = stall.stalled.get(p.name, "")
+        return stall
+
+    def _mark_lost(self, req: KubernetesRequest, view: AppView, attempts: dict[str, int],
+                   stalled: builtins.set[str] | None = None) -> None:
+        """Mark each pod of ``view`` the cluster took away though tsm is not deleting it (no cancel, no finish
+        under way; replaced tries are out of ``view``) as lost: one being deleted (the eviction API, the
+        scheduler's preemption and a drain only delete the pod on 1.20), and one a look saw before that is no
+        longer listed (deleted and gone between two looks; on 1.20 its Job has made another pod meanwhile),
+        which is added to ``view`` as a Failed pod. The pods seen are kept in ``pods-seen.json``. One node
+        list, only when a pod was lost: a pod whose node is gone, or not Ready, was lost with it."""
+        d = self._dir(req.app_id)
+        if d.cancelling or d.exists(FINISHING) or d.final() is not None:
+            return
+        try:
+            seen: dict[str, builtins.list[Any]] = json.loads(d.read(SEEN) or "{}")
+        except ValueError:
+            seen = {}
+        listed = {p.name for p in view.pods}
+        now_seen = {p.name: [p.role, p.replica_id, p.attempt, p.node, p.created, p.phase] for p in view.pods}
+        kept = {n: v for n, v in seen.items() if int(v[2]) >= attempts.get(str(v[0]), 0)}
+        stalled = stalled or set()  # pods tsm stopped for a stall: tsm deleted them, the cluster did not
+        vanished = [n for n, v in kept.items() if n not in listed and v[5] != "Succeeded" and n not in stalled]
+        for n in vanished:
+            role, k, attempt, node, created, _ = kept[n]
+            view.pods.append(Pod(name=n, app_id=req.app_id, role=str(role), replica_id=int(k), attempt=int(attempt),
+                                 phase="Failed", created=float(created), node=str(node), deleting=True))
+        merged = {**kept, **now_seen}
+        if merged != seen:
+            d.write(SEEN, json.dumps(merged))
+        # a pod tsm stopped for a stall is being deleted by tsm: not lost
+        gone = [p for p in view.pods if p.deleting and not p.lost and p.name not in stalled and p.phase != "Succeeded"]
+        if not gone:
+            return
+        ready = self._client_of(req).node_ready()
+        for p in gone:
+            if p.node and p.node not in ready:
+                p.lost, p.node_lost = f"node lost: {p.node} is gone", True
+            elif p.node and not ready[p.node]:  # the taint manager deletes the pods of an unreachable node
+                p.lost, p.node_lost = f"node lost: {p.node} is not Ready", True
+            else:
+                p.lost = DELETED_BY_CLUSTER + (f" on node {p.node}" if p.node else "")
+
+    def _excluded(self, req: KubernetesRequest) -> dict[str, str]:
+        """``{node: why}``: the nodes the app's pods must not run on (``exclude_nodes``, and the nodes its
+        replicas were lost with)."""
+        out = dict.fromkeys(req.exclude_nodes, "exclude_nodes")
+        try:
+            kept = json.loads(self._dir(req.app_id).read(EXCLUDED) or "{}")
+            out.update({str(k): str(v) for k, v in kept.items()})
+        except (ValueError, AttributeError):
+            pass
+        return out
+
+    def _resume_retry(self, req: KubernetesRequest, view: AppView) -> DescribeAppResponse | None:
+        """Make a preemption's new Jobs (``retry.json``) once no pod of the replaced tries still runs (or
+        the grace period and :data:`RETRY_WAIT_MARGIN` have passed); until then the app is RUNNING,
+        "restarting". None once made (or when there is nothing to make)."""
+        d = self._dir(req.app_id)
+        try:
+            data = json.loads(d.read(RETRY) or "")
+            roles, attempt, jobs = set(data["roles"]), int(data["attempt"]), list(data["jobs"])
+        except (ValueError, KeyError, TypeError):
+            (d.path / RETRY).unlink(missing_ok=True)
+            return None
+        old = [p for p in view.pods if p.role in roles and p.attempt < attempt]
+        running = [p for p in old if p.exit_code is None and p.phase in ("Pending", "Running") and p.started]
+        if running and time.time() - float(data.get("at", 0)) < req.grace_period + RETRY_WAIT_MARGIN:
+            return DescribeAppResponse(
+                app_id=view.app_id, state=AppState.RUNNING, created=view.created,
+                num_restarts=int(data.get("restarts", 0)),
+                msg=f"restarting after {data.get('why', 'a preemption')}: waiting for {len(running)} pod(s) of the "
+                    "last try to end")
+        client = self._client_of(req)
+        for t in self._retry_follows.pop(req.app_id, []):  # this process followed them: their logs kept whole
+            t.join(req.grace_period + FOLLOW_MARGIN)
+        for p in old:  # their last lines (the warning's, the grace period's) since the retry's snapshot
+            self._snapshot_log(req.app_id, client, p, again=True)
+        d.write(TRIED_AT, f"{time.time():.3f}")
+        self._create_jobs(req, client, jobs)
+        (d.path / RETRY).unlink(missing_ok=True)
+        return None
 
     def act(self, req: KubernetesRequest, view: AppView, st: AppStatusView, decision: Decision) -> DescribeAppResponse:
         """Do what :func:`~tsm.schedulers.common.controller.decide` said (this home's apps only): a
@@ -361,14 +543,31 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         final status (replicas still running: CANCELLED after a failure, FAILED by a gang timeout) and
         deletes every object of the app. Returns the status to report."""
         if isinstance(decision, Retry):
+            d = self._dir(req.app_id)
             failed = next((p for p in view.pods if st.first_failure is not None and p.attempt == view.attempt
                            and (p.role, p.replica_id) == st.first_failure), None)
             code = failed.exit_code if failed is not None else None
-            last = "failed:" + (str(code) if code is not None else "unknown")
+            stalled = failed is not None and bool(failed.stalled)
+            last = decision.last_exit or ("stalled" if stalled else
+                                          "failed:" + (str(code) if code is not None else "unknown"))
+            msg = f"retrying after {decision.why}"
+            if decision.preemption:  # counted before anything is made: a crash after it never retries for free
+                d.write(PREEMPTIONS, str(int(_number(d.read(PREEMPTIONS))) + 1))
+            if decision.time_limit:  # a requeue: the limit counts again from now
+                d.write(CLOCK, f"{time.time():.3f}")
+            lost_nodes = {p.node: f"role '{p.role}' replica {p.replica_id} was lost with it ({p.lost})"
+                          for p in view.pods if p.node_lost and p.node}
+            if lost_nodes:
+                excluded = {**self._excluded(req), **lost_nodes}
+                d.write(EXCLUDED, json.dumps({k: v for k, v in excluded.items() if v != "exclude_nodes"}))
+                msg += f"; excluding node(s) {', '.join(sorted(lost_nodes))}"
             self._retry(req, view, decision.roles, decision.attempt,
-                        attempt_env(decision.attempt, st.num_restarts + 1, last))
+                        attempt_env(decision.attempt, st.num_restarts + 1, last), why=decision.why,
+                        # the old pods end first (warned, their grace period), unless their node is lost;
+                        # a stalled pod is warned and stopped the same way
+                        wait=(decision.preemption or stalled) and not lost_nodes, restarts=st.num_restarts + 1)
             return DescribeAppResponse(app_id=view.app_id, state=AppState.RUNNING, created=view.created,
-                                       num_restarts=st.num_restarts + 1, msg=f"retrying after {decision.why}")
+                                       num_restarts=st.num_restarts + 1, msg=msg)
         desc = self._describe_view(view, st)
         if isinstance(decision, Finish):
             desc.state, desc.msg = decision.state, decision.msg
@@ -386,25 +585,43 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         return desc
 
     def _retry(self, req: KubernetesRequest, view: AppView, roles: Sequence[str], attempt: int,
-               env: dict[str, str] | None = None) -> None:
+               env: dict[str, str] | None = None, why: str = "", wait: bool = False, restarts: int = 0) -> None:
         """Delete the Jobs of ``roles``, logs snapshotted, and create them anew as try ``attempt`` (with
-        ``env``: the attempt's ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``).
+        ``env``: the attempt's ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``; and the excluded
+        nodes' anti-affinity term).
 
         The new try is recorded first (``attempts.json``), so a refresh that still sees the old pods while
-        they are being deleted does not retry again; the new Jobs carry ``tsm/attempt`` too.
+        they are being deleted does not retry again; the new Jobs carry ``tsm/attempt`` too. With ``wait``
+        (a preemption) the old pods are deleted with the grace period (the warning hook runs) and the new
+        Jobs are kept in ``retry.json``, made by a later look once the old pods have ended
+        (:meth:`_resume_retry`); ``retry.json`` is written before ``attempts.json``, so no look in between
+        decides again.
         """
         client = self._client_of(req)
         d = self._dir(req.app_id)
+        exclude = sorted(self._excluded(req))
+        jobs = [j for j in req.jobs if j["metadata"]["annotations"][ANN_ROLE] in roles]
+        new = [retried(j, req.app_id, attempt, env, exclude) for j in jobs]
+        if wait:
+            d.write(RETRY, json.dumps({"roles": list(roles), "attempt": attempt, "jobs": new, "why": why,
+                                       "restarts": restarts, "at": time.time()}))
         attempts = d.attempts()
         attempts.update(dict.fromkeys(roles, attempt))
         d.set_attempts(attempts)
         for p in view.pods:
             if p.role in roles:
                 self._snapshot_log(req.app_id, client, p)
-        jobs = [j for j in req.jobs if j["metadata"]["annotations"][ANN_ROLE] in roles]
+        if wait:  # the old pods are warned and stopped with the grace period: what they write meanwhile is kept
+            running = [p for p in view.pods if p.role in roles and p.phase == "Running" and p.exit_code is None
+                       and not p.deleting]
+            self._retry_follows[req.app_id] = self._follow_to_end(req.app_id, client, running,
+                                                                  req.grace_period + FOLLOW_MARGIN)
         for j in jobs:
-            client.delete_job_of(req.app_id, j["metadata"]["labels"][LABEL_ROLE], j["metadata"]["labels"][LABEL_REPLICA])
-        self._create_jobs(req, client, [retried(j, req.app_id, attempt, env) for j in jobs])
+            client.delete_job_of(req.app_id, j["metadata"]["labels"][LABEL_ROLE], j["metadata"]["labels"][LABEL_REPLICA],
+                                 grace=req.grace_period if wait else 0)
+        if not wait:
+            d.write(TRIED_AT, f"{time.time():.3f}")
+            self._create_jobs(req, client, new)
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """The app's status from one pod list shared by every app of the process.
@@ -412,7 +629,16 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         A look is a controller step (:meth:`act`, see the module doc): for an app this home submitted it
         may retry Jobs, or delete every object of an app that has ended (its logs and status kept here).
         """
-        return with_record(self._watcher.get(app_id), self._dir(app_id).path / "app.json")
+        desc = with_record(self._watcher.get(app_id), self._dir(app_id).path / "app.json")
+        req = self._request(app_id) if desc is not None else None
+        if desc is not None and req is not None:
+            excluded = self._excluded(req)
+            if excluded:  # which nodes the app's pods avoid, and why (issue 25)
+                desc.metadata["excluded_nodes"] = "; ".join(f"{n}: {why}" for n, why in sorted(excluded.items()))
+            preemptions = int(_number(self._dir(app_id).read(PREEMPTIONS)))
+            if preemptions:
+                desc.metadata["preemptions"] = f"{preemptions} of max_preemptions={req.max_preemptions}"
+        return desc
 
     def list(self) -> builtins.list[ListAppResponse]:
         # an app just submitted whose pods are not made yet is asked of the watcher (its lookup reads the request)
@@ -529,8 +755,30 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
             self._snapshot_log(req.app_id, client, p)
         starts = [p.started for p in pods if p.started]
         ends = [p.finished for p in pods if p.finished]
+        self._dir(req.app_id).write(FINISHING, "")  # its pods now being deleted are not evictions
+        # a pod stopped with a grace period (warned first) writes on after the snapshot: follow it to its end
+        running = [p for p in pods if grace and p.phase == "Running" and p.exit_code is None and not p.deleting]
+        follows = self._follow_to_end(req.app_id, client, running, grace + FOLLOW_MARGIN)
         client.delete_app(req.app_id, grace)
+        for t in follows:
+            t.join(grace + FOLLOW_MARGIN)
         self._dir(req.app_id).save_final(desc, min(starts) if starts else None, max(ends) if ends else None)
+
+    def _follow_to_end(self, app_id: str, client: KubeClient, pods: builtins.list[Pod],
+                       timeout: float) -> builtins.list[threading.Thread]:
+        """For each of ``pods``, a follow opened now and read to the container's end in a thread, which then
+        keeps the log (:meth:`~.logs.KubernetesLogs._keep_followed`): the lines a pod writes while it is
+        stopped (after the warning, within the grace period) are kept, though its container goes with it."""
+        threads = []
+        for p in pods:
+            try:
+                chunks = client.follow_open(p.name, timeout)
+            except SchedulerError:
+                continue  # gone already: its snapshot is what there is
+            t = threading.Thread(target=self._keep_followed, args=(app_id, p, chunks), daemon=True)
+            t.start()
+            threads.append(t)
+        return threads
 
     def _write_final(self, req: KubernetesRequest, state: AppState, msg: str) -> None:
         now = time.time()
@@ -541,6 +789,7 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         req = self._request(app_id)
         found = False
         if req is not None:
+            self._dir(app_id).write(FINISHING, "")
             self._client_of(req).delete_app(app_id, 0)
             found = True
         found = self._dir(app_id).remove() or found
@@ -607,6 +856,14 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         for c in self._clients.values():
             c.close()
         self._clients.clear()
+
+
+def _number(text: str | None) -> float:
+    """A number kept in a file of the app directory; 0 when absent or unreadable."""
+    try:
+        return float(text or 0)
+    except ValueError:
+        return 0.0
 
 
 def _pods_by_replica(view: AppView) -> dict[tuple[str, int], Pod]:

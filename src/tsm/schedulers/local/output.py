@@ -16,6 +16,7 @@ from tsm.schedulers.local.logs import STDERR, STDOUT, append_records
 from tsm.schedulers.local.state import (
     FD_RESERVE,
     FILE_INDEX_INTERVAL,
+    FILE_INDEX_SHARE,
     INDEX_INTERVAL,
     PIPE_BATCH,
     Pipe,
@@ -142,10 +143,20 @@ class OutputPump(SupervisorState):
             self._index(rep)
 
     def _index_direct(self) -> None:
-        """Index the replicas that write their files themselves (their growth raises no event here)."""
+        """Index the replicas that write their files themselves (their growth raises no event here).
+
+        A replica signalled to stop since the last pass is left out of this one: most end at once, and their
+        end indexes them (``_replica_ended``); one that outlives the signal is indexed from the next pass on.
+        On a cancel of thousands of replicas a pass over them all (two ``stat`` each) was a quarter of the
+        supervisor's time between the cancel and the last exit (issue 26).
+        """
         self.file_index_due = None
+        start = time.monotonic()
         direct = [r for r in self.replicas if r.direct and r.live()]
+        skip, self.just_stopped = self.just_stopped, set()
         for rep in direct:
-            self._index(rep)
+            if id(rep) not in skip:
+                self._index(rep)
         if direct:
-            self.file_index_due = time.monotonic() + FILE_INDEX_INTERVAL
+            now = time.monotonic()
+            self.file_index_due = now + max(FILE_INDEX_INTERVAL, FILE_INDEX_SHARE * (now - start))

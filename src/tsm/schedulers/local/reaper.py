@@ -77,6 +77,7 @@ class Reaper(OutputPump):
         orphans = self._orphans() if live else {}
         for r in live:
             r.stopping = True
+            self.just_stopped.add(id(r))
             r.kill_at = deadline if r.kill_at is None else min(r.kill_at, deadline)
             self._signal_replica(r, signal.SIGTERM, orphans)
 

@@ -9,7 +9,6 @@ process or writes a file, so the dry run is exactly what is submitted.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -204,7 +203,8 @@ def detect_gpus() -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [d for d in (s.strip() for s in visible.split(",")) if d and d != "-1"]
-    import subprocess  # only to ask nvidia-smi: kept out of ``tsm status``/``list``
+    import shutil  # only to ask nvidia-smi: kept out of ``tsm status``/``list``
+    import subprocess
 
     smi = shutil.which("nvidia-smi")
     if not smi:

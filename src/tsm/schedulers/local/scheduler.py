@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import select
-import shutil
 import signal
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,7 +31,6 @@ from tsm.schedulers.api import (
     Stream,
 )
 from tsm.schedulers.common.failure import structured_error
-from tsm.schedulers.common.interpreter import replica_python
 from tsm.schedulers.common.logs import check_replica
 from tsm.schedulers.local import (
     _os,
@@ -43,22 +41,10 @@ from tsm.schedulers.local.control import (  # re-exported: part of this module's
     CONNECT_TIMEOUT,
 )
 from tsm.schedulers.local.logs import STDERR, STDOUT, replica_dir
-from tsm.schedulers.local.request import (  # the request types and builders, re-exported here
-    LocalOptions,
-    LocalReplicaRequest,
-    LocalRequest,
-    LocalRoleRequest,
-    assign_gpus,
-    detect_gpus,
-    format_request,
-    lifecycle_request,
-    python_entrypoint,
-    replica_path,
-)
 from tsm.schedulers.local.view import LocalViews
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus, macros
 from tsm.specs.runopts import CfgVal, runopts
-from tsm.specs.validate import check_exec_size
+from tsm.specs.validate import check_exec_size, exec_limit
 from tsm.store import Store, tsm_home
 
 if TYPE_CHECKING:
@@ -66,12 +52,33 @@ if TYPE_CHECKING:
     import socket
     import subprocess
 
+    from tsm.schedulers.local.request import LocalRequest, LocalRoleRequest
+
+#: The request types and builders of :mod:`tsm.schedulers.local.request`, still importable from here. They
+#: are imported on first use: ``tsm status``/``tsm list`` never build a request (and the module, with the
+#: lifecycle options' dataclasses, was 3-5 ms of their start-up).
+_REQUEST_NAMES = frozenset((
+    "LocalOptions", "LocalReplicaRequest", "LocalRequest", "LocalRoleRequest", "assign_gpus", "detect_gpus",
+    "format_request", "lifecycle_request", "python_entrypoint", "replica_path",
+))
+
+
+def __getattr__(name: str) -> Any:
+    if name in _REQUEST_NAMES:
+        from tsm.schedulers.local import request
+
+        return getattr(request, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+#: The local run options, built on the first ``run_opts()`` (see there).
+_RUNOPTS: runopts | None = None
+
 #: terminal AppState values as stored, and as an SQL list
 _TERMINAL = tuple(int(s) for s in AppState if s.is_terminal)
 _TERMINAL_SQL = "(" + ", ".join(map(str, _TERMINAL)) + ")"
 
 
-class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, DirectoryWorkspaces, EventWait):
+class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, DirectoryWorkspaces, EventWait):
     """Runs apps as local processes under a detached supervisor; the default scheduler.
 
     Capabilities: :class:`~tsm.schedulers.local.view.LocalViews` (``DetailedViews``: two store queries per
@@ -92,11 +99,25 @@ class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, Dire
         return self._store
 
     def run_opts(self) -> runopts:
-        """The local run options (declared once, typed, in :class:`LocalOptions`)."""
-        return LocalOptions.runopts()
+        """The local run options (declared once, typed, in :class:`LocalOptions`).
+
+        Built once per process (``LocalOptions.runopts()`` evaluates the dataclass's annotations: 1-2 ms,
+        and every ``run()`` asks twice); each call returns a new container of those (frozen) options, so a
+        caller that adds to it changes nothing here.
+        """
+        global _RUNOPTS
+        if _RUNOPTS is None:
+            from tsm.schedulers.local.request import LocalOptions
+
+            _RUNOPTS = LocalOptions.runopts()
+        out = runopts()
+        out.update(_RUNOPTS)
+        return out
 
     # -- dry run -----------------------------------------------------------------------------------
     def _validate(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
+        from tsm.schedulers.local.request import LocalOptions
+
         LocalOptions.from_cfg(cfg)  # refuses bad values before the roles are looked at
         for role in app.roles:
             if role.image and not os.path.isdir(role.image):
@@ -106,6 +127,20 @@ class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, Dire
                 )
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[LocalRequest]:
+        from tsm.schedulers.common.interpreter import replica_python
+        from tsm.schedulers.local.request import (
+            LocalOptions,
+            LocalReplicaRequest,
+            LocalRequest,
+            LocalRoleRequest,
+            assign_gpus,
+            detect_gpus,
+            format_request,
+            lifecycle_request,
+            python_entrypoint,
+            replica_path,
+        )
+
         opts = LocalOptions.from_cfg(cfg)
         # what secrets.token_hex(4) returns, without importing secrets (hmac, hashlib, random: 7 ms of `tsm run`)
         app_id = f"{app.name}-{os.urandom(4).hex()}"
@@ -133,8 +168,16 @@ class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, Dire
             if opts.prepend_cwd:
                 path_prefix.append(os.getcwd())
             python = replica_python(role.env, opts.python)  # the one rule: tsm.schedulers.common.interpreter
+            # Unless ${replica_id} is in what a replica runs with, every replica's command is the same and
+            # its environment differs only in TSM_REPLICA_ID (and CUDA_VISIBLE_DEVICES): the macros are
+            # applied once per role, not once per replica (a deep copy of the role each), and the exec size
+            # is counted once (a replica over the limit is still checked in full, so the error is the same).
+            # 256 replicas: about half the dry run (issue 26).
+            plain = not any("replica_id" in text for text in (role.entrypoint, *role.args, *role.env.values()))
+            shared = macros.Values(img_root=img_root, app_id=app_id, replica_id="0").apply(role) if plain else None
+            size0 = None
             for i in range(role.num_replicas):
-                r = macros.Values(img_root=img_root, app_id=app_id, replica_id=str(i)).apply(role)
+                r = shared or macros.Values(img_root=img_root, app_id=app_id, replica_id=str(i)).apply(role)
                 env = dict(r.env)
                 env.update({
                     "TSM_APP_ID": app_id,
@@ -153,7 +196,10 @@ class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, Dire
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
                 cmd = [*python_entrypoint(r.entrypoint, img_root, python), *r.args]
                 # what the supervisor will exec: the caller's environment under the replica's own
-                check_exec_size(f"role '{role.name}' replica {i}", cmd, {**os.environ, **env})
+                if size0 is None or size0 + len(str(i)) - 1 > exec_limit():
+                    size = check_exec_size(f"role '{role.name}' replica {i}", cmd, {**os.environ, **env})
+                    if plain and i == 0 and not gpus:
+                        size0 = size
                 rreq.replicas.append(LocalReplicaRequest(i, cmd, img_root, env))
             self._check_entrypoint(role, rreq)
             roles.append(rreq)
@@ -178,6 +224,8 @@ class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, Dire
             target = exe if os.path.isabs(exe) else os.path.join(rep.cwd or os.getcwd(), exe)
             ok = os.path.isfile(target) and os.access(target, os.X_OK)
         else:
+            import shutil  # not at module level: `tsm status`/`list` never need it
+
             ok = shutil.which(exe, path=path) is not None
         if not ok:
             raise InvalidAppError(
@@ -233,6 +281,8 @@ class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, Dire
     @staticmethod
     def _undo(created: list[str]) -> None:
         """Remove the folders a failed submission created (never one that was there before)."""
+        import shutil  # not at module level: `tsm status`/`list` never need it
+
         for d in created:
             shutil.rmtree(d, ignore_errors=True)
 
@@ -536,6 +586,8 @@ class LocalScheduler(Scheduler[LocalRequest], LocalViews, MultiReplicaLogs, Dire
         row = self._reconcile(row)
         if row["state"] not in _TERMINAL:
             raise SubmissionError(f"local app '{app_id}' is still {AppState(row['state']).name}; cancel it first")
+        import shutil  # not at module level: `tsm status`/`list` never need it
+
         for path in (row["log_dir"], row["app_dir"]):
             shutil.rmtree(path, ignore_errors=True)
         self.store.write([

@@ -41,6 +41,11 @@ INDEX_INTERVAL = 0.005
 #: Seconds between index passes over replicas that write their files directly (no pipe: fds ran short).
 FILE_INDEX_INTERVAL = 0.25
 
+#: ... or this many times as long as the last pass took, when that is longer: a pass costs two ``stat``s per
+#: such replica, and at 10,000 of them a pass every 0.25 s kept a quarter of a core busy, more under load
+#: (issue 26). Followers of those replicas then see new lines up to a few pass-times late.
+FILE_INDEX_SHARE = 4.0
+
 #: Descriptors always kept free for clients, the store, log and index files (pipes stop short of it).
 FD_RESERVE = 128
 
@@ -187,6 +192,8 @@ class SupervisorState:
         self.last_index = 0.0
         self.file_index_due: float | None = None
         self.pipes: dict[int, Pipe] = {}
+        self.just_stopped: set[int] = set()  # id() of replicas signalled since the last direct-file index pass
+        self.start_batch: list[Replica] | None = None  # replicas started in this batch (see _start_replicas)
         self.fd_limit = 1024
         self.replica_nofile: tuple[int, int] | None = None
         self.fd_base = 0

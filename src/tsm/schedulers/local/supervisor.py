@@ -33,7 +33,8 @@ terminal state is recorded regardless.
 Resources. The supervisor raises its open-file limit to the hard limit. Each replica costs two
 pipe descriptors while there is room (a reserve is always kept for clients, the store and the log
 files); past that, a replica writes its files directly, as it would with ``>>`` (such replicas are
-indexed every :data:`FILE_INDEX_INTERVAL` seconds, and can truncate their own files). Clients the
+indexed every :data:`FILE_INDEX_INTERVAL` seconds, or :data:`FILE_INDEX_SHARE` times a pass's cost when
+thousands make a pass long, and can truncate their own files). Clients the
 supervisor cannot take (its descriptors are exhausted, e.g. by a replica flooding the timer socket)
 are refused, never fatal.
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tsm.schedulers.api import DetailedViews
-from tsm.schedulers.common.viewmodel import AppSummary, LastLines, ReplicaSummary, requests_of
 from tsm.specs.api import AppState
+
+if TYPE_CHECKING:
+    from tsm.schedulers.common.viewmodel import AppSummary
 
 #: AppState by its stored value (a dict lookup: 1,000 replicas a tick make ``AppState(v)`` show in profiles).
 _STATE = {s.value: s for s in AppState}
@@ -32,6 +34,10 @@ class LocalView:
     """Builds the summaries of local apps; one per scheduler, kept across ticks (log tails, parsed requests)."""
 
     def __init__(self, sched: Any) -> None:
+        # imported here, not at module level: the scheduler mixes this class in, and `tsm status`/`list`
+        # (which build no summaries) should not pay for the view model's dataclasses
+        from tsm.schedulers.common.viewmodel import LastLines
+
         self.sched = sched
         self.tails = LastLines()
         self._reqs: dict[str, Requests] = {}  # app id -> role requests (an app's spec never changes)
@@ -65,6 +71,7 @@ class LocalView:
         by_app: dict[str, list[Any]] = {}
         for rep in reps:
             by_app.setdefault(rep["app_id"], []).append(rep)
+        from tsm.schedulers.common.viewmodel import AppSummary, ReplicaSummary, requests_of
         from tsm.schedulers.local.logs import replica_dir
 
         out = []

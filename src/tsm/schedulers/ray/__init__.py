@@ -20,6 +20,12 @@ What it does:
 * **Deterministic ranks**: role 0 replica 0's node address is every replica's ``TSM_RANK0_HOST``
   (``${rank0_env}``), so ``dist.ddp`` rendezvous works across actors.
 * **Retries** ``REPLICA``, ``ROLE``, ``APPLICATION`` are run by the driver; ``num_restarts`` counts them.
+* **Long runs** (issue 25, :mod:`.driver`): ``time_limit`` (warned, then stopped; or restarted as a
+  preemption with ``requeue_on_time_limit``), a warning before a cancel, actors lost with their node
+  restarted elsewhere as a **preemption** (budget ``max_preemptions``, never ``max_retries``; the node is
+  excluded from later attempts by a ``ray.io/node-id`` label selector on the placement group),
+  ``exclude_nodes`` (node ids, IPs or hostnames; refused at submit when it names no node or every alive
+  node), ``stall_timeout``/``on_stall``.
 * **Status**: one ``list_jobs`` per refresh for every app of the process (the kit's ``StatusWatcher``),
   plus, per running app, the driver's status record (per role and replica: state, node, pid, exit code).
 * **Views**: ``tsm top``/``tsm serve`` see every Ray app of a tick through one ``list_jobs`` (:mod:`.view`);

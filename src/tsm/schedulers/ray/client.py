@@ -221,6 +221,12 @@ class RayClient:
         found = self._state("list nodes", "nodes", detail=1, limit=10000)
         return [dict(n.get("resources_total") or {}) for n in found if n.get("state") == "ALIVE"]
 
+    def node_details(self) -> list[dict[str, Any]]:
+        """Every node the cluster knows (alive or dead): ``node_id``, ``node_ip``, ``node_name``, ``state``,
+        ``resources_total``."""
+        self._count("nodes")
+        return self._state("list nodes", "nodes", detail=1, limit=10000)
+
     def actors(self, app_id: str) -> list[dict[str, Any]]:
         """The alive actors of an app (named ``<app_id>/...`` in namespace ``tsm``)."""
         self._count("actors")

@@ -5,23 +5,52 @@ CPU itself. Steps:
 
 1. one placement group with a bundle per replica (``SPREAD``/``PACK``); not ready within ``gang_timeout``
    -> the app FAILS with that reason (nothing started);
-2. one actor :class:`Replica` per replica, named ``<app>/<role>/<k>`` in namespace ``tsm``, pinned to its
+2. one actor :class:`~tsm.schedulers.ray.replica.Replica` per replica (its own small module: each replica's
+   Ray worker imports it), all created at once and awaited together, named ``<app>/<role>/<k>`` in
+   namespace ``tsm`` (a replica re-placed after a lost node: ``<app>/<role>/<k>#<n>``), pinned to its
    bundle; role 0 replica 0's node address becomes every replica's ``TSM_RANK0_HOST`` (deterministic ranks);
-3. each actor runs its command as a subprocess (args and env byte-exact: surrogate escapes become the
+3. once every actor answers, the app is RUNNING and every replica's first attempt is started by one batch
+   of calls (one round trip for the app, :meth:`Driver._start_all`; a retried scope likewise); each actor
+   runs its command as a subprocess (args and env byte-exact: surrogate escapes become the
    original bytes), in a session of its own, writing its output to
    ``<ray logs>/tsm/<app>/<role>.<k>.<attempt>.log`` on its node as records ``<time> <o|e|O|E> <line>``
    (capital: the last line had no newline) -- the scheduler reads them with Ray's log API;
-4. a failure is retried per the role's policy (REPLICA: that replica; ROLE: the role's; APPLICATION: all);
+4. a failure is retried per the role's policy (REPLICA: that replica; ROLE: the role's; APPLICATION: all),
+   spending ``max_retries``; a node lost under a replica is restarted likewise, spending ``max_preemptions``;
 5. the status record ``<ray logs>/tsm/<app>/status.json`` on the driver's node is rewritten on every change.
 
 SIGTERM (``ray job stop``) stops every replica's process group: SIGTERM, then SIGKILL after the grace
 period. A watchdog per replica kills its process group if the actor dies without doing so.
 
-Long runs (issue 25): with a ``time_limit`` the driver warns every replica's process group with
-``warn_signal`` ``warn_before`` ahead of it (checked once a second), and at the limit stops them all (the
-warning first if it had not gone yet) and records the app FAILED "time limit X reached"; a cancel with a
-``warn_signal`` warns first and gives the replicas ``warn_before`` to end before SIGTERM. Every attempt
-gets ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT`` and ``TSM_LAST_EXIT`` (``failed:<code>``).
+Long runs (issue 25):
+
+* **Time limit**: with a ``time_limit`` the driver warns every replica's process group with ``warn_signal``
+  ``warn_before`` ahead of it (checked once a second), and at the limit stops them all (the warning first if
+  it had not gone yet) and records the app FAILED "time limit X reached" -- or, with
+  ``requeue_on_time_limit`` and ``max_preemptions`` left, restarts it whole as a preemption
+  (``TSM_LAST_EXIT=time_limit``; the limit counts again). A cancel with a ``warn_signal`` warns first and
+  gives the replicas ``warn_before`` to end before SIGTERM.
+* **Lost nodes are preemptions**: waiting on a replica's actor raises when the actor is gone or unreachable
+  (a node killed outright first shows as ``ActorUnavailableError``; Ray marks the node dead once its health
+  checks fail). The driver asks the GCS, once a second for up to :data:`LOSS_WAIT`, whether the actor's node
+  died (``ray.nodes()``) or the actor's death cause is its node's death (``ActorDiedErrorContext.
+  node_death_info``); then the replica's scope (its role's retry policy) restarts elsewhere, spending
+  ``max_preemptions`` and never ``max_retries``, with ``TSM_LAST_EXIT=preempted``; the replica's record is
+  ``preempted`` with the reason. An actor dead on a live node is the replica's failure, as before.
+* **Excluded nodes**: the lost node, and the nodes ``exclude_nodes`` names (ids, IPs, hostnames, resolved at
+  each placement), are kept off by the placement groups' ``bundle_label_selector`` on the label every Ray
+  node carries, ``ray.io/node-id: !in(<ids>)``. The app keeps one placement group: a whole-app restart gets
+  a new one (the old removed first), a REPLICA or ROLE scope goes back into its own bundles, the lost one
+  re-placed by Ray (see :meth:`Driver._place`); the record lists the excluded nodes and why.
+* **Stalls**: with ``stall_timeout``, one batched call per tick reads every running replica's output bytes
+  and CPU time (:meth:`Replica.progress`); none for that long: warned, stopped ``warn_before`` later, then
+  restarted as its own failure (``TSM_LAST_EXIT=stalled``) or the app fails (``on_stall=fail``), both saying
+  "stalled for 15m, last line: ..." (:mod:`tsm.schedulers.common.stall`'s tick and message). A stalled
+  replica's end is a failure whatever its exit code (a handler may checkpoint on the warning and exit 0),
+  and every new attempt starts with no stall record, whatever restarted it.
+
+Every attempt gets ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT`` and ``TSM_LAST_EXIT`` (``failed:<code>``,
+``preempted``, ``time_limit``, ``stalled``).
 """
 
 from __future__ import annotations
@@ -29,9 +58,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
-import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -40,137 +67,51 @@ from typing import Any
 
 import ray as _ray
 
+from tsm.lifecycle import PREEMPTED_PREFIX
 from tsm.schedulers.common.durations import format_duration
-from tsm.schedulers.ray.request import NAMESPACE, DriverPayload, ReplicaSpec
+from tsm.schedulers.common.stall import stall_message, tick
+from tsm.schedulers.ray.replica import Replica, last_line, logs_dir, session_cpu
+from tsm.schedulers.ray.request import (
+    NAMESPACE,
+    SHORT_ID,
+    DriverPayload,
+    ReplicaSpec,
+    exclusion_selector,
+    node_matches,
+)
+
+__all__ = ["Driver", "Replica", "last_line", "logs_dir", "main", "session_cpu"]
 
 #: Ray, untyped here: its stubs do not cover actor options or the internals the driver reads.
 ray: Any = _ray
 
-# Kills the replica's process group when the actor (its parent) is gone: argv = actor pid, pgid, grace.
-WATCHDOG = (
-    "import os, signal, sys, time\n"
-    "parent, pgid, grace = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "while os.getppid() == parent:\n"
-    "    time.sleep(0.2)\n"
-    "def alive():\n"
-    "    try:\n"
-    "        os.killpg(pgid, 0); return True\n"
-    "    except OSError:\n"
-    "        return False\n"
-    "if alive():\n"
-    "    os.killpg(pgid, signal.SIGTERM)\n"
-    "    end = time.monotonic() + grace\n"
-    "    while alive() and time.monotonic() < end:\n"
-    "        time.sleep(0.1)\n"
-    "    if alive():\n"
-    "        os.killpg(pgid, signal.SIGKILL)\n"
-)
+#: Seconds the driver asks Ray, once a second, whether an unreachable replica's node died or its actor is back.
+LOSS_WAIT = 60.0
 
 
-def logs_dir() -> str:
-    """This node's Ray log directory (what Ray's log API serves files from)."""
-    return str(ray._private.worker.global_worker.node.get_logs_dir_path())
+def _actor_info(actor: Any) -> dict[str, Any]:
+    """The GCS's record of an actor (``State``, ``DeathCause``...); {} when it cannot be read."""
+    try:
+        info = ray._private.state.actors(actor._actor_id.hex())
+    except Exception:  # noqa: BLE001 (the GCS busy: ask again)
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
-@ray.remote(num_cpus=0, max_concurrency=4)
-class Replica:
-    """One replica: runs its command as a subprocess, attempt after attempt, and can stop it."""
-
-    def __init__(self, app_id: str, role: str, replica_id: int, grace: float) -> None:
-        self.app_id, self.role, self.replica_id, self.grace = app_id, role, replica_id, grace
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.watchdog: subprocess.Popen[bytes] | None = None
-        self.stopped = False
-
-    def where(self) -> dict[str, Any]:
-        """Node id and address, and this actor's pid."""
-        ctx = ray.get_runtime_context()
-        return {"node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "actor_pid": os.getpid()}
-
-    def log_name(self, attempt: int) -> str:
-        return f"tsm/{self.app_id}/{self.role}.{self.replica_id}.{attempt}.log"
-
-    def start(self, command: list[str], env: dict[str, str], attempt: int) -> int:
-        """Start the attempt; returns the process's pid (output pumped to the attempt's log file)."""
-        path = Path(logs_dir()) / self.log_name(attempt)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        full = dict(os.environ)
-        full.update(env)
-        full_b = {os.fsencode(k): os.fsencode(v) for k, v in full.items()}
-        out = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by the pump)
-        try:
-            proc = subprocess.Popen([os.fsencode(a) for a in command], env=full_b, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                    cwd=os.getcwd())
-        except OSError as e:
-            out.write(f"{time.time():.6f} e tsm: cannot start {command[0]!r}: {e}\n".encode())
-            out.close()
-            self.proc = None
-            return -1
-        self.proc = proc
-        self.watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(proc.pid),
-                                          str(self.grace)], start_new_session=True)
-        lock = threading.Lock()
-        pumps = [threading.Thread(target=_pump, args=(proc.stdout, b"o", out, lock), daemon=True),
-                 threading.Thread(target=_pump, args=(proc.stderr, b"e", out, lock), daemon=True)]
-        for t in pumps:
-            t.start()
-        self.pumps = pumps
-        self.out = out
-        return proc.pid
-
-    def wait(self) -> int:
-        """Wait for the attempt to end; its exit code (-N: killed by signal N; -1: could not start)."""
-        if self.proc is None:
-            return 127
-        code = self.proc.wait()
-        for t in self.pumps:
-            t.join()
-        self.out.close()
-        if self.watchdog is not None:
-            self.watchdog.kill()
-            self.watchdog.wait()
-        return code
-
-    def signal(self, signame: str) -> bool:
-        """Send ``signame`` (``USR1``) to the running attempt's process group (the warning); False if none runs."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return False
-        _signal_group(proc.pid, int(signal.Signals["SIG" + signame.removeprefix("SIG")]))
-        return True
-
-    def running(self) -> bool:
-        """True while the current attempt's process runs."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, grace: float) -> None:
-        """SIGTERM the process group, SIGKILL after ``grace`` seconds."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        _signal_group(proc.pid, signal.SIGTERM)
-        end = time.monotonic() + grace
-        while proc.poll() is None and time.monotonic() < end:
-            time.sleep(0.05)
-        _signal_group(proc.pid, signal.SIGKILL)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(OSError):  # the group has ended
-        os.killpg(pgid, sig)
-
-
-def _pump(pipe: Any, tag: bytes, out: Any, lock: threading.Lock) -> None:
-    for line in iter(pipe.readline, b""):
-        if line.endswith(b"\n"):
-            rec = b"%.6f %s %s" % (time.time(), tag, line)
-        else:
-            rec = b"%.6f %s %s\n" % (time.time(), tag.upper(), line)
-        with lock:
-            out.write(rec)
-    pipe.close()
+def _death_cause(cause: Any) -> tuple[bool, str]:
+    """An actor's death cause (Ray's ``ActorDeathCause``): whether its node died, and Ray's words for it."""
+    if cause is None:
+        return False, ""
+    try:
+        which = cause.WhichOneof("context")
+    except (AttributeError, ValueError):
+        return False, str(cause)
+    if which != "actor_died_error_context":
+        return False, " ".join(str(getattr(cause, which, "") or which or "").split())[:300]
+    ctx = cause.actor_died_error_context
+    node_died = bool(ctx.HasField("node_death_info") and ctx.node_death_info.reason != 0)
+    text = " ".join(str(ctx.error_message).split())[:300]
+    return node_died, text
 
 
 class Driver:
@@ -183,7 +124,8 @@ class Driver:
         self.roles = {r.name: r for r in p.roles}
         self.reps: dict[tuple[str, int], dict[str, Any]] = {
             (r.role, r.replica_id): {"state": "PENDING", "node_ip": "", "node_id": "", "pid": None, "exit_code": None,
-                                     "restarts": 0, "attempt": 0, "msg": ""}
+                                     "restarts": 0, "attempt": 0, "msg": "", "preempted": False, "failures": 0,
+                                     "nodes": []}
             for r in p.replicas
         }
         self.state, self.msg, self.num_restarts = "PENDING", "", 0
@@ -196,100 +138,84 @@ class Driver:
         self.last_exit: dict[tuple[str, int], str] = {}
         #: the warning was sent (once per app)
         self.warned = False
-        #: when the time limit counts from (monotonic; set as the run starts)
+        #: when the time limit counts from (monotonic; set as the run starts, again at each requeue)
         self.t0 = time.monotonic()
+        #: restarts spent from ``max_preemptions`` (lost nodes, requeued time limits)
+        self.preemptions = 0
+        #: node id -> {"node_ip", "why"}: the nodes no later placement may use
+        self.excluded: dict[str, dict[str, str]] = {}
+        #: the app's placement group (one bundle per replica) and each replica's bundle index in it
+        self.pg: Any = None
+        self.bundle: dict[tuple[str, int], int] = {}
+        self.specs: dict[tuple[str, int], ReplicaSpec] = {}
+        self.rank0 = ""
+        #: how many placement groups the app made (each named ``tsm/<app>/<n>``: a name stays taken until its
+        #: group is removed)
+        self.pgs_made = 0
+        #: stall detection: each running replica's last (output bytes, CPU ticks) and since when it is unchanged
+        self.progress: dict[tuple[str, int], tuple[int, int]] = {}
+        self.quiet_since: dict[tuple[str, int], float] = {}
+        #: stalled replicas being stopped -> why ("stalled for 15m, last line: ..."), and when to stop each
+        self.stalled: dict[tuple[str, int], str] = {}
+        self.stall_stop_at: dict[tuple[str, int], float] = {}
+        self.next_stall_check = 0.0
+        #: how many times each replica was placed before (a re-placed actor is named ``<app>/<role>/<k>#<n>``:
+        #: the killed actor's name may not be free yet)
+        self.placed: dict[tuple[str, int], int] = {}
 
     def write(self) -> None:
         with self.lock:
             roles = [[r.name, [dict(self.reps[(r.name, k)], id=k) for k in range(r.num_replicas)]] for r in self.p.roles]
             data = {"app_id": self.p.app_id, "state": self.state, "msg": self.msg, "num_restarts": self.num_restarts,
+                    "preemptions": self.preemptions, "max_preemptions": self.p.max_preemptions,
+                    "excluded": [dict(v, node_id=k) for k, v in self.excluded.items()],
                     "roles": roles, "time": time.time()}
             tmp = self.status_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(data))
             tmp.replace(self.status_path)
 
     def run(self) -> int:
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         self.t0 = time.monotonic()
-        self.write()
-        pg = placement_group([r.bundle for r in self.p.replicas], strategy=self.p.strategy)
-        ready, _ = ray.wait([pg.ready()], timeout=self.p.gang_timeout)
-        if not ready:
-            self.state = "FAILED"
-            self.msg = (f"gang start timed out after {self.p.gang_timeout:g}s: the cluster could not place all "
-                        f"{len(self.p.replicas)} replica(s) at once ({self.p.strategy})")
-            for rep in self.reps.values():
-                rep["state"], rep["msg"] = "FAILED", "not placed: " + self.msg
-            self.write()
-            return 1
-        for i, r in enumerate(self.p.replicas):
-            b = r.bundle
-            self.actors[(r.role, r.replica_id)] = Replica.options(  # type: ignore[attr-defined]
-                name=r.actor, namespace=NAMESPACE, num_cpus=b.get("CPU", 0), num_gpus=b.get("GPU", 0),
-                memory=b.get("memory") or None, max_restarts=0,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
-            ).remote(self.p.app_id, r.role, r.replica_id, self.p.grace_period)
-        where = ray.get([self.actors[(r.role, r.replica_id)].where.remote() for r in self.p.replicas])
-        for r, w in zip(self.p.replicas, where, strict=True):
-            self.reps[(r.role, r.replica_id)].update(node_ip=w["node_ip"], node_id=w["node_id"])
-        rank0 = where[0]["node_ip"]
         self.specs = {(r.role, r.replica_id): r for r in self.p.replicas}
-        self.rank0 = rank0
-        self.state = "RUNNING"
-        waits: dict[Any, tuple[str, int]] = {}
-        for key in self.specs:
-            waits[self._start(key)] = key
+        self.rank0 = ""
+        self._exclude_given()
+        self.write()
+        if not self._place(list(self.specs)):
+            return 1
+        self.state = "RUNNING"  # every replica placed: the app runs (the record says so as the starts are written)
+        waits = self._start_all(list(self.specs))
         self.write()
         while waits and not self.stopping:
-            if self._time_limit():
-                waits.clear()
-                break
-            done, _ = ray.wait(list(waits), num_returns=1, timeout=1.0)
+            if self._time_limit(waits):
+                if self.state == "FAILED":
+                    waits.clear()
+                    break
+                self.write()
+                continue
+            self._check_stalls()
+            done, _ = ray.wait(list(waits), num_returns=1, timeout=self._tick())
             for ref in done:
+                if ref not in waits:  # consumed by a restart handled earlier in this round
+                    continue
                 key = waits.pop(ref)
                 try:
                     code = int(ray.get(ref))
-                except Exception as e:  # noqa: BLE001 (the actor died: report it as the replica's failure)
-                    code, self.reps[key]["msg"] = -9, f"actor died: {type(e).__name__}"
-                if self.stopping:
+                except Exception as e:  # noqa: BLE001 (the actor is gone or unreachable: find out why)
+                    if self.stopping:  # a cancel killed it
+                        break
+                    verdict, why = self._why_gone(key, e)
+                    if self.stopping:
+                        break
+                    if verdict == "alive":  # it was only unreachable for a while: keep waiting on it
+                        waits[self.actors[key].wait.remote()] = key
+                        continue
+                    if verdict == "node" and not self.cancelling:
+                        if not self._preempted(key, why, waits):
+                            break
+                        continue
+                    code, self.reps[key]["msg"] = -9, f"actor died: {why}"
+                if self.stopping or not self._ended(key, code, waits):
                     break
-                rep = self.reps[key]
-                rep["exit_code"] = code
-                if code == 0:
-                    rep["state"] = "SUCCEEDED"
-                    continue
-                if self.cancelling:  # ended during a cancel's warning: cancelled, not a failure to retry
-                    rep["state"], rep["msg"] = "CANCELLED", "cancelled"
-                    continue
-                rep["state"], rep["msg"] = "FAILED", rep["msg"] or f"exited with code {code}"
-                role = self.roles[key[0]]
-                scope = [key] if role.retry_policy == "REPLICA" else (
-                    [k for k in self.specs if k[0] == key[0]] if role.retry_policy == "ROLE" else list(self.specs))
-                if rep["attempt"] < role.max_retries:
-                    self.num_restarts += 1
-                    for k in scope:
-                        if k != key and self.reps[k]["state"] == "RUNNING":
-                            ray.get(self.actors[k].stop.remote(self.p.grace_period))
-                            stale = [ref for ref, kk in waits.items() if kk == k]
-                            for sref in stale:
-                                ray.get(sref)
-                                waits.pop(sref)
-                    for k in scope:
-                        self.last_exit[k] = f"failed:{code}"
-                        self.reps[k]["restarts"] += 1
-                        self.reps[k]["attempt"] += 1
-                        waits[self._start(k)] = k
-                    continue
-                self.state = "FAILED"
-                self.msg = f"role '{key[0]}' replica {key[1]} exited with code {code}"
-                for k, r2 in self.reps.items():
-                    if r2["state"] == "RUNNING":
-                        ray.get(self.actors[k].stop.remote(self.p.grace_period))
-                        r2["state"], r2["msg"] = "CANCELLED", f"stopped after role '{key[0]}' replica {key[1]} failed"
-                waits.clear()
-                break
             self.write()
         if self.stopping or self.cancelling:
             return 0
@@ -298,18 +224,344 @@ class Driver:
         self.write()
         return 0 if self.state == "SUCCEEDED" else 1
 
-    def _start(self, key: tuple[str, int]) -> Any:
-        spec: ReplicaSpec = self.specs[key]
+    def _ended(self, key: tuple[str, int], code: int, waits: dict[Any, tuple[str, int]]) -> bool:
+        """``key``'s attempt ended with ``code``: record it and retry it (its role's policy, ``max_retries``)
+        or fail the app; False when the app ended (the loop stops).
+
+        A replica stopped for a stall failed whatever its code (a handler that checkpoints on the warning
+        and exits 0 did not finish its work): ``on_stall=restart`` retries it as its own failure
+        (``TSM_LAST_EXIT=stalled``), ``on_stall=fail`` fails the app "stalled for ...". One that ends during a
+        cancel is CANCELLED."""
         rep = self.reps[key]
-        env = dict(spec.env)
-        env["TSM_RANK0_HOST"] = self.rank0
-        env.update(TSM_ATTEMPT=str(rep["attempt"]), TSM_RESTART_COUNT=str(self.num_restarts),
-                   TSM_LAST_EXIT=self.last_exit.get(key, ""))
-        if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
-            env["TORCHX_RANK0_HOST"] = self.rank0
-        pid = ray.get(self.actors[key].start.remote(spec.command, env, rep["attempt"]))
-        rep.update(state="RUNNING", pid=pid, exit_code=None, msg="")
-        return self.actors[key].wait.remote()
+        rep["exit_code"] = code
+        stall = self.stalled.pop(key, None)
+        self.stall_stop_at.pop(key, None)
+        if code == 0 and stall is None:
+            rep["state"] = "SUCCEEDED"
+            return True
+        if self.cancelling:  # ended during a cancel's warning: cancelled, not a failure to retry
+            rep["state"], rep["msg"] = "CANCELLED", "cancelled"
+            return True
+        if stall is not None and self.p.on_stall == "fail":
+            rep["state"], rep["msg"], rep["preempted"] = "FAILED", stall, False
+            self.state, self.msg = "FAILED", f"role '{key[0]}' replica {key[1]} {stall}"
+            self._stop_running(f"stopped after role '{key[0]}' replica {key[1]} stalled")
+            waits.clear()
+            return False
+        rep["state"], rep["msg"] = "FAILED", stall or rep["msg"] or f"exited with code {code}"
+        rep["preempted"] = False
+        role = self.roles[key[0]]
+        scope = self._scope(key)
+        if rep["failures"] < role.max_retries:
+            self.num_restarts += 1
+            self._stop_scope(key, scope, waits)
+            for k in scope:
+                self.last_exit[k] = "stalled" if stall else f"failed:{code}"
+                self.reps[k]["failures"] += 1
+                self.reps[k]["restarts"] += 1
+                self.reps[k]["attempt"] += 1
+            waits.update(self._start_all(scope))
+            return True
+        self.state = "FAILED"
+        self.msg = f"role '{key[0]}' replica {key[1]} " + (stall or f"exited with code {code}")
+        self._stop_running(f"stopped after role '{key[0]}' replica {key[1]} failed")
+        waits.clear()
+        return False
+
+    def _start(self, key: tuple[str, int]) -> Any:
+        """Start ``key``'s next attempt (see :meth:`_start_all`); the ref its end resolves."""
+        return next(iter(self._start_all([key])))
+
+    def _start_all(self, keys: list[tuple[str, int]]) -> dict[Any, tuple[str, int]]:
+        """Start the next attempt of every replica of ``keys`` (each one's ``attempt`` and :attr:`last_exit` set
+        by the caller) on its actor; ``{ref its end resolves: key}``. The start calls go out together and are
+        awaited together -- one round trip for a whole app (or restart scope), not one per replica, so 32
+        replicas start as fast as one. Whatever stopped a previous attempt -- its own end, a peer's retry, a
+        lost node, a requeued time limit -- the new one starts with no stall record and a fresh quiet clock."""
+        calls = []
+        for key in keys:
+            self.stalled.pop(key, None)
+            self.stall_stop_at.pop(key, None)
+            self.progress.pop(key, None)
+            self.quiet_since[key] = time.monotonic()
+            spec: ReplicaSpec = self.specs[key]
+            rep = self.reps[key]
+            env = dict(spec.env)
+            env["TSM_RANK0_HOST"] = self.rank0
+            env.update(TSM_ATTEMPT=str(rep["attempt"]), TSM_RESTART_COUNT=str(self.num_restarts),
+                       TSM_LAST_EXIT=self.last_exit.get(key, ""))
+            if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
+                env["TORCHX_RANK0_HOST"] = self.rank0
+            calls.append(self.actors[key].start.remote(spec.command, env, rep["attempt"]))
+        pids = ray.get(calls)
+        waits: dict[Any, tuple[str, int]] = {}
+        for key, pid in zip(keys, pids, strict=True):
+            rep = self.reps[key]
+            rep.update(state="RUNNING", pid=pid, exit_code=None)
+            self.quiet_since[key] = time.monotonic()
+            rep["nodes"] = [*rep["nodes"][:rep["attempt"]], rep["node_id"]]  # where each attempt ran (its log is there)
+            if self.last_exit.get(key) not in ("preempted", "time_limit"):  # a preemption's reason stays shown
+                rep.update(msg="", preempted=False)
+            waits[self.actors[key].wait.remote()] = key
+        return waits
+
+    # -- stalls -----------------------------------------------------------------------------------------------
+    def _tick(self) -> float:
+        """Seconds the loop waits for a replica to end before it looks at the clock (and the stalls) again."""
+        if self.p.stall_timeout is None:
+            return 1.0
+        return min(1.0, tick(self.p.stall_timeout))
+
+    def _check_stalls(self) -> None:
+        """With ``stall_timeout``: one batched call to every running replica's actor per tick (a tenth of the
+        timeout, 0.2 to 30 s) reads its progress (output bytes and CPU time of its session); one with none
+        for ``stall_timeout`` is stalled: warned (``warn_signal``), stopped ``warn_before`` later (at once
+        without a warning), then restarted as its own failure or the app fails (``on_stall``)."""
+        timeout = self.p.stall_timeout
+        if timeout is None or self.cancelling:
+            return
+        now = time.monotonic()
+        for k, at in list(self.stall_stop_at.items()):  # warned stalled replicas whose time is up
+            if now >= at:
+                del self.stall_stop_at[k]
+                self.actors[k].stop.remote(self.p.grace_period)  # its wait ends; the loop handles the end
+        if now < self.next_stall_check:
+            return
+        self.next_stall_check = now + tick(timeout)
+        live = [k for k, r in self.reps.items() if r["state"] == "RUNNING" and k not in self.stalled]
+        if not live:
+            return
+        try:
+            got = ray.get([self.actors[k].progress.remote() for k in live], timeout=30)
+        except Exception:  # noqa: BLE001 (an actor gone: its wait says why; look again next tick)
+            return
+        for k, (size, cpu, line) in zip(live, got, strict=True):
+            if size < 0:
+                continue
+            if (size, cpu) != self.progress.get(k):
+                self.progress[k], self.quiet_since[k] = (size, cpu), now
+            elif now - self.quiet_since.get(k, now) >= timeout:
+                self._stalled(k, line, timeout)
+
+    def _stalled(self, key: tuple[str, int], line: str, timeout: float) -> None:
+        """Record ``key`` stalled and start stopping it: warned first (``warn_signal``; with ``on_stall=fail``
+        every replica of the app is warned, as it is about to end), stopped ``warn_before`` later."""
+        why = stall_message(timeout, line)
+        self.stalled[key] = why
+        self.reps[key]["msg"] = why
+        warned = False
+        if self.p.warn_signal:
+            if self.p.on_stall == "fail":
+                warned = self.warn() > 0
+            else:
+                with contextlib.suppress(Exception):
+                    warned = bool(ray.get(self.actors[key].signal.remote(self.p.warn_signal), timeout=30))
+        self.stall_stop_at[key] = time.monotonic() + (self.p.warn_before if warned else 0.0)
+        self.write()
+
+    # -- placement ----------------------------------------------------------------------------------------
+    def _exclude_given(self) -> None:
+        """Resolve ``exclude_nodes`` (node ids, IPs, hostnames) against the cluster's nodes into :attr:`excluded`."""
+        if not self.p.exclude_nodes:
+            return
+        for n in ray.nodes():
+            for entry in self.p.exclude_nodes:
+                if node_matches(entry, n["NodeID"], n.get("NodeManagerAddress", ""), n.get("NodeManagerHostname", "")):
+                    self.excluded.setdefault(n["NodeID"], {"node_ip": n.get("NodeManagerAddress", ""),
+                                                           "why": f"exclude_nodes={entry}"})
+
+    def _place(self, keys: list[tuple[str, int]]) -> bool:
+        """Place ``keys`` and start one actor each; False (the app FAILED, the reason recorded) when the
+        cluster cannot place them within ``gang_timeout``.
+
+        The app has one placement group, a bundle per replica. The whole app (the first placement, or an
+        APPLICATION scope -- or a ROLE scope of the only role -- restarted after a lost node) gets a new group
+        off every node excluded now; the old group is removed first (its actors were killed), so nothing is
+        held twice while the new one is placed. A part of the app (a REPLICA or ROLE scope restarted after a
+        lost node) goes back into its own bundles of the group: Ray re-places the lost node's bundles on
+        other nodes by itself (with the group's strategy and label selector; the lost node is dead), and the
+        scope's other bundles stay where they are. A group of its own for the part would hold the lost
+        bundle's resources twice -- Ray's re-placed copy and the new group's -- for as long as the old group
+        held any live replica, and a tight cluster could not place the restart. The cost: an
+        ``exclude_nodes`` entry that matches only a node which joined after the group was made does not keep
+        a re-placed bundle off it."""
+        if self.pg is not None and set(keys) != set(self.specs):
+            return self._make_actors(keys, f"restart timed out after {self.p.gang_timeout:g}s: Ray could not "
+                                           f"re-place the placement group bundle(s) of {len(keys)} replica(s)")
+        from ray.util.placement_group import placement_group
+
+        if self.pg is not None:  # the whole app restarts: its old group goes first (its actors were killed)
+            with contextlib.suppress(Exception):
+                ray.util.remove_placement_group(self.pg)
+            self.pg = None
+        if self.p.exclude_nodes:
+            self._exclude_given()  # a node that joined since, with an excluded IP or hostname
+        selector = exclusion_selector(set(self.excluded))
+        keys = list(self.specs)
+        specs = [self.specs[k] for k in keys]
+        pg = placement_group([r.bundle for r in specs], strategy=self.p.strategy, name=f"tsm/{self.p.app_id}/{self.pgs_made}",
+                             bundle_label_selector=[dict(selector) for _ in specs] if selector else None)
+        self.pgs_made += 1
+        ready, _ = ray.wait([pg.ready()], timeout=self.p.gang_timeout)
+        if not ready:
+            with contextlib.suppress(Exception):
+                ray.util.remove_placement_group(pg)
+            msg = (f"gang start timed out after {self.p.gang_timeout:g}s: the cluster could not place all "
+                   f"{len(specs)} replica(s) at once ({self.p.strategy})")
+            if self.excluded:
+                msg += f" off the {len(self.excluded)} excluded node(s)"
+            self._unplaced(keys, msg)
+            return False
+        self.pg, self.bundle = pg, {k: i for i, k in enumerate(keys)}
+        return self._make_actors(keys, "")
+
+    def _make_actors(self, keys: list[tuple[str, int]], timeout_msg: str) -> bool:
+        """One actor per replica of ``keys``, each pinned to its bundle of :attr:`pg`; record where each
+        runs. With ``timeout_msg`` (bundles Ray may still be re-placing) the actors get ``gang_timeout`` to
+        start, else the app FAILS with it (False)."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        for k in keys:
+            r, b = self.specs[k], self.specs[k].bundle
+            n = self.placed[k] = self.placed.get(k, -1) + 1
+            self.actors[k] = Replica.options(  # type: ignore[attr-defined]
+                name=r.actor + (f"#{n}" if n else ""), namespace=NAMESPACE, num_cpus=b.get("CPU", 0), num_gpus=b.get("GPU", 0),
+                memory=b.get("memory") or None, max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=self.bundle[k]),
+            ).remote(self.p.app_id, r.role, r.replica_id, self.p.grace_period)
+        refs = [self.actors[k].where.remote() for k in keys]
+        try:
+            where = ray.get(refs, timeout=self.p.gang_timeout if timeout_msg else None)
+        except ray.exceptions.GetTimeoutError:
+            for k in keys:
+                with contextlib.suppress(Exception):
+                    ray.kill(self.actors[k])
+            self._unplaced(keys, timeout_msg)
+            return False
+        for k, w in zip(keys, where, strict=True):
+            self.reps[k].update(node_ip=w["node_ip"], node_id=w["node_id"])
+        first = self.p.replicas[0]
+        if (first.role, first.replica_id) in keys:  # rank 0 (re)placed: the replicas started from now on see it
+            self.rank0 = self.reps[(first.role, first.replica_id)]["node_ip"]
+        return True
+
+    def _unplaced(self, keys: list[tuple[str, int]], msg: str) -> None:
+        """``keys`` could not be placed: the app FAILS with ``msg``, the replicas still running are stopped."""
+        self.state, self.msg = "FAILED", msg
+        self._stop_running("stopped: " + msg)
+        for k in keys:
+            self.reps[k]["state"], self.reps[k]["msg"] = "FAILED", "not placed: " + msg
+        self.write()
+
+    def _scope(self, key: tuple[str, int]) -> list[tuple[str, int]]:
+        """The replicas a restart of ``key`` restarts, by its role's retry policy."""
+        policy = self.roles[key[0]].retry_policy
+        if policy == "REPLICA":
+            return [key]
+        return [k for k in self.specs if k[0] == key[0]] if policy == "ROLE" else list(self.specs)
+
+    def _stop_scope(self, key: tuple[str, int], scope: list[tuple[str, int]], waits: dict[Any, tuple[str, int]]) -> None:
+        """Stop the running replicas of ``scope`` other than ``key`` and drop their pending waits."""
+        for k in scope:
+            if k != key and self.reps[k]["state"] == "RUNNING":
+                with contextlib.suppress(Exception):  # lost with the same node: nothing to stop
+                    ray.get(self.actors[k].stop.remote(self.p.grace_period), timeout=self.p.grace_period + 30)
+            for sref in [ref for ref, kk in waits.items() if kk == k]:
+                with contextlib.suppress(Exception):
+                    ray.get(sref, timeout=30)
+                waits.pop(sref)
+
+    def _stop_running(self, why: str) -> None:
+        """Stop every running replica (the app ends): each is recorded CANCELLED with ``why``."""
+        for k, r in self.reps.items():
+            if r["state"] == "RUNNING":
+                with contextlib.suppress(Exception):  # an actor already gone has nothing to stop
+                    ray.get(self.actors[k].stop.remote(self.p.grace_period), timeout=self.p.grace_period + 30)
+                r["state"], r["msg"] = "CANCELLED", why
+
+    # -- lost nodes ---------------------------------------------------------------------------------------
+    def _node_death(self, node_id: str) -> str | None:
+        """Why the node died ("" unknown), or None while Ray counts it alive (or does not know it)."""
+        for n in ray.nodes():
+            if n.get("NodeID") == node_id:
+                if n.get("Alive"):
+                    return None
+                return str(n.get("DeathReasonMessage") or "")
+        return None
+
+    def _why_gone(self, key: tuple[str, int], err: Exception) -> tuple[str, str]:
+        """Why waiting on a replica's actor raised: ``("node", why)`` when it was lost with its node (Ray says
+        the node died, or the actor's death cause is its node's death), ``("alive", "")`` when the actor
+        answers again (it was only unreachable), else ``("died", why)``: the actor died on a live node.
+
+        A node killed outright is first only unreachable (``ActorUnavailableError``); Ray marks it dead once
+        its health checks fail (seconds), so this asks the GCS once a second for up to :data:`LOSS_WAIT`.
+        """
+        rep = self.reps[key]
+        node_id, actor = str(rep["node_id"]), self.actors[key]
+        where = f"node {node_id[:SHORT_ID]} ({rep['node_ip']})"
+        if getattr(err, "preempted", False):  # Ray drained the node for preemption
+            return "node", f"{where} was preempted (drained by Ray)"
+        deadline = time.monotonic() + LOSS_WAIT
+        while True:
+            death = self._node_death(node_id)
+            if death is not None:
+                return "node", f"{where} was lost" + (f" ({death})" if death else "")
+            info = _actor_info(actor)
+            if info.get("State") == "DEAD":
+                node_died, text = _death_cause(info.get("DeathCause"))
+                if node_died:
+                    return "node", f"{where} was lost" + (f" ({text})" if text else "")
+                return "died", text or type(err).__name__
+            try:
+                ray.get(actor.running.remote(), timeout=5)
+                return "alive", ""
+            except Exception:  # noqa: BLE001 (still unreachable: ask again)
+                pass
+            if time.monotonic() >= deadline:
+                return "died", f"{type(err).__name__}; unreachable for {format_duration(LOSS_WAIT)} on {where}"
+            time.sleep(1.0)
+
+    def _preempted(self, key: tuple[str, int], why: str, waits: dict[Any, tuple[str, int]]) -> bool:
+        """``key``'s actor was lost with its node: exclude the node and restart its scope (its role's retry
+        policy) elsewhere, spending ``max_preemptions`` (never ``max_retries``); past the budget the app
+        FAILS. False when the app ended."""
+        rep = self.reps[key]
+        node_id = str(rep["node_id"])
+        self.excluded.setdefault(node_id, {
+            "node_ip": str(rep["node_ip"]), "why": f"lost under role '{key[0]}' replica {key[1]} (attempt {rep['attempt']})"})
+        scope = self._scope(key)
+        budget = self.p.max_preemptions
+        if self.preemptions >= budget:
+            text = f"{PREEMPTED_PREFIX}{why}; max_preemptions={budget} used up"
+            rep.update(state="FAILED", msg=text, preempted=True, exit_code=None)
+            self.state, self.msg = "FAILED", f"role '{key[0]}' replica {key[1]}: {text}"
+            self._stop_running(f"stopped after role '{key[0]}' replica {key[1]} was lost with its node")
+            waits.clear()
+            self.write()
+            return False
+        self.preemptions += 1
+        self.num_restarts += 1
+        self._stop_scope(key, scope, waits)
+        text = (f"{PREEMPTED_PREFIX}{why}; restarted elsewhere (preemption {self.preemptions} of "
+                f"max_preemptions={budget}; max_retries untouched)")
+        for k in scope:
+            with contextlib.suppress(Exception):
+                ray.kill(self.actors[k])
+            self.reps[k].update(msg=text if k == key else f"{PREEMPTED_PREFIX}restarted with role '{key[0]}' "
+                                f"replica {key[1]}, whose node {node_id[:SHORT_ID]} ({rep['node_ip']}) was lost",
+                                preempted=True, exit_code=None, state="PENDING")
+        self.write()
+        if not self._place(scope):
+            waits.clear()
+            return False
+        for k in scope:
+            self.last_exit[k] = "preempted"
+            self.reps[k]["restarts"] += 1
+            self.reps[k]["attempt"] += 1
+        waits.update(self._start_all(scope))
+        self.write()
+        return True
 
     def warn(self) -> int:
         """Send the warning signal to every replica still running, once per app; how many got it."""
@@ -320,9 +572,11 @@ class Driver:
             return sum(ray.get([a.signal.remote(self.p.warn_signal) for a in self.actors.values()], timeout=30))
         return 0
 
-    def _time_limit(self) -> bool:
-        """Warn within ``warn_before`` of the time limit; at it, stop every replica (warned first) and record
-        the app FAILED "time limit X reached". True once the limit is reached."""
+    def _time_limit(self, waits: dict[Any, tuple[str, int]]) -> bool:
+        """Warn within ``warn_before`` of the time limit; at it, stop every replica (warned first) and either
+        record the app FAILED "time limit X reached" or, with ``requeue_on_time_limit`` and ``max_preemptions``
+        left, restart it whole as a preemption (``TSM_LAST_EXIT=time_limit``; the limit counts again). True
+        once the limit is reached (the app FAILED, or restarted with fresh ``waits``)."""
         limit = self.p.time_limit
         if limit is None:
             return False
@@ -337,6 +591,24 @@ class Driver:
         with contextlib.suppress(Exception):  # an actor already gone has nothing to stop
             ray.get([self.actors[k].stop.remote(self.p.grace_period) for k in running],
                     timeout=self.p.grace_period + 30)
+        budget = self.p.max_preemptions
+        if self.p.requeue_on_time_limit and self.preemptions < budget and not self.cancelling:
+            for ref in list(waits):  # the stopped attempts' ends
+                with contextlib.suppress(Exception):
+                    ray.get(ref, timeout=30)
+            waits.clear()
+            self.preemptions += 1
+            self.num_restarts += 1
+            text = (f"{PREEMPTED_PREFIX}{msg}; the app restarts (preemption {self.preemptions} of "
+                    f"max_preemptions={budget}; max_retries untouched)")
+            for k, r in self.reps.items():
+                self.last_exit[k] = "time_limit"
+                r.update(msg=text, preempted=True, restarts=r["restarts"] + 1, attempt=r["attempt"] + 1)
+            self.t0, self.warned = time.monotonic(), False
+            waits.update(self._start_all(list(self.specs)))
+            return True
+        if self.p.requeue_on_time_limit:
+            msg += f" after {self.preemptions} restart(s); max_preemptions={budget} used up"
         for k in running:
             self.reps[k]["state"], self.reps[k]["msg"] = "FAILED", msg
         self.state, self.msg = "FAILED", msg

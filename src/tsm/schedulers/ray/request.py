@@ -7,7 +7,9 @@ No Ray call happens here (a dry run needs no cluster). A request is two things:
 * the **driver payload** (:class:`DriverPayload`): one :class:`ReplicaSpec` per replica -- the exact
   command and env its actor runs, its resources -- plus the gang and retry rules. It travels to the
   cluster as a tiny Python package in ``runtime_env.py_modules`` (content-hashed by Ray), because a
-  payload with long arguments cannot ride in an environment variable or a command line.
+  payload with long arguments cannot ride in an environment variable or a command line. The long-run
+  options (time limit, warning, ``max_preemptions``, ``requeue_on_time_limit``, ``exclude_nodes``,
+  ``stall_timeout``) travel in it too: the driver carries them out.
 
 :func:`format_request` prints both, which is what ``tsm run --dryrun -s ray`` shows.
 """
@@ -41,13 +43,10 @@ META_STOP_WAIT = "tsm.stop_wait"
 PAYLOAD_PREFIX = "tsm_ray_payload_"
 STRATEGIES = ("SPREAD", "PACK")
 
-#: the long-run options the ray scheduler does not carry out yet: refused, never ignored
-_NOT_YET = {
-    "stall_timeout": "the driver does not watch its replicas' output and CPU",
-    "requeue_on_time_limit": "a time limit ends the app; it is not restarted",
-    "exclude_nodes": "no node-id constraint is placed yet",
-    "max_preemptions": "actors lost with their node are not told apart from failures yet",
-}
+#: The node label every Ray node carries (its node id): the key of the placement groups' exclusion selector.
+NODE_ID_LABEL = "ray.io/node-id"
+#: Shortest node-id prefix ``exclude_nodes`` takes (status messages show :data:`SHORT_ID` characters).
+MIN_ID_PREFIX, SHORT_ID = 8, 12
 #: What each replica of a role without a resource holds: 1 CPU, no GPU, no memory reservation (TorchX's Ray
 #: scheduler gave such a role one CPU too).
 DEFAULT_BUNDLE: dict[str, float] = {"CPU": 1.0}
@@ -60,7 +59,9 @@ IMPLICIT_EXCLUDES = [".git", ".venv", "venv", ".tox", ".mypy_cache", ".pytest_ca
 @dataclass(frozen=True)
 class RayOptions(LifecycleOptions):
     """Run options of the ``ray`` scheduler, with the long-run ones its driver carries out: ``time_limit``,
-    ``warn_signal`` and ``warn_before`` (before the time limit and before a cancel)."""
+    ``warn_signal`` and ``warn_before`` (before the time limit, a cancel or a stall), ``max_preemptions``
+    (actors lost with their node; a time limit with ``requeue_on_time_limit``), ``exclude_nodes`` (node
+    ids, node IPs or hostnames: see :func:`node_matches`) and ``stall_timeout``/``on_stall``."""
 
     address: str = option(
         "the Ray dashboard (job API) address, e.g. http://127.0.0.1:8265; default $RAY_ADDRESS, else that", ""
@@ -76,13 +77,6 @@ class RayOptions(LifecycleOptions):
 
     def check(self) -> None:
         super().check()
-        given = {
-            "stall_timeout": self.stall_timeout is not None, "requeue_on_time_limit": self.requeue_on_time_limit,
-            "exclude_nodes": bool(self.exclude_nodes), "max_preemptions": self.max_preemptions != DEFAULT_MAX_PREEMPTIONS,
-        }
-        for name, why in _NOT_YET.items():
-            if given[name]:
-                raise InvalidRunOptionError(f"run option {name} is not supported on ray yet ({why})")
         if self.placement_strategy not in STRATEGIES:
             raise InvalidRunOptionError(
                 f"placement_strategy must be one of {', '.join(STRATEGIES)}, not {self.placement_strategy!r}"
@@ -134,6 +128,16 @@ class DriverPayload:
     warn_signal: str = ""
     #: how long before the time limit the warning comes, and a warned replica has before SIGTERM on a cancel
     warn_before: float = 120.0
+    #: restarts the cluster's decisions may cause (actors lost with their node, a requeued time limit)
+    max_preemptions: int = DEFAULT_MAX_PREEMPTIONS
+    #: at the time limit, restart the app as a preemption instead of failing it
+    requeue_on_time_limit: bool = False
+    #: ``exclude_nodes`` as given (node ids, IPs, hostnames), resolved to node ids at each placement
+    exclude_nodes: list[str] = field(default_factory=list)
+    #: seconds without output and CPU after which a replica is stalled (None: never)
+    stall_timeout: float | None = None
+    #: what a stall does: ``restart`` (the replica's own failure) or ``fail`` (the app)
+    on_stall: str = "restart"
 
     def to_json(self) -> str:
         """ASCII JSON (surrogate-escaped bytes that are not UTF-8 survive as ``\\udcXX``)."""
@@ -197,6 +201,21 @@ def bundle_of(cpu: float, gpu: int, mem_mb: int) -> dict[str, float]:
     return b
 
 
+def node_matches(entry: str, node_id: str, node_ip: str, node_name: str) -> bool:
+    """Whether an ``exclude_nodes`` entry names a node: its node id (or a prefix of it of at least
+    :data:`MIN_ID_PREFIX` characters), its IP address, or its hostname (the short one too)."""
+    if not entry:
+        return False
+    if entry == node_id or (len(entry) >= MIN_ID_PREFIX and node_id.startswith(entry)):
+        return True
+    return entry in (node_ip, node_name) or (bool(node_name) and entry == node_name.split(".")[0])
+
+
+def exclusion_selector(node_ids: list[str] | set[str]) -> dict[str, str]:
+    """The label selector that keeps a placement-group bundle off ``node_ids`` (``!in(a,b)``); {} for none."""
+    return {NODE_ID_LABEL: "!in(" + ",".join(sorted(node_ids)) + ")"} if node_ids else {}
+
+
 def validate(app: AppDef) -> None:
     """Refuse what the ray scheduler cannot run (:class:`InvalidAppError`)."""
     for role in app.roles:
@@ -239,7 +258,9 @@ def build_request(app: AppDef, opts: RayOptions, session: str, address: str, cre
             replicas.append(ReplicaSpec(role.name, i, actor_name(app_id, role.name, i), [r.entrypoint, *r.args],
                                         env, dict(bundle)))
     payload = DriverPayload(app_id, roles, replicas, opts.placement_strategy, opts.gang_timeout, opts.grace_period,
-                            opts.time_limit_s, warn, opts.warn_before_s)
+                            opts.time_limit_s, warn, opts.warn_before_s, opts.max_preemptions,
+                            opts.requeue_on_time_limit, list(opts.exclude_nodes or []), opts.stall_timeout_s,
+                            opts.on_stall)
     shape = [[r.name, r.num_replicas] for r in roles]
     metadata = {
         META_SCHEDULER: "ray", META_APP: app.name, META_SESSION: session, META_ROLES: json.dumps(shape),
@@ -280,6 +301,15 @@ def format_request(req: RayRequest) -> str:
     if p.time_limit is not None:
         lines.append(f"# time limit {format_duration(p.time_limit)}, enforced by the driver"
                      + (f"; SIG{p.warn_signal} {format_duration(p.warn_before)} before it" if p.warn_signal else ""))
+    if p.requeue_on_time_limit:
+        lines.append("# at the time limit the app restarts, as a preemption")
+    lines.append(f"# actors lost with their node restart elsewhere as a preemption (max_preemptions={p.max_preemptions}; "
+                 "max_retries untouched); the lost node is excluded from later attempts")
+    if p.stall_timeout is not None:
+        lines.append(f"# a replica without output and CPU for {format_duration(p.stall_timeout)} is stalled: "
+                     + ("its failure (retried per its role)" if p.on_stall == "restart" else "the app fails"))
+    if p.exclude_nodes:
+        lines.append(f"# excluded nodes (by node id, IP or hostname): {', '.join(p.exclude_nodes)}")
     if p.warn_signal:
         lines.append(f"# on cancel: SIG{p.warn_signal}, {format_duration(p.warn_before)}, then SIGTERM")
     for role in req.payload.roles:

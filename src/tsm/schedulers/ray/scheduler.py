@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tsm.errors import InvalidAppError, InvalidRunOptionError
+from tsm.errors import InvalidAppError, InvalidRunOptionError, SchedulerError
 from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler, Stream
 from tsm.schedulers.common.files import make_private_dirs, write_private
 from tsm.schedulers.common.logs import check_log_target, decode, filter_regex, in_window, stream_names
@@ -37,6 +37,7 @@ from tsm.schedulers.ray.request import (
     RayRequest,
     build_request,
     format_request,
+    node_matches,
     payload_module,
     validate,
 )
@@ -169,8 +170,31 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
         return True
 
     def check_feasible(self, req: RayRequest) -> None:
-        """Refuse a replica no node of the cluster could ever hold (Ray would leave it pending forever)."""
-        nodes = self.client(req.address).nodes()
+        """Refuse a replica no node of the cluster could ever hold (Ray would leave it pending forever), an
+        ``exclude_nodes`` entry that names no node the cluster knows (a typo would exclude nothing), and an
+        exclusion that leaves no alive node."""
+        excl = req.payload.exclude_nodes
+        if not excl:
+            nodes = self.client(req.address).nodes()
+        else:
+            known = self.client(req.address).node_details()
+
+            def named(n: dict[str, Any], entry: str) -> bool:
+                return node_matches(entry, str(n.get("node_id") or ""), str(n.get("node_ip") or ""),
+                                    str(n.get("node_name") or ""))
+
+            for entry in excl:
+                if not any(named(n, entry) for n in known):
+                    raise InvalidRunOptionError(
+                        f"run option exclude_nodes: {entry!r} names no node of the Ray cluster at {req.address} "
+                        "(give node ids, IP addresses or hostnames, as `ray list nodes` shows them)")
+            alive = [n for n in known if n.get("state") == "ALIVE"]
+            nodes = [dict(n.get("resources_total") or {}) for n in alive
+                     if not any(named(n, e) for e in excl)]
+            if not nodes:
+                raise InvalidRunOptionError(
+                    f"run option exclude_nodes={','.join(excl)} excludes every alive node of the Ray cluster at "
+                    f"{req.address} ({len(alive)} node(s)): nothing could run the app")
         for r in req.payload.replicas:
             if not any(all(n.get(k, 0.0) >= v for k, v in r.bundle.items()) for n in nodes):
                 have = "; ".join(
@@ -360,8 +384,9 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
         while True:
             node = str(rep.get("node_id") or "")
             last = int(rep.get("attempt") or 0)
-            for a in range(attempt, last):  # attempts that ended: read each once
-                yield from parse_log(c.read(node, f"tsm/{app_id}/{role}.{k}.{a}.log") or b"", names, since, until)
+            for a in range(attempt, last):  # attempts that ended: read each once, from the node it ran on
+                yield from parse_log(self._read_attempt(c, rep, a, f"tsm/{app_id}/{role}.{k}.{a}.log"), names,
+                                     since, until)
             attempt = last
             name = f"tsm/{app_id}/{role}.{k}.{last}.log"
             if not tail or ended:
@@ -380,6 +405,22 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
             if int(rep.get("attempt") or 0) == last:
                 return  # ended for good
             attempt = last + 1
+
+    @staticmethod
+    def _read_attempt(c: RayClient, rep: dict[str, Any], attempt: int, name: str) -> bytes:
+        """An ended attempt's log file, from the node it ran on (``nodes`` of the replica's record), else from
+        the replica's current node; b"" when neither has it (its node was lost, with the file)."""
+        nodes = rep.get("nodes") or []
+        first = str(nodes[attempt]) if attempt < len(nodes) and nodes[attempt] else ""
+        current = str(rep.get("node_id") or "")
+        for node in dict.fromkeys(n for n in (first, current) if n):
+            try:
+                data = c.read(node, name)
+            except SchedulerError:  # the node is gone: its agent does not answer
+                data = None
+            if data is not None:
+                return data
+        return b""
 
     def _follow(self, c: RayClient, where: dict[str, str], name: str, app_id: str, role: str, k: int,
                 attempt: int) -> Iterator[builtins.list[bytes]]:

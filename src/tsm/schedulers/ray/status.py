@@ -8,7 +8,14 @@ from typing import Any
 from tsm.schedulers.api import DescribeAppResponse, ListAppResponse
 from tsm.schedulers.common.failure import failure_of
 from tsm.schedulers.common.status import StateTable
-from tsm.schedulers.ray.request import META_APP, META_CREATED, META_ROLES, META_SCHEDULER, META_SESSION
+from tsm.schedulers.ray.request import (
+    META_APP,
+    META_CREATED,
+    META_ROLES,
+    META_SCHEDULER,
+    META_SESSION,
+    SHORT_ID,
+)
 from tsm.specs.api import AppState, ReplicaStatus, RoleStatus
 
 #: Ray's job states (``JobStatus``); STOPPED is ``ray job stop``, i.e. tsm's cancel.
@@ -54,7 +61,11 @@ def parse_record(text: str | bytes | None) -> dict[str, Any] | None:
 
 def describe(app_id: str, job_status: str, job_message: str, metadata: dict[str, str],
              record: dict[str, Any] | None) -> DescribeAppResponse:
-    """The app's status: the job's state, refined by the driver's record (per role and replica)."""
+    """The app's status: the job's state, refined by the driver's record (per role and replica).
+
+    A replica whose last attempt was ended by the cluster (its node lost, a requeued time limit) is
+    ``preempted``, the reason in its error; the nodes the driver excludes, and why, end the app's message
+    (``excluded nodes: <node id> (<ip>): lost under role 'w' replica 1 (attempt 0)``)."""
     job_state = JOB_STATES.state(job_status)
     rec_state = AppState[record["state"]] if record and record.get("state") in AppState.__members__ else None
     if job_state == AppState.CANCELLED:
@@ -81,12 +92,26 @@ def describe(app_id: str, job_status: str, job_message: str, metadata: dict[str,
             rs.replicas.append(ReplicaStatus(
                 id=k, state=rstate, role=name, hostname=str(r.get("node_ip") or ""), exit_code=r.get("exit_code"),
                 error_msg=str(r.get("msg") or ""), restarts=int(r.get("restarts") or 0), pid=r.get("pid"),
+                preempted=bool(r.get("preempted")),
             ))
         roles.append(rs)
+    excluded = excluded_nodes(record)
+    if excluded:
+        msg = "; ".join(m for m in (msg, "excluded nodes: " + excluded) if m)
     return DescribeAppResponse(app_id=app_id, state=state, msg=msg,
                                num_restarts=int((record or {}).get("num_restarts") or 0),
                                created=created(metadata), roles_statuses=roles,
                                structured_error_msg=failure_of(state, msg, roles))
+
+
+def excluded_nodes(record: dict[str, Any] | None) -> str:
+    """The nodes the driver keeps the app off and why (``<id> (<ip>): <why>, ...``); "" for none."""
+    out = []
+    for e in (record or {}).get("excluded") or []:
+        if isinstance(e, dict) and e.get("node_id"):
+            ip = f" ({e['node_ip']})" if e.get("node_ip") else ""
+            out.append(f"{str(e['node_id'])[:SHORT_ID]}{ip}: {e.get('why') or 'excluded'}")
+    return ", ".join(out)
 
 
 def list_row(app_id: str, job_status: str, metadata: dict[str, str]) -> ListAppResponse:

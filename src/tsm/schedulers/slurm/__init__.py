@@ -94,7 +94,26 @@ for jobs the controller forgot.
 
 ``cancel`` runs ``scancel`` and returns once Slurm reports the job ended (CANCELLED, or whatever ended it
 first; at most ``SlurmScheduler.cancel_timeout`` seconds, 120 by default), so ``tsm cancel`` and Ctrl-C of
-an attached run print the terminal state, not RUNNING/COMPLETING.
+an attached run print the terminal state, not RUNNING/COMPLETING. An app that asked for a warning
+(``warn_signal``) is warned first: ``scancel --batch --signal`` to its batch shell, which forwards it to every
+task, then up to ``warn_before`` (less once the job ended) before the ``scancel``.
+
+Long runs (issue 25; the script's part is described in :mod:`.script`): the warning reaches the batch shell
+before the time limit, at a preemption (on clusters with ``SlurmctldParameters=preempt_send_user_signal``,
+as ``scripts/slurm-up`` configures) and from ``cancel``, and is forwarded once to every task. Restarts the
+cluster decides are preemptions (``max_preemptions``); a restart after ``NODE_FAIL``/``BOOT_FAIL`` keeps the
+app off the failed node (``excluded`` below); ``stall_timeout`` is watched by the batch shell. More files of
+the job directory::
+
+    failures, moves     the script's own requeues: for the app's failures, and moves off a failed node
+    requeue_cause       why the script requeued (the next attempt's TSM_LAST_EXIT), then last_exit
+    excluded            ``node3 NODE_FAIL (reason: ...)``: nodes kept out of later attempts (describe says so)
+    node_error          why the script could not keep the app off a failed node (Slurm refused the
+                        exclusion, or the moves ran past ``max_preemptions``): the app fails, describe says why
+    stalled             ``<role>/<k> stalled for 15m, last line: '...'``, from the stall watcher; a stalled
+                        attempt fails (exit 1) even when its tasks exit 0 on the warning
+    cancel              written by ``cancel`` before it warns: the warning is a cancel's (removed when no
+                        scancel follows, and as each attempt starts)
 
 Not carried over: ``min_replicas`` (Slurm allocates all ``num_replicas`` nodes; torchrun's own
 ``--nnodes min:max`` still works inside them), ``port_map`` (nodes of one job reach each other freely) and

@@ -464,6 +464,47 @@ def read_last_exit(job_dir: str | Path) -> str:
     return text if re.fullmatch(r"preempted|time_limit|stalled|failed:\d+", text) else ""
 
 
+#: One line of ``job_dir/excluded``: ``<node> NODE_FAIL|BOOT_FAIL[ (reason: ...)]``.
+_EXCLUDED_LINE = re.compile(r"[A-Za-z0-9._-]+ (?:NODE_FAIL|BOOT_FAIL)(?: \(reason: [^\n]{0,200}\))?")
+
+
+def read_excluded(job_dir: str | Path) -> list[str]:
+    """The nodes the job's batch script keeps its attempts off, and why (``node3 NODE_FAIL (reason: ...)``).
+
+    Written by the script at the start of a restart after a node failed under an earlier attempt; [] when no
+    node failed (or the job directory is not shared). Lines that are not of that form are left out.
+    """
+    try:
+        text = Path(job_dir, "excluded").read_text(errors="replace")
+    except OSError:
+        return []
+    return [ln for ln in text.splitlines() if _EXCLUDED_LINE.fullmatch(ln)]
+
+
+def read_stalled(job_dir: str | Path) -> tuple[str, int, str] | None:
+    """The replica the batch script's stall watcher found stalled in this attempt, and why.
+
+    ``(role, replica id, "stalled for 15m, last line: '...'")`` from ``job_dir/stalled``; None when none
+    stalled (the file is removed as each attempt starts).
+    """
+    try:
+        text = Path(job_dir, "stalled").read_text(errors="replace").strip()
+    except OSError:
+        return None
+    m = re.fullmatch(r"(\S+)/(\d+) (stalled for .*)", text.splitlines()[0] if text else "")
+    return (m.group(1), int(m.group(2)), m.group(3)) if m else None
+
+
+def read_node_error(job_dir: str | Path) -> str:
+    """Why the batch script could not keep the app off a failed node (``job_dir/node_error``, its first line,
+    at most 500 characters), or "" when it never had to give up (see ``script._avoid_failed_nodes``)."""
+    try:
+        text = Path(job_dir, "node_error").read_text(errors="replace")
+    except OSError:
+        return ""
+    return (text.splitlines() or [""])[0].strip()[:500]
+
+
 def expand_hostlist(expr: str) -> list[str]:
     """Expand a Slurm host list such as ``node[1-3,7],gpu[01-02]-ib`` to host names, in order."""
     parts: list[str] = []

@@ -57,17 +57,23 @@ from tsm.schedulers.slurm.parse import (
     expand_hostlist,
     id_key,
     preemption_of,
+    read_excluded,
     read_last_exit,
+    read_node_error,
+    read_stalled,
     read_status,
 )
 from tsm.schedulers.slurm.queries import SlurmQueries, queries
 from tsm.schedulers.slurm.script import (
+    CANCEL_MARK,
+    NODE_ERROR,
     REPLICA_WRAPPER,
     SlurmBatchRequest,
     SlurmOptions,
     build_script,
     directive_safe,
     format_request,
+    warning_of,
 )
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus
 from tsm.specs.runopts import CfgVal, runopts
@@ -433,6 +439,14 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
                 for r in rs_role.replicas:  # not one that succeeded or failed on its own in this attempt
                     if r.state != AppState.SUCCEEDED and not r.error_msg.startswith("exited with code"):
                         r.preempted, r.error_msg = True, preempted
+        # the batch script's stall watcher stopped the app: the stalled replica failed, and says how, whatever
+        # its task did on the warning (one that checkpointed and exited 0 still stalled)
+        stalled = read_stalled(job_dir) if job_dir is not None else None
+        if stalled is not None:
+            for rs_role in roles_statuses:
+                for r in rs_role.replicas:
+                    if (rs_role.role, r.id) == stalled[:2]:
+                        r.state, r.error_msg = AppState.FAILED, stalled[2]
         # the others were stopped because of the first failure: they did not fail themselves
         failure = attribute_failure(roles_statuses)
         if not failure and not preempted and state == AppState.FAILED and leader.state_name != "FAILED":
@@ -446,6 +460,14 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
                             f" ({r.error_msg})" if r.error_msg else ""
                         )
         msg = self._message(leader, state, failure)
+        if stalled is not None:
+            msg += f"; replica {stalled[0]}/{stalled[1]} {stalled[2]}"
+        excluded = read_excluded(job_dir) if job_dir is not None else []
+        if excluded:  # nodes that failed under an earlier attempt: the batch script keeps the app off them
+            msg += "; excluded nodes: " + ", ".join(excluded)
+        node_error = read_node_error(job_dir) if job_dir is not None else ""
+        if node_error:  # ... and when it could not, why the app failed
+            msg += "; " + node_error
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
@@ -604,14 +626,56 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
 
             remote_apps.cancel(self, app_id)
             return
-        proc = cli.run(["scancel", app_id])
-        if proc.returncode != 0:
-            err = proc.stderr.lower()
-            if "already completing or completed" not in err and "invalid job id" not in err:
-                cli.check(proc, f"scancel {app_id}")
+        mark = self._warn_before_cancel(app_id)
+        try:
+            proc = cli.run(["scancel", app_id])
+            if proc.returncode != 0:
+                err = proc.stderr.lower()
+                if "already completing or completed" not in err and "invalid job id" not in err:
+                    cli.check(proc, f"scancel {app_id}")
+        except BaseException:
+            if mark is not None:  # the job runs on: its next warning is not this cancel's
+                unlink(mark)
+            raise
         self.queries.invalidate()
         poll_until_terminal(lambda pause: self.describe(app_id, max_age=0.0), self.cancel_timeout,
                             initial=0.2, cap=2.0)
+
+    def _warn_before_cancel(self, app_id: str) -> Path | None:
+        """When the app asked for a warning (``warn_signal``) and runs: warn every task, then wait up to
+        ``warn_before`` (less once the job has ended) before the ``scancel``. Returns the cancel mark it wrote,
+        or None.
+
+        The warning goes to the batch shell (``scancel --batch --signal``), which forwards it once to every
+        task as it does before a time limit; :data:`~tsm.schedulers.slurm.script.CANCEL_MARK` in the job
+        directory tells it this is a cancel, so it never requeues the job for ``requeue_on_time_limit``. The
+        mark is removed again when no cancel follows it (the warning could not be sent, or this is
+        interrupted), and by the batch script as each attempt starts: a stale one would make a later time
+        limit's warning a cancel's.
+        """
+        job_dir, _ = self._dir_and_app(app_id, None)
+        script = read_text(job_dir / "job.sbatch") if job_dir is not None else None
+        warning = warning_of(script) if script else None
+        if job_dir is None or warning is None:
+            return None
+        desc = self.describe(app_id, max_age=0.0)
+        if desc is None or desc.state != AppState.RUNNING:
+            return None  # pending or ended: there is no task to warn
+        sig, lead = warning
+        mark = job_dir / CANCEL_MARK
+        write_private(mark, "cancel\n")
+        try:
+            proc = cli.run(["scancel", "--batch", f"--signal={sig}", app_id])
+            if proc.returncode != 0:
+                unlink(mark)
+                return None  # ended meanwhile: the scancel that follows says the rest
+            self.queries.invalidate()
+            poll_until_terminal(lambda pause: self.describe(app_id, max_age=0.0), float(lead), initial=0.2,
+                                cap=1.0)
+        except BaseException:
+            unlink(mark)
+            raise
+        return mark
 
     def remove(self, app_id: str) -> bool:
         """Delete the files tsm wrote for an ended app (its job directory and index entry).
@@ -761,7 +825,9 @@ def _remove_job_files(job_dir: Path, roles: list[str]) -> bool:
             if re.fullmatch(r"\d+\.(stdout|stderr|status)", f.name):
                 removed |= unlink(f)
         rmdir(job_dir / role)
-    for name in ("job.sbatch", "batch.out", "exit", "restarts", "job_id", "app.json"):
+    # with the long-run records of the batch script (see the package docstring)
+    for name in ("job.sbatch", "batch.out", "exit", "restarts", "job_id", "app.json", "failures", "moves",
+                 "requeue_cause", "last_exit", "excluded", "stalled", CANCEL_MARK, NODE_ERROR):
         removed |= unlink(job_dir / name)
     rmdir(job_dir)
     return removed

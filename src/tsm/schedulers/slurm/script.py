@@ -5,12 +5,15 @@ Pure: :func:`build_script` runs nothing and reads no file, so a dry run prints e
 declared once, typed, in :class:`SlurmOptions`.
 
 Long runs (issue 25, the shared options of :mod:`tsm.schedulers.common.lifecycle_opts`): ``time_limit`` is
-``--time`` (whole minutes, Slurm's unit); a warning is ``--signal=B:<SIG>@<warn_before>`` to the batch shell,
-which forwards it to every task of every step (``scancel --signal``) and, with ``requeue_on_time_limit``,
-requeues the job before the limit; ``exclude_nodes`` joins ``--exclude``. The script counts its own failure
-requeues in ``job_dir/failures``: every other restart is the cluster's (a preemption, a lost node), spends
-``max_preemptions`` and never ``max_retries``; each attempt gets ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT`` and
-``TSM_LAST_EXIT`` (also written to ``job_dir/last_exit`` for ``describe``).
+``--time`` (whole minutes, Slurm's unit); a warning is ``--signal=B:<SIG>@<warn_before>`` to the batch shell
+(set with or without a time limit: a preemption and ``tsm cancel`` send it too), which forwards it to every
+task of every step (``scancel --signal``) and, with ``requeue_on_time_limit``, requeues the job before the
+limit; ``exclude_nodes`` joins ``--exclude``. The script counts its own failure requeues in
+``job_dir/failures`` and its moves off failed nodes in ``job_dir/moves``: every other restart is the
+cluster's (a preemption, a lost node), spends ``max_preemptions`` and never ``max_retries``; each attempt gets
+``TSM_ATTEMPT``, ``TSM_RESTART_COUNT`` and ``TSM_LAST_EXIT`` (also written to ``job_dir/last_exit`` for
+``describe``). A restart after ``NODE_FAIL``/``BOOT_FAIL`` keeps the app off that node
+(:func:`_avoid_failed_nodes`); ``stall_timeout`` starts a watcher beside the sruns (:data:`STALL_WATCHER`).
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import shlex
 from dataclasses import dataclass, field
 
 from tsm.errors import InvalidRunOptionError
+from tsm.schedulers.common.durations import format_duration
 from tsm.schedulers.common.interpreter import replica_python
 from tsm.schedulers.common.lifecycle_opts import LifecycleOptions
 from tsm.schedulers.common.options import option
 from tsm.schedulers.common.quoting import shell_quote
+from tsm.schedulers.common.stall import QUOTE_MAX, stall_message, tick
 from tsm.schedulers.slurm.cli import parse_version
 from tsm.specs.api import AppDef, Role, is_null_resource, macros
 
@@ -111,11 +116,6 @@ class SlurmOptions(LifecycleOptions):
         if self.time and self.time_limit:
             raise InvalidRunOptionError(
                 f"give one of time={self.time!r} and time_limit={self.time_limit!r} (both are sbatch --time)"
-            )
-        if self.stall_timeout is not None:
-            raise InvalidRunOptionError(
-                "run option stall_timeout is not supported on slurm yet (tsm has no process watching the job's "
-                "logs and CPU there); use the local scheduler, or tsm.timer.expires in the program"
             )
         if self.warn_before_s > MAX_SIGNAL_LEAD:
             raise InvalidRunOptionError(
@@ -249,15 +249,22 @@ while :; do
 done
 [ -n "$_tsm_grace" ] && kill "$_tsm_grace" 2>/dev/null
 [ -n "$_tsm_timer" ] && kill "$_tsm_timer" 2>/dev/null
+[ -n "$_tsm_watch" ] && kill "$_tsm_watch" 2>/dev/null
+[ -n "$_tsm_stalled" ] && [ -z "$_tsm_failed" ] && _tsm_failed=0
 if [ -z "$_tsm_failed" ]; then
   echo 0 >"$TSM_JOB_DIR/exit"
   exit 0
 fi
 _tsm_code=${_tsm_rc[$_tsm_failed]}
-if [ "$_tsm_failures" -lt "${_tsm_retries[$_tsm_failed]}" ]; then
+if [ -n "$_tsm_stalled" ] && [ "$_tsm_code" -eq 0 ]; then
+  # a stall is the app's failure even when its tasks exited 0 on the warning (checkpoint, then exit)
+  echo "tsm: the stalled role's tasks exited 0 after the warning; the attempt fails as stalled (exit 1)" >&2
+  _tsm_code=1
+fi
+if [ -z "$_tsm_no_requeue" ] && [ "$_tsm_failures" -lt "${_tsm_retries[$_tsm_failed]}" ]; then
   echo "tsm: requeueing (restart $((_tsm_failures + 1)) of ${_tsm_retries[$_tsm_failed]})" >&2
   echo $((_tsm_failures + 1)) >"$TSM_JOB_DIR/failures"
-  echo "failed:$_tsm_code" >"$TSM_JOB_DIR/requeue_cause"
+  echo "${_tsm_cause:-failed:$_tsm_code}" >"$TSM_JOB_DIR/requeue_cause"
   echo requeued >"$TSM_JOB_DIR/exit"
   if scontrol requeue "$SLURM_JOB_ID"; then
     sleep 600 # Slurm ends this run of the job now
@@ -310,7 +317,9 @@ def build_script(
             job_wide.append(_directive(opt, text))
     limit = opts.time_limit_s
     warn = _warn_name(opts)
-    if limit is not None and warn is not None:
+    if warn is not None:
+        # also without a time limit: a cluster with SlurmctldParameters=preempt_send_user_signal sends it at
+        # preemption (then GraceTime before SIGTERM), and tsm cancel sends it to the batch shell too
         job_wide.append(_directive("--signal", f"B:{warn}@{round(opts.warn_before_s)}"))
     for extra in opts.sbatch_args or []:
         job_wide.append(_raw_directive(extra))
@@ -365,12 +374,13 @@ def build_script(
         "",
         f"# tsm app {app.name}: {roles_desc}. The job directory holds app.json, logs and replica status.",
         "umask 077",
+        *_early_lines(job_dir, warn),
         f"export TSM_JOB_DIR={q(job_dir)}",
         'export TSM_APP_ID="$SLURM_JOB_ID"',
         f"export TSM_KILL_GRACE={opts.kill_grace}",
         'echo "${SLURM_RESTART_COUNT:-0}" >"$TSM_JOB_DIR/restarts"',
         'rm -f -- "$TSM_JOB_DIR/exit"',
-        *_lifecycle_lines(opts, warn),
+        *_lifecycle_lines(opts, warn, len(app.roles)),
         "# The first node of the first role, by a name that resolves (else by its address).",
         '_tsm_nodes="${SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}"',
         'TSM_RANK0_HOST=$(scontrol show hostnames "$_tsm_nodes" | head -n 1)',
@@ -432,28 +442,87 @@ def build_script(
             f"{quoted} &",
             f"_tsm_pid[{i}]=$!",
         ]
+    stall = opts.stall_timeout_s
+    if stall is not None:
+        watcher = replica_python(app.roles[0].env, opts.python).path
+        every = tick(stall)
+        watched = [f"{r.name}:{r.num_replicas}" for r in app.roles]
+        with_line, silent = _stall_texts(stall)
+        lines += [
+            f"# stall_timeout={format_duration(stall)}: one look per {every:g}s at every replica's log sizes and, on "
+            "this node, CPU time",
+            f"_tsm_watcher={q(STALL_WATCHER)}",
+            " ".join([shell_quote(watcher), "-c", '"$_tsm_watcher"', '"$TSM_JOB_DIR"', '"$TSM_ATTEMPT"',
+                      f"{stall:g}", f"{every:g}", str(QUOTE_MAX), q(with_line), q(silent),
+                      *map(q, watched)]) + " &",
+            "_tsm_watch=$!",
+        ]
     lines.append(_WAIT_LOOP.rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
 def _warn_name(opts: SlurmOptions) -> str | None:
-    """The signal the batch shell gets before the time limit (``USR1`` when only a requeue needs it), or None."""
-    if opts.time_limit_s is None:
-        return None
+    """The signal the batch shell gets before the end (``--signal=B:<SIG>``), or None.
+
+    The app's ``warn_signal`` whenever it asked for one (before a time limit, a preemption or a cancel);
+    else ``USR1`` when only ``requeue_on_time_limit`` needs to hear of the time limit.
+    """
     sig = opts.warn_signum
     if sig is not None:
         return sig.name.removeprefix("SIG")
-    return "USR1" if opts.requeue_on_time_limit else None
+    return "USR1" if opts.requeue_on_time_limit and opts.time_limit_s is not None else None
 
 
-def _lifecycle_lines(opts: SlurmOptions, warn: str | None) -> list[str]:
-    """The script's long-run part: the attempt's variables, the preemption budget, the time-limit warning.
+#: The file ``tsm cancel`` writes in the job directory before it sends the warning to the batch shell: the
+#: warning is then a cancel's (never a reason to requeue at the time limit).
+CANCEL_MARK = "cancel"
+
+
+def warning_of(script: str) -> tuple[str, int] | None:
+    """The warning an app's batch script asked for (the app's ``warn_signal``) and ``warn_before`` in seconds.
+
+    Read from the saved ``job.sbatch`` (:func:`build_script` writes both lines), so ``cancel`` needs no other
+    record of the run options. None when the app asked for no warning (a bare requeue signal is not one).
+    """
+    sig = re.search(r"^export TSM_WARN_SIGNAL=([A-Z0-9]+)$", script, re.M)
+    lead = re.search(r"^#SBATCH --signal=B:([A-Z0-9]+)@(\d+)$", script, re.M)
+    if sig is None or lead is None or lead.group(1) != sig.group(1):
+        return None
+    return sig.group(1), int(lead.group(2))
+
+
+def _early_lines(job_dir: str, warn: str | None) -> list[str]:
+    """The batch script's first commands (after ``umask``), before anything that may take time (``sacct``,
+    ``scontrol``).
+
+    Each attempt starts without a :data:`CANCEL_MARK`: one left by a ``tsm cancel`` whose ``scancel`` never
+    came (it failed, or tsm was stopped) must not make a later warning a cancel's. Then the warning signal
+    is trapped at once: a signal bash does not trap ends it, so a cancel, a preemption or a time limit
+    (``warn_before`` longer than ``time_limit`` warns at the start) arriving before the full handler of
+    :func:`_lifecycle_lines` is set would kill the batch shell. It is only noted; the full handler, set
+    before the tasks start, acts on it then (telling its cause apart and, for a time limit, starting the
+    requeue timer); the tasks, started after it, are not sent it.
+    """
+    lines = [f"rm -f -- {shlex.quote(job_dir)}/{CANCEL_MARK}  # a mark of an earlier attempt's cancel is stale"]
+    if warn is not None:
+        lines.insert(0, f"_tsm_early= ; trap _tsm_early=1 {warn}  # first: an untrapped {warn} ends this shell")
+    return lines
+
+
+def _lifecycle_lines(opts: SlurmOptions, warn: str | None, roles: int = 1) -> list[str]:
+    """The script's long-run part: the attempt's variables, the preemption budget, the warning.
 
     Restarts the script did not ask for (no ``requeue_cause`` file) are the cluster's: ``preempted``. Past
-    ``max_preemptions`` of them the job fails at once. ``warn`` is the ``--signal`` the batch shell gets:
-    it is forwarded to every task with ``scancel --signal`` (which signals the steps, not this shell) when a
-    warning was asked for, and with ``requeue_on_time_limit`` the job requeues itself ``warn_before`` later
-    (less a margin), as a preemption.
+    ``max_preemptions`` of them the job fails at once. ``warn`` is the ``--signal`` the batch shell gets
+    before the time limit, at a preemption (``SlurmctldParameters=preempt_send_user_signal``: then the
+    partition's ``GraceTime`` passes before SIGTERM) and from ``tsm cancel``: it is forwarded once to every
+    task with ``scancel --signal`` (which signals the steps, not this shell) when the app asked for a warning.
+    With ``requeue_on_time_limit`` the job requeues itself 5 s before its ``EndTime`` (``warn_before`` less
+    5 s after the warning when Slurm does not say it: Slurm checks limits periodically, so the warning may
+    come late), as a preemption, only when the warning is the time limit's: not a preemption's (``scontrol
+    show job`` has a ``PreemptTime``, which Slurm clears when it requeues the job, checked on 22.05 by
+    ``tests/integration/test_slurm_lifecycle.py``; Slurm requeues the job itself) nor a cancel's
+    (:data:`CANCEL_MARK`).
     """
     budget = int(opts.max_preemptions)
     lines = [
@@ -461,6 +530,8 @@ def _lifecycle_lines(opts: SlurmOptions, warn: str | None) -> list[str]:
         'export TSM_ATTEMPT="${SLURM_RESTART_COUNT:-0}" TSM_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"',
         '_tsm_failures=$(cat "$TSM_JOB_DIR/failures" 2>/dev/null)',
         "case $_tsm_failures in '' | *[!0-9]*) _tsm_failures=0 ;; esac",
+        '_tsm_moves=$(cat "$TSM_JOB_DIR/moves" 2>/dev/null)',
+        "case $_tsm_moves in '' | *[!0-9]*) _tsm_moves=0 ;; esac",
         "TSM_LAST_EXIT=",
         'if [ "$TSM_RESTART_COUNT" -gt 0 ]; then',
         "  TSM_LAST_EXIT=preempted",
@@ -471,23 +542,32 @@ def _lifecycle_lines(opts: SlurmOptions, warn: str | None) -> list[str]:
         "fi",
         "export TSM_LAST_EXIT",
         'echo "$TSM_LAST_EXIT" >"$TSM_JOB_DIR/last_exit"',
-        "_tsm_preemptions=$((TSM_RESTART_COUNT - _tsm_failures))",
+        "_tsm_preemptions=$((TSM_RESTART_COUNT - _tsm_failures - _tsm_moves))",
         f'if [ "$_tsm_preemptions" -gt {budget} ]; then',
         f'  echo "tsm: the cluster restarted the job $_tsm_preemptions time(s), more than max_preemptions={budget}; '
         'the app fails" >&2',
         '  echo 1 >"$TSM_JOB_DIR/exit"',
         "  exit 1",
         "fi",
+        *_avoid_failed_nodes(opts, roles),
         "_tsm_timer=",
+        "_tsm_watch= _tsm_stalled= _tsm_cause= _tsm_no_requeue=",
+        'rm -f -- "$TSM_JOB_DIR/stalled"',
+        "_tsm_on_wake() {",
+        "  _tsm_on_timer",
+        "  _tsm_on_stall",
+        "}",
+        *_stall_handler(opts, warn),
     ]
     if not opts.requeue_on_time_limit:
-        lines.append("_tsm_on_wake() { :; }")
+        lines.append("_tsm_on_timer() { :; }")
     else:
         # the requeue timer is a child the wait loop's `wait -n` wakes for; it requeues when the timer is done
         lines += [
-            "_tsm_on_wake() {",
+            "_tsm_on_timer() {",
             '  if [ -n "$_tsm_timer" ] && ! kill -0 "$_tsm_timer" 2>/dev/null; then',
             "    _tsm_timer=",
+            f'    [ -f "$TSM_JOB_DIR/{CANCEL_MARK}" ] && return 0  # cancelled meanwhile: never requeue',
             '    echo requeued >"$TSM_JOB_DIR/exit"',
             '    scontrol requeue "$SLURM_JOB_ID" && sleep 600 # Slurm ends this run of the job now',
             "  fi",
@@ -495,20 +575,40 @@ def _lifecycle_lines(opts: SlurmOptions, warn: str | None) -> list[str]:
         ]
     if warn is None:
         return lines
-    body = []
+    body = [
+        "  _tsm_why=limit",
+        f'  if [ -f "$TSM_JOB_DIR/{CANCEL_MARK}" ]; then',
+        "    _tsm_why=cancel",
+        "  else",
+        '    _tsm_job=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null)',
+        "    case $_tsm_job in *PreemptTime=None* | '') ;; *PreemptTime=*) _tsm_why=preemption ;; esac",
+        "  fi",
+    ]
     if opts.warn_signum is not None:
         lines.append(f"export TSM_WARN_SIGNAL={warn}")
         body += [
-            f'  echo "tsm: the time limit is near: SIG{warn} to every task" >&2',
+            "  case $_tsm_why in",
+            f'    cancel) echo "tsm: cancelled: SIG{warn} to every task" >&2 ;;',
+            f'    preemption) echo "tsm: the job is preempted: SIG{warn} to every task" >&2 ;;',
+            f'    *) echo "tsm: the time limit is near: SIG{warn} to every task" >&2 ;;',
+            "  esac",
             f'  scancel --signal={warn} "$SLURM_JOB_ID" 2>/dev/null',
         ]
     if opts.requeue_on_time_limit:
         wait = max(0, round(opts.warn_before_s) - 5)
         body += [
-            f'  if [ "$_tsm_preemptions" -lt {budget} ]; then',
+            f'  if [ "$_tsm_why" = limit ] && [ "$_tsm_preemptions" -lt {budget} ]; then',
             f'    echo "tsm: requeueing at the time limit (preemption $((_tsm_preemptions + 1)) of {budget})" >&2',
             '    echo time_limit >"$TSM_JOB_DIR/requeue_cause"',
-            f"    sleep {wait} &",
+            "    # Slurm may send the warning late (it checks limits periodically): requeue 5 s before the job's",
+            "    # EndTime, else warn_before - 5 s after the warning",
+            f"    _tsm_left={wait}",
+            """    _tsm_end=$(sed -n 's/.* EndTime=\\([0-9][0-9T:-]*\\).*/\\1/p' <<<"$_tsm_job" | head -n 1)""",
+            '    if [ -n "$_tsm_end" ] && _tsm_end=$(date -d "$_tsm_end" +%s 2>/dev/null); then',
+            "      _tsm_left=$((_tsm_end - $(date +%s) - 5))",
+            '      [ "$_tsm_left" -lt 0 ] && _tsm_left=0',
+            "    fi",
+            '    sleep "$_tsm_left" &',
             "    _tsm_timer=$!",
             "  fi",
         ]
@@ -521,6 +621,282 @@ def _lifecycle_lines(opts: SlurmOptions, warn: str | None) -> list[str]:
         *body,
         "}",
         f"trap _tsm_warning {warn}",
+        '[ -n "$_tsm_early" ] && _tsm_warning  # it came before this handler was set',
+    ]
+
+
+def _stall_texts(timeout: float) -> tuple[str, str]:
+    """What the stall watcher writes, from the shared :func:`~tsm.schedulers.common.stall.stall_message`: the
+    prefix its quoted last line follows (``stalled for 15m, last line: ``) and the whole message of a replica
+    that wrote nothing. The watcher runs in the replica's python, which need not import tsm, so it gets
+    them as arguments and adds ``repr(line[:QUOTE_MAX])``: the message is the shared one, character for
+    character."""
+    sample = "-"
+    with_line = stall_message(timeout, sample)
+    quoted = repr(sample[:QUOTE_MAX])
+    if not with_line.endswith(quoted):  # the shared message no longer ends with the quoted line
+        raise AssertionError(f"stall_message() changed shape: {with_line!r}")
+    return with_line[: -len(quoted)], stall_message(timeout, "")
+
+
+#: The stall watcher the batch shell starts beside the sruns (``python -c WATCHER JOB_DIR ATTEMPT TIMEOUT TICK
+#: QUOTE_MAX PREFIX SILENT ROLE:N...``, TICK from :func:`~tsm.schedulers.common.stall.tick`, the texts from
+#: :func:`_stall_texts`). Once per tick it reads every replica's log sizes (the job directory is shared) and, in
+#: one pass over ``/proc``, the CPU time of this node's processes of each replica (found by the
+#: ``TSM_JOB_DIR``, ``TSM_ROLE_NAME`` and ``TSM_REPLICA_ID`` in their environment; replicas on other nodes are
+#: judged by their logs alone). A replica running in this attempt whose fingerprint did not change for
+#: TIMEOUT seconds is stalled: the watcher writes ``<role>/<k> stalled for 15m, last line: '...'`` (the
+#: shared :func:`~tsm.schedulers.common.stall.stall_message`) to ``job_dir/stalled``, says it on stderr and
+#: exits, which wakes the batch shell.
+STALL_WATCHER = r"""import os, sys, time
+job_dir, attempt, timeout, tick = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+quote_max, prefix, silent = int(sys.argv[5]), sys.argv[6], sys.argv[7]
+roles = [(spec.rsplit(":", 1)[0], int(spec.rsplit(":", 1)[1])) for spec in sys.argv[8:]]
+mine = ("TSM_JOB_DIR=" + job_dir).encode()
+
+
+def cpu():
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = f.read().split(b"\0")
+            if mine not in env:
+                continue
+            role = rid = None
+            for kv in env:
+                if kv.startswith(b"TSM_ROLE_NAME="):
+                    role = kv[14:].decode(errors="replace")
+                elif kv.startswith(b"TSM_REPLICA_ID="):
+                    rid = kv[15:].decode(errors="replace")
+            if role is None or rid is None:
+                continue
+            with open("/proc/%s/stat" % pid, "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(b")") + 2:].split()
+            out[(role, rid)] = out.get((role, rid), 0) + int(fields[11]) + int(fields[12])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def size(path):
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
+
+
+def last_line(base):
+    best = (-1.0, "")
+    for path in (base + ".stdout", base + ".stderr"):
+        try:
+            with open(path, "rb") as f:
+                end = f.seek(0, os.SEEK_END)
+                f.seek(max(0, end - 8192))
+                tail = f.read()
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            continue
+        lines = [ln for ln in tail.decode(errors="replace").splitlines() if ln.strip()]
+        if lines and mtime > best[0]:
+            best = (mtime, lines[-1].strip())
+    return best[1]
+
+
+seen, since = {}, {}
+while True:
+    now, used = time.monotonic(), cpu()
+    for role, n in roles:
+        for k in range(n):
+            base = os.path.join(job_dir, role, str(k))
+            try:
+                with open(base + ".status") as f:
+                    words = f.read().split()
+            except OSError:
+                words = []
+            if words[:1] != ["running"] or words[3:4] != [attempt]:
+                since.pop((role, k), None)
+                continue
+            mark = (size(base + ".stdout"), size(base + ".stderr"), used.get((role, str(k))))
+            if seen.get((role, k)) != mark or (role, k) not in since:
+                seen[(role, k)], since[(role, k)] = mark, now
+                continue
+            if now - since[(role, k)] >= timeout:
+                line = last_line(base)
+                why = (prefix + repr(line[:quote_max])) if line else silent
+                with open(os.path.join(job_dir, "stalled"), "w") as f:
+                    f.write("%s/%d %s\n" % (role, k, why))
+                print("tsm: replica %s/%d %s" % (role, k, why), file=sys.stderr, flush=True)
+                sys.exit(0)
+    time.sleep(tick)
+"""
+
+
+def _stall_handler(opts: SlurmOptions, warn: str | None) -> list[str]:
+    """``_tsm_on_stall``: when the stall watcher (:data:`STALL_WATCHER`) has ended, act on the stall.
+
+    Every task gets the warning (the app's ``warn_signal``, once, as before a time limit) and up to
+    ``warn_before`` to end (less once every srun has ended), then SIGTERM as when a role fails. With
+    ``on_stall=restart`` the stall is the replica's own failure: its role's ``max_retries`` decide a requeue,
+    whose next attempt sees ``TSM_LAST_EXIT=stalled``; with ``on_stall=fail`` the app fails.
+    """
+    if opts.stall_timeout_s is None:
+        return ["_tsm_on_stall() { :; }"]
+    lead = round(opts.warn_before_s)
+    warning = []
+    if opts.warn_signum is not None and warn is not None:
+        warning = [
+            '    if [ -z "$_tsm_warned" ]; then',
+            "      _tsm_warned=1",
+            f'      echo "tsm: stalled: SIG{warn} to every task" >&2',
+            f'      scancel --signal={warn} "$SLURM_JOB_ID" 2>/dev/null',
+            f"      for ((_tsm_i = 0; _tsm_i < {lead * 10}; _tsm_i++)); do",
+            "        _tsm_any=",
+            '        for _tsm_p in "${_tsm_pid[@]}"; do kill -0 "$_tsm_p" 2>/dev/null && _tsm_any=1; done',
+            '        [ -z "$_tsm_any" ] && break',
+            "        sleep 0.1",
+            "      done",
+            "    fi",
+        ]
+    return [
+        "_tsm_on_stall() {",
+        '  if [ -n "$_tsm_watch" ] && ! kill -0 "$_tsm_watch" 2>/dev/null; then',
+        '    wait "$_tsm_watch" 2>/dev/null',
+        "    _tsm_watch=",
+        '    [ -s "$TSM_JOB_DIR/stalled" ] || return 0',
+        "    _tsm_stalled=1 _tsm_cause=stalled",
+        "    # the stalled replica's role is the one that failed (its max_retries decide a restart)",
+        '    _tsm_what=$(head -n 1 "$TSM_JOB_DIR/stalled")',
+        '    for _tsm_i in "${!_tsm_role[@]}"; do',
+        '      [ "${_tsm_role[$_tsm_i]}" = "${_tsm_what%%/*}" ] && [ -z "$_tsm_failed" ] && _tsm_failed=$_tsm_i',
+        "    done",
+        *(["    _tsm_no_requeue=1"] if opts.on_stall == "fail" else []),
+        *warning,
+        '    echo "tsm: stalled: stopping every task" >&2',
+        '    scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null',
+        '    (sleep "$TSM_KILL_GRACE"; for p in "${_tsm_pid[@]}"; do kill -TERM "$p" 2>/dev/null; done) &',
+        "    _tsm_grace=$!",
+        "  fi",
+        "}",
+    ]
+
+
+#: Node states (``sinfo -o %t``) of a node not back in service.
+_NOT_IN_SERVICE = "*down* | *drain* | *drng* | *fail* | *'*'*"
+
+
+#: The file the batch script writes when it cannot keep the app off a failed node (``describe`` shows it);
+#: the attempt that finds it fails at once.
+NODE_ERROR = "node_error"
+
+
+def max_moves(opts: SlurmOptions) -> int:
+    """How many times the script may move the job off failed nodes (see :func:`_avoid_failed_nodes`).
+
+    A move follows a node failure, which spends a preemption, and once its exclusion holds the job is never
+    given that node again: ``max_preemptions`` moves (at least one) are all a run can need. More means Slurm
+    does not keep the exclusion, and another requeue would only repeat the last one.
+    """
+    return max(1, int(opts.max_preemptions))
+
+
+def _avoid_failed_nodes(opts: SlurmOptions, roles: int) -> list[str]:
+    """The script's part that keeps a restarted job off the nodes that failed under its earlier attempts.
+
+    A restart asks ``sacct`` (one call) for the job's earlier runs that ended ``NODE_FAIL`` or ``BOOT_FAIL``;
+    their node (every node of a one-node run; of a larger run, those not back in service) is excluded, and
+    ``job_dir/excluded`` says which and why (``node3 NODE_FAIL (reason)``, shown by ``describe``). Slurm takes
+    ``ExcNodeList`` only for a pending job, so when this attempt was given such a node it requeues itself held
+    (``scontrol requeuehold``), sets the exclusion (the ``exclude`` options' nodes too), releases the job and
+    ends: a move the script asked for, counted in ``job_dir/moves``, spending neither ``max_retries`` nor
+    ``max_preemptions``; the next attempt sees the same ``TSM_LAST_EXIT``. Without accounting nothing is done.
+
+    A move never repeats for ever: when Slurm refuses the exclusion (``scontrol update`` fails), or when the
+    job is given a failed node again after :func:`max_moves` moves, the script writes why to
+    ``job_dir/node_error`` (:data:`NODE_ERROR`, shown by ``describe``) and the app fails (the attempt that
+    finds the record ends at once with exit code 1, before starting anything).
+    """
+    static = ",".join([*([opts.exclude] if opts.exclude else []), *(opts.exclude_nodes or [])])
+    ids = ['"$SLURM_JOB_ID"'] if roles == 1 else [f'"$SLURM_JOB_ID+{c}"' for c in range(roles)]
+    cap = max_moves(opts)
+    update = []
+    for i in ids:
+        update += [
+            f'        if ! _tsm_err=$(scontrol update JobId={i} ExcNodeList="$_tsm_exc" 2>&1); then',
+            '          _tsm_refused="Slurm refused to keep the job off node(s)$_tsm_on_bad (scontrol update '
+            f'JobId={i.strip(chr(34))} ExcNodeList=$_tsm_exc: '
+            '$(printf %s "$_tsm_err" | tr -s "\\n" " ")); the app fails"',
+            "        fi",
+        ]
+    node_error = f'"$TSM_JOB_DIR/{NODE_ERROR}"'
+    return [
+        "# Nodes that failed under an earlier attempt (NODE_FAIL, BOOT_FAIL) are kept out of the later ones.",
+        f"if [ -s {node_error} ]; then  # an earlier attempt could not keep the job off them",
+        f'  echo "tsm: $(head -n 1 {node_error})" >&2',
+        '  echo 1 >"$TSM_JOB_DIR/exit"',
+        "  exit 1",
+        "fi",
+        "_tsm_failed_nodes() {",
+        "  local st nl n t reason hosts",
+        "  while IFS='|' read -r st nl; do",
+        "    case $st in NODE_FAIL | BOOT_FAIL) ;; *) continue ;; esac",
+        '    mapfile -t hosts < <(scontrol show hostnames "$nl" 2>/dev/null)',
+        '    for n in "${hosts[@]}"; do',
+        '      t=$(sinfo -h -N -n "$n" -o %t 2>/dev/null | head -n 1)',
+        '      if [ "${#hosts[@]}" -gt 1 ]; then',
+        f"        case $t in {_NOT_IN_SERVICE}) ;; *) continue ;; esac",
+        "      fi",
+        '      reason=$(sinfo -h -N -n "$n" -o %E 2>/dev/null | head -n 1)',
+        "      case $reason in '' | none) reason= ;; *) reason=\" (reason: $reason)\" ;; esac",
+        "      printf '%s %s%s\\n' \"$n\" \"$st\" \"$reason\"",
+        "    done",
+        '  done < <(sacct -j "$SLURM_JOB_ID" -D -X -n -P -o State,NodeList 2>/dev/null)',
+        "}",
+        'if [ "$TSM_RESTART_COUNT" -gt 0 ]; then',
+        "  _tsm_bad=$(_tsm_failed_nodes | sort -u -k1,1)",
+        '  if [ -n "$_tsm_bad" ]; then',
+        "    printf '%s\\n' \"$_tsm_bad\" >\"$TSM_JOB_DIR/excluded\"",
+        '    _tsm_alloc="$SLURM_JOB_NODELIST"',
+        "    for _tsm_v in $(compgen -v SLURM_JOB_NODELIST_HET_GROUP_); do _tsm_alloc=\"$_tsm_alloc,${!_tsm_v}\"; done",
+        "    _tsm_here=\" $(scontrol show hostnames \"$_tsm_alloc\" 2>/dev/null | tr '\\n' ' ')\"",
+        f"    _tsm_exc={shlex.quote(static)}",
+        "    _tsm_on_bad=",
+        "    while read -r _tsm_n _; do",
+        '      _tsm_exc="${_tsm_exc:+$_tsm_exc,}$_tsm_n"',
+        '      case $_tsm_here in *" $_tsm_n "*) _tsm_on_bad="$_tsm_on_bad $_tsm_n" ;; esac',
+        '    done <<<"$_tsm_bad"',
+        f'    if [ -n "$_tsm_on_bad" ] && [ "$_tsm_moves" -ge {cap} ]; then',
+        f'      echo "this attempt was given node(s)$_tsm_on_bad, which failed under an earlier one, after {cap} '
+        'move(s) off failed nodes (at most max_preemptions): Slurm does not keep the job off them '
+        f'(ExcNodeList=$_tsm_exc); the app fails" >{node_error}',
+        f'      echo "tsm: $(head -n 1 {node_error})" >&2',
+        '      echo 1 >"$TSM_JOB_DIR/exit"',
+        "      exit 1",
+        "    fi",
+        '    if [ -n "$_tsm_on_bad" ]; then',
+        '      echo "tsm: this attempt was given node(s)$_tsm_on_bad, which failed under an earlier one: requeueing '
+        'without them (ExcNodeList=$_tsm_exc)" >&2',
+        "      trap '' TERM  # the requeue's SIGTERM must not end this shell before the exclusion is set",
+        '      if scontrol requeuehold "$SLURM_JOB_ID" >&2; then',
+        '        echo $((_tsm_moves + 1)) >"$TSM_JOB_DIR/moves"',
+        '        echo "$TSM_LAST_EXIT" >"$TSM_JOB_DIR/requeue_cause"',
+        '        echo requeued >"$TSM_JOB_DIR/exit"',
+        "        _tsm_refused=",
+        *update,
+        '        if [ -n "$_tsm_refused" ]; then  # the next attempt fails at once, with this record',
+        f'          echo "$_tsm_refused" >{node_error}',
+        '          echo "tsm: $_tsm_refused" >&2',
+        "        fi",
+        '        scontrol release "$SLURM_JOB_ID" >&2 || scontrol release "$SLURM_JOB_ID" >&2',
+        "        exit 0",
+        "      fi",
+        "      trap - TERM",
+        "    fi",
+        "  fi",
+        "fi",
     ]
 
 

@@ -1,0 +1,102 @@
+"""Kubernetes' kept logs on the fake cluster (``fake_kube.py``): no window in which a finished pod's log is
+neither readable from the API nor kept (issue 24: a short sweep trial once read back an empty log).
+
+Two processes finish one app at once in a sweep (its controller and the launcher's ``wait``); each is played
+here by its own :class:`KubernetesScheduler` on one ``$TSM_HOME``. The interleaving that lost the log is made
+exact, not timed: the second one's log read first lets the other finish the app (keep the log, delete the
+pod), then goes on against a pod that is gone. Two looks no longer interleave (each holds the app's lock,
+:func:`tsm.schedulers.kubernetes.stall.locked`), so the other finishes it as a reader does not lock: a
+``cleanup`` (a cron's), or a log read while the look finishes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from schedulers.kubernetes.fake_kube import FakeCluster
+from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
+from tsm.specs.api import AppDef, AppState, Role
+
+HANG = 30.0
+CFG = {"dns": "yes"}
+
+
+@pytest.fixture
+def cluster() -> Iterator[FakeCluster]:
+    c = FakeCluster()
+    yield c
+    c.close()
+
+
+def until(pred: Callable[[], bool]) -> None:
+    end = time.monotonic() + HANG
+    while not pred():
+        assert time.monotonic() < end, "the fake cluster did not get there"
+        time.sleep(0.02)
+
+
+class FirstLogReadRuns:
+    """The fake's API, except that the first log read runs ``before`` first (the other process's turn)."""
+
+    def __init__(self, api: Any, before: Callable[[], None]) -> None:
+        self._api, self._before = api, before
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api, name)
+
+    def read_namespaced_pod_log(self, *a: Any, **kw: Any) -> Any:
+        before, self._before = self._before, lambda: None
+        before()
+        return self._api.read_namespaced_pod_log(*a, **kw)
+
+
+def ended_app(cluster: FakeCluster) -> tuple[KubernetesScheduler, str]:
+    """An app whose one pod printed a line and ended, not yet looked at (so nothing is kept or deleted)."""
+    a = KubernetesScheduler("t", client=cluster.client())
+    app_id = a.submit(AppDef("t", [Role("r", image="fake/python", entrypoint=sys.executable,
+                                        args=["-c", "print('hello from the trial')"])]), CFG)
+    until(lambda: bool(cluster.pods) and all(p.phase == "Succeeded" for p in cluster.pods.values()))
+    return a, app_id
+
+
+def other_process(cluster: FakeCluster, a: KubernetesScheduler, app_id: str,
+                  look: bool = True) -> KubernetesScheduler:
+    """A second scheduler whose first log read lets ``a`` finish the app and its pod be gone: by a look
+    (``look``), else by ``a.cleanup()``, which takes no lock (the second one's look holds it)."""
+
+    def a_finishes() -> None:
+        if look:
+            assert a.describe(app_id).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+        else:
+            assert a.cleanup() == [app_id]
+        until(lambda: not cluster.pods)
+
+    client = cluster.client()
+    client.core = FirstLogReadRuns(cluster.core, a_finishes)
+    return KubernetesScheduler("t", client=client)
+
+
+def test_a_log_kept_before_the_delete_is_not_replaced_by_a_late_empty_read(cluster: FakeCluster) -> None:
+    a, app_id = ended_app(cluster)
+    b = other_process(cluster, a, app_id, look=False)
+    assert b.describe(app_id).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+    assert "".join(a.log_iter(app_id, "r", 0)) == "hello from the trial\n"
+
+
+def test_a_reader_whose_pod_is_deleted_under_it_reads_the_kept_log(cluster: FakeCluster) -> None:
+    a, app_id = ended_app(cluster)
+    b = other_process(cluster, a, app_id)
+    assert "".join(b.log_iter(app_id, "r", 0)) == "hello from the trial\n"
+
+
+def test_a_log_that_reads_back_empty_just_after_the_exit_is_read_again(cluster: FakeCluster) -> None:
+    cluster.log_lag = 2  # the stamped and the plain read
+    a, app_id = ended_app(cluster)
+    assert a.describe(app_id).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+    assert not cluster.pods or all(p.deleted for p in cluster.pods.values())
+    assert "".join(a.log_iter(app_id, "r", 0)) == "hello from the trial\n"
