@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -110,6 +111,9 @@ def test_cancel_keeps_the_lines_written_after_the_warning(sched: KubernetesSched
     final = sched.describe(app_id)
     assert final is not None and final.state.name == "CANCELLED", final
     assert [ln.rstrip("\n") for ln in sched.log_iter(app_id, "w", 0)] == ["up", "warned", "bye"]
+    # and in the stamped copy that tsm log --since/--until reads
+    since = datetime.fromtimestamp(0, tz=timezone.utc)
+    assert [ln.rstrip("\n") for ln in sched.log_iter(app_id, "w", 0, since=since)] == ["up", "warned", "bye"]
 
 
 #: attempt 0 writes "working" and goes silent (a hang) until stopped, printing "warned" on USR1; attempt 1

@@ -438,7 +438,28 @@ class _Api:
 
         def chunks() -> Iterator[bytes]:
             assert pod.proc is not None
-            yield from pod.proc.follow(("stdout",), since)
+            if timestamps:  # each line stamped (at its first byte) as the kubelet stamps lines, as they come
+                given, start = 0, True
+                while True:
+                    done = not pod.proc.running
+                    with pod.proc._lock:
+                        new = pod.proc.pieces[given:]
+                    given += len(new)
+                    out = []
+                    for p in new:
+                        if p.stream != "stdout" or (since is not None and p.when < since):
+                            continue
+                        for part in p.data.splitlines(keepends=True):
+                            out.append((stamp(p.when) + b" " if start else b"") + part)
+                            start = part.endswith(b"\n")
+                    data = b"".join(out)
+                    if data:
+                        yield data
+                    if done:
+                        break
+                    time.sleep(0.02)
+            else:
+                yield from pod.proc.follow(("stdout",), since)
             if pod.deleted:  # what dockershim's kubelet writes when the container went away under a follow
                 yield f"rpc error: code = Unknown desc = Error: No such container: {pod.cid}\n".encode()
 

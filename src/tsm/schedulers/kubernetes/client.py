@@ -265,13 +265,13 @@ class KubeClient(ClientBase):
             resp = self.core.read_namespaced_pod_log(pod, self.namespace, **kw)
         yield from self._followed(resp)
 
-    def follow_open(self, pod: str, read_timeout: float) -> Iterator[bytes]:
+    def follow_open(self, pod: str, read_timeout: float, timestamps: bool = False) -> Iterator[bytes]:
         """Like :meth:`follow` from the log's start, but the request is made now (the follow is open when
         this returns: what the container writes from here on is in it), waiting at most ``read_timeout``
-        seconds for each next bytes."""
+        seconds for each next bytes; with ``timestamps``, each line stamped by the kubelet."""
         with self.call("follow log"):
             resp = self.core.read_namespaced_pod_log(pod, self.namespace, **self._kw(
-                follow=True, _request_timeout=(CONNECT_TIMEOUT, read_timeout)))
+                follow=True, timestamps=timestamps, _request_timeout=(CONNECT_TIMEOUT, read_timeout)))
         return self._followed(resp)
 
     def _followed(self, resp: Any) -> Iterator[bytes]:

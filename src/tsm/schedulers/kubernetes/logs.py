@@ -108,12 +108,15 @@ class KubernetesLogs:
             for f in (d.path / part, d.path / (part + ".ts")):
                 f.unlink(missing_ok=True)
 
-    def _keep_followed(self, app_id: str, p: Pod, chunks: Iterator[bytes]) -> None:
+    def _keep_followed(self, app_id: str, p: Pod, chunks: Iterator[bytes], stamped: bool = False) -> None:
         """Keep the log a follow of pod ``p`` read to its end (from the log's start), when it is longer than
-        the kept one; the kubelet's error line that ends a follow of a deleted pod is left out."""
+        the kept one; the kubelet's error line that ends a follow of a deleted pod is left out. ``stamped``:
+        a follow with timestamps, kept as the ``.ts`` copy (``tsm log --since/--until`` reads it)."""
         d = self._dir(app_id)
         name = self._log_name(p)
-        part = f"{name[:-4]}.{os.getpid()}-{secrets.token_hex(3)}.part"
+        if stamped:
+            name = name[:-4] + ".ts"
+        part = f"{name[:-len(Path(name).suffix)]}.{os.getpid()}-{secrets.token_hex(3)}{'.st' if stamped else ''}.part"
         try:
             d.write(part, _without_runtime_error(chunks, lambda: True))
         except SchedulerError:

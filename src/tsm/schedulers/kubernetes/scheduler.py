@@ -6,7 +6,9 @@ written whole): ``request.json`` (the manifests, to recreate Jobs for ROLE/APPLI
 (the :class:`AppRecord`), ``logs/<host>/<attempt>-<created>-<pod>.log`` (each pod's log, snapshotted before
 tsm deletes the pod: :mod:`.logs`) and ``final.json`` (the last status and the app's start and end, written
 when the app's objects are deleted: by ``cancel``, a final failure, the gang timeout, or cleanup). For long
-runs (issue 25): ``preemptions`` (the restarts spent from ``max_preemptions``), ``clock`` (when the time
+runs (issue 25): ``preemptions.json`` (the restarts made as preemptions, each ``[attempt, [roles]]``: spent
+from ``max_preemptions``, and not from the restarted roles' ``max_retries``; an older bare ``preemptions``
+count is still read), ``clock`` (when the time
 limit counts from: the last requeue), ``excluded.json`` (nodes the next tries avoid, and why),
 ``retry.json`` (a preemption's new Jobs, made once the old pods have ended), ``tried-at`` (when the current
 try was made: its gang timeout counts from there), ``pods-seen.json`` (the pods of the current tries a look
@@ -26,9 +28,12 @@ REPLICA role's stall restarts its role's Jobs, as ROLE does, since a try is per 
 ``tsm status`` beside an attached ``tsm run``): each look of an app this home submitted holds the app
 directory's ``lock`` (an exclusive ``flock``) from its observation to what it does, and a look that got the
 lock after another finished the app answers from the final status that one kept, so an app is finished,
-retried or found stalled once. A look that finds the lock held while the app is being stopped
-(``finishing``: the holder follows the pods through their grace period) does not wait: it reports RUNNING
-"being stopped".
+retried or found stalled once. A look whose pod list is older than the last look's (``listed-at``) lists
+again under the lock (a pod made in between is not one that vanished). A look that finds the lock held
+while the app is being stopped (``finishing``, written first by a stop, or a cancel's marker: the holder
+follows the pods through their grace period) does not wait, nor goes on waiting once that begins: it
+reports RUNNING "being stopped". ``cancel`` and ``remove`` hold the lock too (a look never makes Jobs after
+them), and a look under the lock acts on nothing while a cancel or a stop is under way.
 
 **Preemptions.** A pod the cluster ended (evicted, lost with its node, or deleted by anyone but tsm: the
 eviction API, a drain) makes its replica ``preempted`` (:mod:`.status`); the controller restarts it on the
@@ -59,8 +64,16 @@ from typing import Any
 
 from tsm.errors import InvalidRunOptionError, SchedulerError, SubmissionError
 from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler
-from tsm.schedulers.common.appdir import AppDir, kept_status, list_rows
-from tsm.schedulers.common.controller import Decision, Finish, Limits, Retry, decide, shapes
+from tsm.schedulers.common.appdir import REQUEST as REQUEST_FILE, AppDir, kept_status, list_rows
+from tsm.schedulers.common.controller import (
+    Decision,
+    Finish,
+    Limits,
+    Retry,
+    count_preemptions,
+    decide,
+    shapes,
+)
 from tsm.schedulers.common.errors import is_status
 from tsm.schedulers.common.failure import failure_of
 from tsm.schedulers.common.owner import owner
@@ -110,7 +123,12 @@ if TYPE_CHECKING:
 
 #: the app directory's files of long runs (see the module doc)
 PREEMPTIONS, CLOCK, EXCLUDED, RETRY, TRIED_AT, FINISHING, SEEN = (
-    "preemptions", "clock", "excluded.json", "retry.json", "tried-at", "finishing", "pods-seen.json")
+    "preemptions.json", "clock", "excluded.json", "retry.json", "tried-at", "finishing", "pods-seen.json")
+#: the preemption counter of earlier versions (a bare number, roles unknown): still counted when present
+OLD_PREEMPTIONS = "preemptions"
+#: when the pod list of the last look that held the app's lock was taken (a look whose own list is older
+#: lists again under the lock: a pod made in between is not taken for one that vanished)
+LISTED_AT = "listed-at"
 #: why a pod deleted by someone other than tsm ended (on 1.20 the eviction API only deletes the pod)
 DELETED_BY_CLUSTER = "evicted: its pod was deleted by the cluster (the eviction API, a preemption or a drain)"
 #: seconds past the grace period a preemption's new Jobs wait at most for the old pods to end
@@ -332,12 +350,13 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
 
     def _snapshot(self) -> dict[str, DescribeAppResponse]:
         out: dict[str, DescribeAppResponse] = {}
+        listed = time.time()
         pods = [from_json(p) for p in self.client.list_pods()]
         for app_id, view in group(pods).items():
             d = self._dir(app_id)
             if d.cancelling or d.exists("final.json"):
                 continue  # final.json answers (through lookup)
-            out[app_id] = self._look(view)
+            out[app_id] = self._look(view, listed)
         return out
 
     def _lookup(self, ids: builtins.list[str]) -> dict[str, DescribeAppResponse]:
@@ -351,9 +370,10 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
             if req is None:
                 continue
             client = self._client_of(req)
+            listed = time.time()
             pods = [from_json(p) for p in client.list_pods(app_id)]
             view = AppView(app_id, req.roles, float(req.service["metadata"]["annotations"][ANN_CREATED]), pods)
-            out[app_id] = self._look(view)
+            out[app_id] = self._look(view, listed)
         return out
 
     def _final(self, app_id: str) -> DescribeAppResponse | None:
@@ -365,25 +385,41 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                                    created=view.created, roles_statuses=st.roles,
                                    structured_error_msg=failure_of(st.state, st.msg, st.roles))
 
-    def _look(self, view: AppView) -> DescribeAppResponse:
+    def _look(self, view: AppView, listed: float | None = None) -> DescribeAppResponse:
         """One controller step: observe (``view``, less the pods of tries already replaced), decide, act;
         under the app directory's lock (:func:`~.stall.locked`) for an app this home submitted, so two
-        processes looking at it act in turn. ``view`` was listed before the lock was held: when the app was
-        finished meanwhile (by the look that held it), its kept final status answers."""
+        processes looking at it act in turn. ``view`` was listed (at ``listed``; None: unknown) before the
+        lock was held: when the app was finished meanwhile (by the look that held it), its kept final status
+        answers; when a cancel, a finish or a remove is under way, it is reported, nothing is done; when
+        another look listed the pods later than this one (``listed-at``), they are listed again, so a pod
+        made in between (and recorded in ``pods-seen.json``) is not taken for one the cluster took away."""
         req = self._request(view.app_id)
         if req is None:  # not submitted from this home: report only
             return self._describe_view(view)
         d = self._dir(view.app_id)
         # a look that is stopping the app holds the lock through the pods' grace period (it follows their
         # last lines): another look does not wait that long, it reports the stop under way
-        with locked(d, wait=not d.exists(FINISHING)) as held:
+        with locked(d, give_up=lambda: d.exists(FINISHING) or d.cancelling) as held:
             if not held:
                 desc = self._describe_view(view)
-                desc.state, desc.msg = AppState.RUNNING, "being stopped (by another look at it)"
+                if d.exists():
+                    desc.state, desc.msg = AppState.RUNNING, "being stopped (by another look at it)"
                 return desc
             final = d.final()
             if final is not None:
                 return final
+            if not d.exists(REQUEST_FILE):  # removed meanwhile (tsm remove): report only
+                return self._describe_view(view)
+            if d.cancelling or d.exists(FINISHING):  # a cancel or a finish is under way: it acts, not this look
+                desc = self._describe_view(view)
+                desc.state, desc.msg = AppState.RUNNING, "being stopped (by another look at it)"
+                return desc
+            last = _number(d.read(LISTED_AT))
+            if listed is None or last >= listed:  # another look's list is newer than this one's: list again
+                listed = time.time()
+                pods = [from_json(p) for p in self._client_of(req).list_pods(view.app_id)]
+                view = AppView(view.app_id, view.roles, view.created, pods)
+            d.write(LISTED_AT, f"{listed:.6f}")
             return self._step(req, view)
 
     def _step(self, req: KubernetesRequest, view: AppView) -> DescribeAppResponse:
@@ -432,10 +468,34 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
             # a stall is retried by tsm: a REPLICA role's (whose Job retries only its own exits) as ROLE
             shape = [dataclasses.replace(r, policy="ROLE") if r.name in stalled_roles and r.policy == "REPLICA"
                      else r for r in shape]
+            preemptions, role_preemptions = self._preemption_counts(d)
             decision = decide(st, shape, attempts, owned=True, gang_timeout=req.gang_timeout,
                               waiting_since=since, now=now, limits=limits,
-                              preemptions=int(_number(d.read(PREEMPTIONS))), max_preemptions=req.max_preemptions)
+                              preemptions=preemptions, role_preemptions=role_preemptions,
+                              max_preemptions=req.max_preemptions)
         return self.act(req, view, st, decision)
+
+    def _preemptions(self, d: AppDir) -> builtins.list[tuple[int, tuple[str, ...]]]:
+        """The restarts of the app made as preemptions, each ``(attempt, roles)`` (``preemptions.json``)."""
+        try:
+            raw = json.loads(d.read(PREEMPTIONS) or "[]")
+            return sorted({(int(a), tuple(sorted(str(r) for r in roles))) for a, roles in raw})
+        except (ValueError, TypeError):
+            return []
+
+    def _record_preemption(self, d: AppDir, attempt: int, roles: Sequence[str]) -> None:
+        """Add the preemption restart of ``roles`` into try ``attempt`` (idempotent; the caller holds the
+        app's lock, so no other process's record is lost)."""
+        events = {*self._preemptions(d), (attempt, tuple(sorted(roles)))}
+        d.write(PREEMPTIONS, json.dumps([[a, list(r)] for a, r in sorted(events)]))
+
+    def _preemption_counts(self, d: AppDir) -> tuple[int, dict[str, int] | None]:
+        """``(preemptions, role_preemptions)`` for :func:`decide` (:func:`count_preemptions`). An app
+        directory of an earlier version keeps a bare count (``preemptions``, roles unknown): it adds to the
+        total, and ``role_preemptions`` is then None (decide counts it for every role, as it did)."""
+        total, by_role = count_preemptions(roles for _, roles in self._preemptions(d))
+        old = int(_number(d.read(OLD_PREEMPTIONS)))
+        return (total + old, None) if old else (total, by_role)
 
     def _stalls(self, req: KubernetesRequest, view: AppView) -> StallState | None:
         """The stall check of an app with ``stall_timeout`` (:mod:`.stall`; at most one per tick): each stall
@@ -473,14 +533,20 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         except ValueError:
             seen = {}
         listed = {p.name for p in view.pods}
-        now_seen = {p.name: [p.role, p.replica_id, p.attempt, p.node, p.created, p.phase] for p in view.pods}
+        now_seen = {p.name: [p.role, p.replica_id, p.attempt, p.node, p.created, p.phase, p.exit_code, p.deleting]
+                    for p in view.pods}
         kept = {n: v for n, v in seen.items() if int(v[2]) >= attempts.get(str(v[0]), 0)}
         stalled = stalled or set()  # pods tsm stopped for a stall: tsm deleted them, the cluster did not
         vanished = [n for n, v in kept.items() if n not in listed and v[5] != "Succeeded" and n not in stalled]
         for n in vanished:
-            role, k, attempt, node, created, _ = kept[n]
+            role, k, attempt, node, created, phase = kept[n][:6]
+            code, deleting = (kept[n][6:8] + [None, True])[:2]  # a record of an earlier version has neither
+            # one last seen Failed by its own exit (not being deleted then) was deleted after (pod GC, a
+            # cleanup): its failure is the program's, not a loss
+            own_exit = phase == "Failed" and code is not None and not deleting
             view.pods.append(Pod(name=n, app_id=req.app_id, role=str(role), replica_id=int(k), attempt=int(attempt),
-                                 phase="Failed", created=float(created), node=str(node), deleting=True))
+                                 phase="Failed", created=float(created), node=str(node), deleting=not own_exit,
+                                 exit_code=int(code) if own_exit else None))
         merged = {**kept, **now_seen}
         if merged != seen:
             d.write(SEEN, json.dumps(merged))
@@ -552,7 +618,7 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                                           "failed:" + (str(code) if code is not None else "unknown"))
             msg = f"retrying after {decision.why}"
             if decision.preemption:  # counted before anything is made: a crash after it never retries for free
-                d.write(PREEMPTIONS, str(int(_number(d.read(PREEMPTIONS))) + 1))
+                self._record_preemption(d, decision.attempt, decision.roles)
             if decision.time_limit:  # a requeue: the limit counts again from now
                 d.write(CLOCK, f"{time.time():.3f}")
             lost_nodes = {p.node: f"role '{p.role}' replica {p.replica_id} was lost with it ({p.lost})"
@@ -635,7 +701,7 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
             excluded = self._excluded(req)
             if excluded:  # which nodes the app's pods avoid, and why (issue 25)
                 desc.metadata["excluded_nodes"] = "; ".join(f"{n}: {why}" for n, why in sorted(excluded.items()))
-            preemptions = int(_number(self._dir(app_id).read(PREEMPTIONS)))
+            preemptions, _ = self._preemption_counts(self._dir(app_id))
             if preemptions:
                 desc.metadata["preemptions"] = f"{preemptions} of max_preemptions={req.max_preemptions}"
         return desc
@@ -669,6 +735,7 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
             live.setdefault(where, []).append(app_id)
         for where, ids in live.items():
             client = self._client(where)
+            listed = time.time()
             views = group([from_json(p) for p in client.list_pods_of(ids)])
             usage = client.pod_metrics(ids)
             for app_id in ids:
@@ -684,7 +751,7 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                     desc = DescribeAppResponse(app_id=app_id, state=AppState.RUNNING, msg="being cancelled",
                                                created=view.created, roles_statuses=app_status(view).roles)
                 else:
-                    desc = self._look(view)
+                    desc = self._look(view, listed)
                 out.append(self._view_of(desc, _pods_by_replica(view), usage, req.app_name if req else None))
         return out
 
@@ -724,13 +791,21 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
     # -- cancel / finish -----------------------------------------------------------------------------------
     def cancel(self, app_id: str) -> None:
         """Delete every object of the app (pods get ``grace_period`` after SIGTERM), its logs and final
-        status kept. Only this owner's objects are seen: another user's app is unknown here."""
+        status kept. Only this owner's objects are seen: another user's app is unknown here.
+
+        The app's status is asked first (a look, which takes the app's lock); the marker, the pod list and
+        the deletion are then done under the lock, so no look makes Jobs after them (it waits, then finds
+        the final status)."""
         current = self.describe(app_id)
         if current is None or current.state.is_terminal:
             return
         req = self._request(app_id)
         client = self._client_of(req)
-        with self._dir(app_id).cancel_marker():
+        d = self._dir(app_id)
+        with contextlib.ExitStack() as stack:
+            if req is not None and stack.enter_context(locked(d)) and d.final() is not None:
+                return  # finished by the look that held the lock
+            stack.enter_context(d.cancel_marker())
             pods = [from_json(p) for p in client.list_pods(app_id)]
             desc = DescribeAppResponse(app_id=app_id, state=AppState.CANCELLED, msg="cancelled", created=current.created,
                                        num_restarts=current.num_restarts, roles_statuses=current.roles_statuses)
@@ -751,33 +826,41 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         so the next describe sees the objects again and finishes the app then, rather than reporting it ended
         while its pods run on."""
         client = self._client_of(req)
-        for p in pods:
-            self._snapshot_log(req.app_id, client, p)
-        starts = [p.started for p in pods if p.started]
-        ends = [p.finished for p in pods if p.finished]
-        self._dir(req.app_id).write(FINISHING, "")  # its pods now being deleted are not evictions
-        # a pod stopped with a grace period (warned first) writes on after the snapshot: follow it to its end
-        running = [p for p in pods if grace and p.phase == "Running" and p.exit_code is None and not p.deleting]
-        follows = self._follow_to_end(req.app_id, client, running, grace + FOLLOW_MARGIN)
-        client.delete_app(req.app_id, grace)
+        d = self._dir(req.app_id)
+        # first: its pods now being deleted are not evictions, and a look does not wait on this one's lock
+        d.write(FINISHING, "")
+        try:
+            for p in pods:
+                self._snapshot_log(req.app_id, client, p)
+            starts = [p.started for p in pods if p.started]
+            ends = [p.finished for p in pods if p.finished]
+            # a pod stopped with a grace period (warned first) writes on after the snapshot: follow it to its end
+            running = [p for p in pods if grace and p.phase == "Running" and p.exit_code is None and not p.deleting]
+            follows = self._follow_to_end(req.app_id, client, running, grace + FOLLOW_MARGIN)
+            client.delete_app(req.app_id, grace)
+        except BaseException:  # nothing was stopped: the next look sees the app as it is, and finishes it then
+            (d.path / FINISHING).unlink(missing_ok=True)
+            raise
         for t in follows:
             t.join(grace + FOLLOW_MARGIN)
         self._dir(req.app_id).save_final(desc, min(starts) if starts else None, max(ends) if ends else None)
 
     def _follow_to_end(self, app_id: str, client: KubeClient, pods: builtins.list[Pod],
                        timeout: float) -> builtins.list[threading.Thread]:
-        """For each of ``pods``, a follow opened now and read to the container's end in a thread, which then
-        keeps the log (:meth:`~.logs.KubernetesLogs._keep_followed`): the lines a pod writes while it is
-        stopped (after the warning, within the grace period) are kept, though its container goes with it."""
+        """For each of ``pods``, two follows opened now (plain, and stamped for ``--since/--until``) and read
+        to the container's end in a thread each, which then keeps that copy of the log
+        (:meth:`~.logs.KubernetesLogs._keep_followed`): the lines a pod writes while it is stopped (after the
+        warning, within the grace period) are kept, though its container goes with it."""
         threads = []
         for p in pods:
-            try:
-                chunks = client.follow_open(p.name, timeout)
-            except SchedulerError:
-                continue  # gone already: its snapshot is what there is
-            t = threading.Thread(target=self._keep_followed, args=(app_id, p, chunks), daemon=True)
-            t.start()
-            threads.append(t)
+            for stamped in (False, True):  # the plain log, and the stamped copy that --since/--until read
+                try:
+                    chunks = client.follow_open(p.name, timeout, timestamps=stamped)
+                except SchedulerError:
+                    break  # gone already: its snapshot is what there is
+                t = threading.Thread(target=self._keep_followed, args=(app_id, p, chunks, stamped), daemon=True)
+                t.start()
+                threads.append(t)
         return threads
 
     def _write_final(self, req: KubernetesRequest, state: AppState, msg: str) -> None:
@@ -787,12 +870,19 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
     def remove(self, app_id: str) -> bool:
         """Delete the app's objects and everything kept of it in ``$TSM_HOME``."""
         req = self._request(app_id)
+        d = self._dir(app_id)
         found = False
-        if req is not None:
-            self._dir(app_id).write(FINISHING, "")
-            self._client_of(req).delete_app(app_id, 0)
-            found = True
-        found = self._dir(app_id).remove() or found
+        with contextlib.ExitStack() as stack:
+            if req is not None:
+                stack.enter_context(locked(d))  # no look acts meanwhile; one waiting finds the app gone
+                d.write(FINISHING, "")
+                try:
+                    self._client_of(req).delete_app(app_id, 0)
+                except BaseException:
+                    (d.path / FINISHING).unlink(missing_ok=True)
+                    raise
+                found = True
+            found = d.remove() or found  # never made again: a lock does not make the directory
         self._watcher = self._new_watcher()
         return found
 

@@ -36,7 +36,8 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,15 +57,31 @@ CPU_BUSY_CORES = 0.01
 
 
 @contextlib.contextmanager
-def locked(d: AppDir, wait: bool = True) -> Iterator[bool]:
+def locked(d: AppDir, wait: bool = True, give_up: Callable[[], bool] | None = None) -> Iterator[bool]:
     """Hold an exclusive ``flock`` of the app's :data:`LOCK_FILE` (made private) while the body runs: one
     look (observe, stall check, decide, act) at a time, across processes and threads. Released when the
     body ends, or by the kernel when the process dies. Yields True when held; without ``wait``, False at
-    once when another holds it (the body then runs without it and must not act)."""
-    fd = os.open(d.private_dir() / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    once when another holds it (the body then runs without it and must not act). False too when the app
+    directory is gone (``tsm remove``): it is not made again for a lock. With ``give_up``, the wait asks
+    it every 50 ms and yields False once it says True (the app is being stopped: no need to wait on that)."""
+    try:  # the app directory (private) is made at submit; a lock never makes it again
+        fd = os.open(d.path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError:
+        yield False
+        return
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            if wait and give_up is not None:  # wait, asking ``give_up`` every 50 ms (True: False at once)
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if give_up():
+                            raise
+                        time.sleep(0.05)
+            else:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             yield False
             return
