@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -172,11 +173,13 @@ def test_original_tsm_program_from_an_unactivated_venv(tmp_path: Path) -> None:
     assert any("ps 1 of 2 serving shards=4" in line for line in out["logs"]["ps/1"])
     assert any(f"ps interpreter {venv_python}" in line for line in out["logs"]["ps/0"])
     assert any("reader 0 read --shard 0" in line for line in out["logs"]["reader/0"])
+    # a node's two workers share its stdout, and PYTHONUNBUFFERED (dist.ddp sets it) makes print() write the
+    # text and its newline apart, so two reports can share a line: find each report wherever it is
     reports = [
-        line.strip()
+        m.group(0)
         for k in range(4)
         for line in out["logs"][f"trainer/{k}"]
-        if line.startswith("trainer rank=")
+        for m in re.finditer(r"trainer rank=\d+ world=\d+ allreduce=\S+? node=\S+ lr=\d+(\.\d+)?", line)
     ]
     # every one of the 8 workers (4 nodes x 2) joined the same group and got the full sum 1+..+8 = 36
     assert len(reports) == 8, logs[-6000:]

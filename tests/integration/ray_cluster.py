@@ -31,13 +31,18 @@ def unavailable(reason: str) -> None:
 
 
 def head_up() -> bool:
+    """Whether the head answers and its node is alive: a dashboard can outlive a dead raylet (then the
+    jobs API answers while nothing can run)."""
+    import json
     import urllib.request
 
     try:
         urllib.request.urlopen(f"{ADDRESS}/api/jobs/", timeout=5)
-    except OSError:
+        with urllib.request.urlopen(f"{ADDRESS}/api/v0/nodes?detail=1&limit=10000", timeout=30) as resp:
+            nodes = json.load(resp)["data"]["result"]["result"]
+    except (OSError, ValueError, KeyError, TypeError):
         return False
-    return True
+    return any(n.get("is_head_node") and n.get("state") == "ALIVE" for n in nodes)
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,8 @@ def ray_cluster() -> Iterator[RayCluster]:
     start = time.monotonic()
     started = False
     if not head_up():
+        # what is left of a head that died (a GCS without its raylet) would refuse a new one: stop it first
+        subprocess.run(["bash", str(ROOT / "scripts" / "ray-down")], capture_output=True, timeout=120)
         proc = subprocess.run(["bash", str(ROOT / "scripts" / "ray-up")], capture_output=True, text=True, timeout=300)
         sys.stderr.write(proc.stdout + proc.stderr)
         if proc.returncode != 0 or not head_up():

@@ -40,7 +40,7 @@ def finished(sched: LocalScheduler, app_id: str):  # type: ignore[no-untyped-def
 
 def test_time_limit_warns_every_replica_then_stops_the_app(sched: LocalScheduler) -> None:
     code = REPORTER + "\n    while True:\n        time.sleep(0.05)\n"
-    cfg = {"time_limit": "2s", "warn_signal": "USR1", "warn_before": "1s", "grace_period": 0.5}
+    cfg = {"time_limit": "2s", "warn_signal": "USR1", "warn_before": "1s", "grace_period": 3}
     app_id = sched.submit(AppDef("tl", [py(code, num_replicas=2)]), cfg)
     desc = finished(sched, app_id)
     assert desc.state == AppState.FAILED
@@ -61,7 +61,7 @@ def test_a_replica_handling_the_warning_late_still_gets_it_and_a_wrapper_that_do
     # registers its handler only after a while: the warning waits for it, reaches python alone, once
     inner = "import time; time.sleep(1.5)\n" + textwrap.dedent(REPORTER) + "while True:\n    time.sleep(0.05)\n"
     role = Role("r", entrypoint="bash", args=["-c", f'{shlex.quote(sys.executable)} -c "$0"; echo "bash went on"', inner])
-    cfg = {"time_limit": "4s", "warn_signal": "USR1", "warn_before": "3.5s", "grace_period": 0.2}
+    cfg = {"time_limit": "4s", "warn_signal": "USR1", "warn_before": "3.5s", "grace_period": 3}
     app_id = sched.submit(AppDef("late", [role]), cfg)
     desc = finished(sched, app_id)
     assert desc.msg == "time limit 4s reached"
@@ -118,7 +118,7 @@ def test_silent_replica_is_stalled_warned_and_failed_with_its_last_line(sched: L
     print("step 1 done", flush=True)
     time.sleep(1000)
 """
-    cfg = {"stall_timeout": "1s", "on_stall": "fail", "warn_signal": "USR1", "warn_before": "1s", "grace_period": 0.2}
+    cfg = {"stall_timeout": "1s", "on_stall": "fail", "warn_signal": "USR1", "warn_before": "1s", "grace_period": 3}
     app_id = sched.submit(AppDef("stall", [py(code)]), cfg)
     desc = finished(sched, app_id)
     assert desc.state == AppState.FAILED
