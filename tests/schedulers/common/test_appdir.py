@@ -10,7 +10,7 @@ import pytest
 
 from tsm.errors import SchedulerError, TsmError
 from tsm.schedulers.api import DescribeAppResponse
-from tsm.schedulers.common.appdir import AppDir, app_dirs
+from tsm.schedulers.common.appdir import PREEMPTIONS, AppDir, app_dirs, preemption_events, record_preemption
 from tsm.schedulers.common.errors import ApiError, ClientBase, is_status
 from tsm.schedulers.common.owner import label_safe
 from tsm.schedulers.common.polling import poll_until
@@ -76,3 +76,14 @@ def test_owner_labels_and_poll_until() -> None:
     seen = iter([None, None, 3])
     assert poll_until(lambda: next(seen), 10, initial=0.001) == 3
     assert poll_until(lambda: None, 0.05, initial=0.01) is None
+
+
+def test_preemption_restarts_are_recorded_once_each_with_their_roles(tmp_path: Path) -> None:
+    d = AppDir(tmp_path, "a")
+    assert preemption_events(d) == []
+    record_preemption(d, 1, ["w", "ps"])
+    record_preemption(d, 1, ["ps", "w"])  # a second process deciding the same restart
+    record_preemption(d, 1, ["x"])  # another role's restart into the same try is another restart
+    assert preemption_events(d) == [(1, ("ps", "w")), (1, ("x",))]
+    d.write(PREEMPTIONS, "{not json")
+    assert preemption_events(d) == []

@@ -35,6 +35,8 @@ RECORD = "app.json"
 FINAL = "final.json"
 ATTEMPTS = "attempts.json"
 CANCELLING = "cancelling"
+#: the app's restarts made as preemptions, ``[[attempt, [roles]], ...]`` (:func:`preemption_events`)
+PREEMPTIONS = "preemptions.json"
 
 
 class AppDir:
@@ -179,3 +181,21 @@ def list_rows(
         if desc is not None:
             rows[d.app_id] = ListAppResponse(d.app_id, desc.state, name=d.app_id.rsplit("-", 1)[0], created=desc.created)
     return sorted(rows.values(), key=lambda r: -(r.created or 0))
+
+
+def preemption_events(d: AppDir) -> list[tuple[int, tuple[str, ...]]]:
+    """The restarts of the app made as preemptions, each ``(attempt, roles)``, from ``preemptions.json``
+    (kept in its directory, so every process counts the same; empty when unreadable). Their roles are what
+    :func:`tsm.schedulers.common.controller.count_preemptions` counts."""
+    try:
+        raw = json.loads(d.read(PREEMPTIONS) or "[]")
+        return sorted({(int(a), tuple(sorted(str(r) for r in roles))) for a, roles in raw})
+    except (ValueError, TypeError):
+        return []
+
+
+def record_preemption(d: AppDir, attempt: int, roles: Iterable[str]) -> None:
+    """Add the preemption restart of ``roles`` into try ``attempt`` to ``preemptions.json``: idempotent, so a
+    restart two processes decided is counted once (the caller holds the app's lock, so none is lost)."""
+    events = {*preemption_events(d), (attempt, tuple(sorted(roles)))}
+    d.write(PREEMPTIONS, json.dumps([[a, list(r)] for a, r in sorted(events)]))

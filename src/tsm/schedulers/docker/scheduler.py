@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from pathlib import Path
 
 from tsm.errors import SchedulerError, SubmissionError
 from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler
-from tsm.schedulers.common.appdir import AppDir, kept_status, list_rows
+from tsm.schedulers.common.appdir import AppDir, kept_status, list_rows, preemption_events, record_preemption
 from tsm.schedulers.common.controller import (
     Decision,
     Finish,
@@ -323,17 +322,12 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
     def _preemptions(self, d: AppDir) -> builtins.list[tuple[int, tuple[str, ...]]]:
         """The restarts of the app made as preemptions, each ``(attempt, roles)`` (kept in its directory, so
         every process counts the same; a restart is counted once however many processes decided it)."""
-        try:
-            raw = json.loads(d.read(PREEMPTIONS) or "[]")
-            return sorted({(int(a), tuple(sorted(str(r) for r in roles))) for a, roles in raw})
-        except (ValueError, TypeError):
-            return []
+        return preemption_events(d)
 
     def _record_preemption(self, d: AppDir, attempt: int, roles: Sequence[str]) -> None:
         """Add the preemption restart of ``roles`` into try ``attempt`` (idempotent; the caller holds the
         app's lock, so no other process's record is lost)."""
-        events = {*self._preemptions(d), (attempt, tuple(sorted(roles)))}
-        d.write(PREEMPTIONS, json.dumps([[a, list(r)] for a, r in sorted(events)]))
+        record_preemption(d, attempt, roles)
 
     def _restart_in_place(self, req: DockerRequest, view: AppView, stall: StallState) -> DescribeAppResponse | None:
         """Recreate each replica of a REPLICA role stopped for a stall (``stall.in_place``) whose container has

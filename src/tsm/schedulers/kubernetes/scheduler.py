@@ -64,7 +64,14 @@ from typing import Any
 
 from tsm.errors import InvalidRunOptionError, SchedulerError, SubmissionError
 from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler
-from tsm.schedulers.common.appdir import REQUEST as REQUEST_FILE, AppDir, kept_status, list_rows
+from tsm.schedulers.common.appdir import (
+    REQUEST as REQUEST_FILE,
+    AppDir,
+    kept_status,
+    list_rows,
+    preemption_events,
+    record_preemption,
+)
 from tsm.schedulers.common.controller import (
     Decision,
     Finish,
@@ -477,17 +484,12 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
 
     def _preemptions(self, d: AppDir) -> builtins.list[tuple[int, tuple[str, ...]]]:
         """The restarts of the app made as preemptions, each ``(attempt, roles)`` (``preemptions.json``)."""
-        try:
-            raw = json.loads(d.read(PREEMPTIONS) or "[]")
-            return sorted({(int(a), tuple(sorted(str(r) for r in roles))) for a, roles in raw})
-        except (ValueError, TypeError):
-            return []
+        return preemption_events(d)
 
     def _record_preemption(self, d: AppDir, attempt: int, roles: Sequence[str]) -> None:
         """Add the preemption restart of ``roles`` into try ``attempt`` (idempotent; the caller holds the
         app's lock, so no other process's record is lost)."""
-        events = {*self._preemptions(d), (attempt, tuple(sorted(roles)))}
-        d.write(PREEMPTIONS, json.dumps([[a, list(r)] for a, r in sorted(events)]))
+        record_preemption(d, attempt, roles)
 
     def _preemption_counts(self, d: AppDir) -> tuple[int, dict[str, int] | None]:
         """``(preemptions, role_preemptions)`` for :func:`decide` (:func:`count_preemptions`). An app
