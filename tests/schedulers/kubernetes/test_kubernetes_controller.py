@@ -11,7 +11,6 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,13 +35,6 @@ HANG = 60.0
 
 def role(name: str, code: str, image: str = "fake/python", **kw: object) -> Role:
     return Role(name, image=image, entrypoint=PY, args=["-c", code], **kw)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    c = FakeCluster()
-    yield c
-    c.close()
 
 
 def sched_on(cluster: FakeCluster, as_owner: str | None = None) -> KubernetesScheduler:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -41,13 +40,6 @@ WARNABLE = (
 
 def role(code: str, **kw: object) -> Role:
     return Role("w", image="fake/python", entrypoint=PY, args=["-c", code], **kw)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    c = FakeCluster()
-    yield c
-    c.close()
 
 
 def wait_for(pred: object, timeout: float = 30.0) -> None:

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from schedulers.kubernetes.fake_kube import FakeCluster
 from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
@@ -24,13 +22,6 @@ from tsm.specs.api import AppDef, AppState, Role
 
 HANG = 30.0
 CFG = {"dns": "yes"}
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    c = FakeCluster()
-    yield c
-    c.close()
 
 
 def until(pred: Callable[[], bool]) -> None:

@@ -12,7 +12,6 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -34,13 +33,6 @@ RUNS = "import time\nprint('up', flush=True)\nwhile True: time.sleep(0.05)\n"
 
 def role(code: str, name: str = "w", **kw: object) -> Role:
     return Role(name, image="fake/python", entrypoint=PY, args=["-c", code], **kw)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    c = FakeCluster()
-    yield c
-    c.close()
 
 
 def wait_for(pred: object, timeout: float = 30.0) -> None:

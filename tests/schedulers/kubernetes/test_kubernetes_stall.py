@@ -13,9 +13,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from schedulers.kubernetes.fake_kube import FakeCluster
 from tsm.schedulers.common.appdir import AppDir
@@ -44,13 +41,6 @@ CFG = {"dns": "yes", "stall_timeout": "1s", "warn_signal": "USR1", "warn_before"
 
 def role(code: str, **kw: object) -> Role:
     return Role("w", image="fake/python", entrypoint=PY, args=["-c", code], **kw)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def cluster() -> Iterator[FakeCluster]:
-    c = FakeCluster()
-    yield c
-    c.close()
 
 
 def looks(s: KubernetesScheduler, app_id: str, timeout: float = 60.0) -> list[tuple[str, str]]:
