@@ -205,6 +205,55 @@ def test_longest_grace_period_runs(sched: LocalScheduler) -> None:
     assert finished(sched, app_id).state == AppState.SUCCEEDED
 
 
+#: under bash, which ends at SIGTERM at once (the "echo" keeps bash from exec'ing python): python saves a
+#: checkpoint in its SIGTERM handler (SAVE seconds) and exits, or with IGNORE ignores SIGTERM
+WRAPPED = """# {marker}
+import signal, sys, time
+def save(s, f):
+    time.sleep({save})
+    print("saved", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, signal.SIG_IGN if {ignore} else save)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def wrapped(marker: str, save: float, ignore: bool = False) -> Role:
+    inner = WRAPPED.format(marker=marker, save=save, ignore=ignore)
+    return Role("r", entrypoint="bash", args=["-c", f'{PY} -c "$0"; echo "bash went on"', inner])
+
+
+def stdout(sched: LocalScheduler, app_id: str) -> list[str]:
+    return [ln.rstrip("\n") for ln in sched.log_iter(app_id, "r", 0, streams=Stream.STDOUT)]
+
+
+def test_a_wrapper_ending_at_sigterm_leaves_its_program_the_grace_period(sched: LocalScheduler) -> None:
+    # The grace period is the program's, not its wrapper's: bash ends at SIGTERM, the python under it still
+    # has its grace period to save a checkpoint (it used to get SIGKILL the moment bash ended)
+    marker = sleep_marker()
+    app_id = sched.submit(AppDef("wrapped", [wrapped(marker, save=1.0)]), {"grace_period": 60.0})
+    wait_until(lambda: "ready" in stdout(sched, app_id), "the program's start", timeout=HANG)
+    sched.cancel(app_id)
+    desc = finished(sched, app_id)
+    assert desc.state == AppState.CANCELLED, desc
+    assert stdout(sched, app_id) == ["ready", "saved"]
+    assert procs_with(marker) == []
+
+
+def test_a_wrapped_program_ignoring_sigterm_is_killed_when_the_grace_period_ends(sched: LocalScheduler) -> None:
+    marker = sleep_marker()
+    app_id = sched.submit(AppDef("wrapped", [wrapped(marker, save=0, ignore=True)]), {"grace_period": 1.0})
+    wait_until(lambda: "ready" in stdout(sched, app_id), "the program's start", timeout=HANG)
+    sched.cancel(app_id)
+    desc = finished(sched, app_id)
+    assert desc.state == AppState.CANCELLED, desc
+    assert replica(desc, "r", 0).exit_code == 128 + signal.SIGTERM  # bash's end is the replica's
+    assert stdout(sched, app_id) == ["ready"]
+    assert procs_with(marker) == []  # SIGKILL came at the grace period's end, before the end was recorded
+
+
 # -- item 8: callers holding more than 1024 descriptors ------------------------------------------------------
 LAUNCH_WITH_MANY_FDS = """
     import os, resource, sys

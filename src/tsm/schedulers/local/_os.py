@@ -77,6 +77,17 @@ def _stat(pid: int) -> list[bytes] | None:
     return data[data.rindex(b")") + 2 :].split()
 
 
+def group_alive(pgid: int) -> bool:
+    """True while any process is in process group ``pgid`` (zombies not yet reaped included)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def catches(pid: int, sig: int) -> bool:
     """True when ``pid`` has a handler for ``sig`` (its bit in ``SigCgt`` of /proc/pid/status); False if gone."""
     try:

@@ -161,13 +161,22 @@ class ReplicaLifecycle(Reaper):
             code = os.waitstatus_to_exitcode(status)
             if rep.proc is not None:
                 rep.proc.returncode = code
+            if rep.stopping and rep.kill_at is not None and rep.kill_at > time.monotonic():
+                # tsm is stopping it and the grace period runs: what the leader started keeps the rest of it
+                self.lingering[id(rep)] = (rep, code)
+                continue
             # The leader is gone; whatever it started goes with it.
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
             ended.append((rep, code))
-        if not ended:
+        if not ended and not self.lingering:
             return
         orphans = self._orphans()
+        for key, (rep, code) in list(self.lingering.items()):
+            # gone when neither its process group nor an orphan it left is there (SIGKILL at kill_at ends both)
+            if not (rep.pid is not None and _os.group_alive(rep.pid)) and not self._owned(rep, tree=False, orphans=orphans):
+                del self.lingering[key]
+                ended.append((rep, code))
         for rep, _ in ended:
             for left in self._owned(rep, tree=False, orphans=orphans):  # its pid is free for reuse now
                 with contextlib.suppress(OSError):

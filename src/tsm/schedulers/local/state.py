@@ -174,6 +174,10 @@ class SupervisorState:
         self.by_name = {(r.role, str(r.idx)): r for r in self.replicas}
         self.by_pid: dict[int, Replica] = {}
         self.leaders: dict[int, Replica] = {}  # every pid that led an attempt: its process group / session
+        # replicas tsm is stopping whose leader ended inside the grace period while processes it started
+        # still run (a wrapper such as bash ends at SIGTERM, the program under it may be checkpointing):
+        # recorded as ended once those are gone or SIGKILL comes, with the leader's exit code
+        self.lingering: dict[int, tuple[Replica, int]] = {}
         self.num_restarts = 0
         self.final_state: int | None = None
         self.final_msg = ""
