@@ -5,12 +5,14 @@ On the import path through ``pythonpath = ["tests"]`` in pyproject.toml: ``from 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing as mp
 import os
 import select
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 #: seconds: a guard against a hang, never a performance claim
@@ -93,3 +95,78 @@ def py(code: str, name: str = "r", **kw: Any) -> Any:
     from tsm.specs import Role
 
     return Role(name, entrypoint=sys.executable, args=["-c", textwrap.dedent(code)], **kw)
+
+
+class MemoryCgroup:
+    """A memory cgroup with a limit, standing for a node whose memory its processes share: what runs in it
+    past the limit is ended by the kernel's own OOM killer (a real one, counted in ``/proc/vmstat``).
+
+    Made under the root of the memory hierarchy (cgroup v1's ``memory`` controller, or v2 with ``memory``
+    enabled), so it needs root; :func:`memory_cgroup_unavailable` says why not where it cannot be made.
+    ``close`` moves what is left back to the root group and removes the group.
+    """
+
+    def __init__(self, name: str, limit_bytes: int) -> None:
+        v1 = "/sys/fs/cgroup/memory"
+        self.v2 = not os.path.isdir(v1)
+        self.root = "/sys/fs/cgroup" if self.v2 else v1
+        self.path = os.path.join(self.root, name)
+        self.origin: dict[int, str] = {}
+        os.makedirs(self.path, exist_ok=True)
+        limit_file = "memory.max" if self.v2 else "memory.limit_in_bytes"
+        with open(os.path.join(self.path, limit_file), "w") as f:
+            f.write(str(limit_bytes))
+        if not self.v2:  # no swap either: over the limit is an OOM kill, not a crawl
+            with contextlib.suppress(OSError), open(os.path.join(self.path, "memory.memsw.limit_in_bytes"), "w") as f:
+                f.write(str(limit_bytes))
+
+    @property
+    def procs(self) -> str:
+        """The file a pid is written to, to move that process (and what it starts later) into the group."""
+        return os.path.join(self.path, "cgroup.procs")
+
+    def add(self, pid: int) -> None:
+        """Move ``pid`` into the group; ``close`` puts it back where it was."""
+        self.origin.setdefault(pid, self._group_of(pid))
+        with open(self.procs, "w") as f:
+            f.write(str(pid))
+
+    def _group_of(self, pid: int) -> str:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cgroup") as f:
+            for line in f:
+                _, ctl, path = line.rstrip("\n").split(":", 2)
+                if (self.v2 and ctl == "") or (not self.v2 and "memory" in ctl.split(",")):
+                    return path
+        return "/"
+
+    def close(self) -> None:
+        for _ in range(50):
+            with contextlib.suppress(OSError), open(self.procs) as f:
+                for pid in f.read().split():
+                    back = self.origin.get(int(pid), "/")  # what it started since went in with it: back too
+                    with contextlib.suppress(OSError), open(f"{self.root}{back.rstrip('/')}/cgroup.procs", "w") as out:
+                        out.write(pid)
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def memory_cgroup_unavailable() -> str | None:
+    """Why a :class:`MemoryCgroup` cannot be made on this machine, or None when it can."""
+    if os.geteuid() != 0:
+        return "making a memory cgroup needs root"
+    v2 = "/sys/fs/cgroup/cgroup.controllers"
+    if os.path.isdir("/sys/fs/cgroup/memory"):
+        if not os.access("/sys/fs/cgroup/memory", os.W_OK):
+            return "the cgroup v1 memory hierarchy is read-only here"
+    elif not (os.path.exists(v2) and "memory" in Path(v2).read_text().split()):
+        return "no cgroup memory controller here"
+    try:
+        MemoryCgroup(f"tsm-probe-{os.getpid()}", 64 << 20).close()
+    except OSError as e:
+        return f"a memory cgroup cannot be made here: {e}"
+    return None

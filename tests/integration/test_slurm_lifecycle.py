@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from testutil import wait_until
+from testutil import MemoryCgroup, memory_cgroup_unavailable, wait_until
 from tsm.schedulers.api import Stream
 from tsm.schedulers.slurm import SlurmScheduler, create_scheduler
 from tsm.schedulers.slurm.parse import read_excluded
@@ -353,6 +353,59 @@ def test_a_node_set_down_under_a_replica_is_a_preemption_and_the_retry_moves_off
     assert f"excluded nodes: {node} NODE_FAIL" in desc.msg, desc.msg
     batch = (job_dir / "batch.out").read_text()
     assert f"tsm: this attempt was given node(s) {node}, which failed under an earlier one: requeueing" in batch
+
+
+# -- a replica the node's OOM killer ended ----------------------------------------------------------------
+
+OOM_FIRST = textwrap.dedent(
+    """\
+    import os, sys
+    import tsm.lifecycle as lc
+    print("attempt", lc.attempt(), "last", lc.last_exit(), "on", os.environ["SLURMD_NODENAME"], flush=True)
+    if lc.restart_count():
+        sys.exit(0)
+    hog = [bytearray(16 << 20) for _ in range(128)]  # 2 GiB, touched
+    """
+)
+
+
+@pytest.mark.skipif(memory_cgroup_unavailable() is not None, reason=str(memory_cgroup_unavailable()))
+def test_a_replica_the_nodes_oom_killer_ended_is_retried_off_that_node() -> None:
+    """The nodes' memory is shared and short: every slurmd (so every job's processes) runs in one memory
+    cgroup of 512 MiB for this test, and attempt 0 outgrows it. The kernel's OOM killer ends it; the wrapper
+    records the node, and the retry (``max_retries=1``) runs elsewhere: given that node again, the batch script
+    moves it off first. Asserted from the replica's own output and the job's records."""
+    slurmds = [int(p) for p in subprocess.run(["pgrep", "-x", "slurmd"], capture_output=True, text=True).stdout.split()]
+    assert slurmds
+    sched: SlurmScheduler = create_scheduler("it")
+    app = AppDef("oom", [Role("w", entrypoint=sys.executable, args=["-c", OOM_FIRST], max_retries=1,
+                              resource=Resource(cpu=1, memMB=200))])  # fmt: skip
+    nodes = MemoryCgroup(f"tsm-test-nodes-{os.getpid()}", 512 << 20)
+    app_id = ""
+    try:
+        for pid in slurmds:
+            nodes.add(pid)
+        app_id = sched.submit(app, {"max_preemptions": 1})
+        desc = sched.wait(app_id, timeout=300)
+    finally:
+        if app_id:
+            sched.cancel(app_id)
+        nodes.close()
+    lines = stdout_lines(sched, app_id, "w")
+    assert desc is not None and desc.state == AppState.SUCCEEDED, (desc, lines)
+    first = lines[0].split()[-1]
+    assert lines[0] == f"attempt 0 last None on {first}\n", lines
+    assert lines[-1].startswith("attempt ") and " last failed:137 on " in lines[-1], lines
+    assert lines[-1].split()[-1] != first, lines  # off the node whose OOM killer ended attempt 0
+    job_dir = sched._dir_and_app(app_id, None)[0]
+    assert job_dir is not None
+    assert read_excluded(job_dir) == [f"{first} OOM (the kernel's OOM killer ended w/0)"]
+    assert f"excluded nodes: {first} OOM" in desc.msg, desc.msg
+    assert f"tsm: w/0 was killed by the kernel's OOM killer on {first}" in stderr_text(sched, app_id, "w")
+
+
+def stderr_text(sched: SlurmScheduler, app_id: str, role: str) -> str:
+    return "".join(sched.log_iter(app_id, role, 0, streams=Stream.STDERR))
 
 
 # -- stalls ---------------------------------------------------------------------------------------------

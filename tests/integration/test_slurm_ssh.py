@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from testutil import wait_until
 from tsm.schedulers.common.ssh import SshConnection, SshHostKeyError, SshTarget, SshUnreachableError
 from tsm.schedulers.slurm import SlurmScheduler, create_scheduler, remote as remote_mod
 from tsm.schedulers.slurm.remote import Remote, RemoteRecord
@@ -206,3 +207,27 @@ def test_running_app_is_seen_by_views_with_last_lines_and_cancelled_over_ssh(
     sched.cancel(app_id)
     desc = sched.describe(app_id, max_age=0.0)
     assert desc is not None and desc.state == AppState.CANCELLED, desc
+
+
+def test_cancel_over_ssh_warns_every_task_before_scancel(sched: SlurmScheduler, ssh_server: SshServer) -> None:
+    # as a local cancel does: the warning reaches each task (a bash trap here: the login node's python has no
+    # tsm), each has warn_before to save and end, and the job's own record says the cancel warned it
+    script = "trap 'echo \"warned $TSM_REPLICA_ID\"; exit 0' USR1; echo ready; while :; do sleep 0.1; done"
+    app = AppDef(name="sshwarn", roles=[bash_role("w", script, n=2)])
+    cfg = {**ssh_server.cfg(), "warn_signal": "USR1", "warn_before": "60s", "max_preemptions": 0}
+    app_id = run_app(sched, app, cfg)
+    try:
+        for k in (0, 1):
+            wait_until(lambda k=k: "ready\n" in list(sched.log_iter(app_id, "w", k)), f"replica {k} ready",
+                       timeout=120)  # fmt: skip
+    finally:
+        sched.cancel(app_id)
+    desc = sched.describe(app_id, max_age=0.0)
+    assert desc is not None and desc.state.is_terminal, desc
+    for k in (0, 1):
+        lines = list(sched.log_iter(app_id, "w", k))  # bash says its "sleep", which does not trap it, got USR1
+        assert lines[0] == "ready\n" and lines.count(f"warned {k}\n") == 1, lines  # warned once, had time to end
+    rec = RemoteRecord.load(app_id)
+    assert rec is not None
+    batch = remote_mod.remote_of(rec).read(f"{rec.job_dir}/batch.out")
+    assert b"tsm: cancelled: SIGUSR1 to every task" in batch

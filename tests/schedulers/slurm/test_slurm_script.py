@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 from slurm_util import HOSTILE, HOSTILE_ENV, directives, dryrun, two_role_app
 
 import hostile
+from testutil import MemoryCgroup, memory_cgroup_unavailable
 from tsm.errors import (
     InvalidAppError,
     InvalidRunOptionError,
@@ -28,6 +29,8 @@ from tsm.schedulers.slurm import (
     parse_version,
     read_status,
 )
+from tsm.schedulers.slurm.parse import SlurmJob, read_excluded
+from tsm.schedulers.slurm.script import REPLICA_WRAPPER
 from tsm.specs.api import AppDef, Resource, Role
 
 # -- the request ---------------------------------------------------------------------------------------
@@ -418,3 +421,56 @@ def test_a_failed_replica_fails_the_job_with_its_code(
     assert read_status(job_dir / "w" / "1.status").exit_code == 7  # type: ignore[union-attr]
     assert read_status(job_dir / "w" / "0.status").exit_code == 0  # type: ignore[union-attr]
     assert "tsm: role w failed (srun exit code 7)" in proc.stderr
+
+
+# -- the replicas' wrapper tells the node's OOM killer from other ends (issue 25) ---------------------------
+HOG = "b = [bytearray(16 << 20) for _ in range(128)]"  # 2 GiB, touched: far past the group's limit
+
+
+def run_wrapper(tmp_path: Path, code: str, cgroup: MemoryCgroup | None = None) -> subprocess.CompletedProcess[str]:
+    """Run one task as srun would (the wrapper, replica 0 of role r on node7), inside ``cgroup`` if given."""
+    (tmp_path / "r").mkdir(exist_ok=True)
+    env = {**os.environ, "TSM_JOB_DIR": str(tmp_path), "SLURMD_NODENAME": "node7", "SLURM_PROCID": "0"}
+    return subprocess.run(
+        ["bash", "-c", REPLICA_WRAPPER, "tsm-replica", "r", "1", "0", sys.executable, "-c", code],
+        env=env, capture_output=True, text=True, timeout=120,
+        preexec_fn=(lambda: cgroup.add(os.getpid())) if cgroup is not None else None,  # noqa: PLW1509
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(memory_cgroup_unavailable() is not None, reason=str(memory_cgroup_unavailable()))
+def test_wrapper_records_a_replica_the_nodes_oom_killer_ended(tmp_path: Path) -> None:
+    # a real OOM kill: the task runs in a memory cgroup standing for a node whose memory is shared
+    node = MemoryCgroup(f"tsm-test-node-{os.getpid()}", 128 << 20)
+    try:
+        proc = run_wrapper(tmp_path, HOG, node)
+    finally:
+        node.close()
+    assert proc.returncode == 137, proc.stderr
+    line = "node7 OOM (the kernel's OOM killer ended r/0)"
+    assert (tmp_path / "oom_nodes").read_text() == line + "\n"
+    assert "tsm: r/0 was killed by the kernel's OOM killer on node7; later attempts avoid it" in proc.stderr
+    (tmp_path / "excluded").write_text(line + "\n")  # as the batch script copies it at the restart
+    assert read_excluded(tmp_path) == [line]
+    assert (tmp_path / "r" / "0.status").read_text().startswith("exited 137 ")
+
+
+def test_wrapper_records_no_oom_for_other_sigkills_and_failures(tmp_path: Path) -> None:
+    proc = run_wrapper(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert proc.returncode == 137
+    proc = run_wrapper(tmp_path, "raise SystemExit(3)")
+    assert proc.returncode == 3
+    assert not (tmp_path / "oom_nodes").exists()
+    assert "OOM" not in proc.stderr
+
+
+def test_a_replica_the_nodes_oom_killer_ended_says_so(tmp_path: Path) -> None:
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "0.status").write_text("exited 137 1700000000 0 - node7\n")
+    (tmp_path / "r" / "1.status").write_text("exited 137 1700000000 0 - node8\n")  # SIGKILLed, not by the OOM killer
+    (tmp_path / "oom_nodes").write_text("node7 OOM (the kernel's OOM killer ended r/0)\n")
+    rec = SlurmJob("5", "5", 0, "app", ["FAILED"], nodes="node[7-8]", num_tasks=2)
+    role = Role("r", entrypoint="x", num_replicas=2)
+    r0, r1 = (SlurmScheduler._replica_status(role, k, rec, ["node7", "node8"], tmp_path, 0) for k in (0, 1))
+    assert r0.error_msg == "exited with code 137: killed by the kernel's OOM killer on node7 (later attempts avoid it)"
+    assert r1.error_msg == "exited with code 137"

@@ -101,13 +101,16 @@ task, then up to ``warn_before`` (less once the job ended) before the ``scancel`
 Long runs (issue 25; the script's part is described in :mod:`.script`): the warning reaches the batch shell
 before the time limit, at a preemption (on clusters with ``SlurmctldParameters=preempt_send_user_signal``,
 as ``scripts/slurm-up`` configures) and from ``cancel``, and is forwarded once to every task. Restarts the
-cluster decides are preemptions (``max_preemptions``); a restart after ``NODE_FAIL``/``BOOT_FAIL`` keeps the
-app off the failed node (``excluded`` below); ``stall_timeout`` is watched by the batch shell. More files of
-the job directory::
+cluster decides are preemptions (``max_preemptions``); a restart after ``NODE_FAIL``/``BOOT_FAIL``, or after
+the kernel's OOM killer ended a replica on a node it shares, keeps the app off that node (``excluded`` below);
+``stall_timeout`` is watched by the batch shell. More files of the job directory::
 
     failures, moves     the script's own requeues: for the app's failures, and moves off a failed node
     requeue_cause       why the script requeued (the next attempt's TSM_LAST_EXIT), then last_exit
     excluded            ``node3 NODE_FAIL (reason: ...)``: nodes kept out of later attempts (describe says so)
+    oom_nodes           ``node3 OOM (the kernel's OOM killer ended w/0)``: written by the replicas' wrapper when
+                        a task ended by SIGKILL (not tsm's) while the node's ``/proc/vmstat`` ``oom_kill`` rose
+                        and no memory limit of the job's own was hit; read into ``excluded`` at the restart
     node_error          why the script could not keep the app off a failed node (Slurm refused the
                         exclusion, or the moves ran past ``max_preemptions``): the app fails, describe says why
     stalled             ``<role>/<k> stalled for 15m, last line: '...'``, from the stall watcher; a stalled

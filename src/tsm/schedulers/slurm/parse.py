@@ -464,18 +464,22 @@ def read_last_exit(job_dir: str | Path) -> str:
     return text if re.fullmatch(r"preempted|time_limit|stalled|failed:\d+", text) else ""
 
 
-#: One line of ``job_dir/excluded``: ``<node> NODE_FAIL|BOOT_FAIL[ (reason: ...)]``.
-_EXCLUDED_LINE = re.compile(r"[A-Za-z0-9._-]+ (?:NODE_FAIL|BOOT_FAIL)(?: \(reason: [^\n]{0,200}\))?")
+#: One line of ``job_dir/excluded``: ``<node> NODE_FAIL|BOOT_FAIL[ (reason: ...)]`` or ``<node> OOM (...)``.
+_EXCLUDED_LINE = re.compile(
+    r"[A-Za-z0-9._-]+ (?:(?:NODE_FAIL|BOOT_FAIL)(?: \(reason: [^\n]{0,200}\))?"
+    r"|OOM \(the kernel's OOM killer ended [^\n]{1,200}\))"
+)
 
 
-def read_excluded(job_dir: str | Path) -> list[str]:
+def read_excluded(job_dir: str | Path, name: str = "excluded") -> list[str]:
     """The nodes the job's batch script keeps its attempts off, and why (``node3 NODE_FAIL (reason: ...)``).
 
     Written by the script at the start of a restart after a node failed under an earlier attempt; [] when no
-    node failed (or the job directory is not shared). Lines that are not of that form are left out.
+    node failed (or the job directory is not shared). Lines that are not of that form are left out. With
+    ``name="oom_nodes"``: the nodes whose OOM killer ended a replica, as the replicas' wrapper recorded them.
     """
     try:
-        text = Path(job_dir, "excluded").read_text(errors="replace")
+        text = Path(job_dir, name).read_text(errors="replace")
     except OSError:
         return []
     return [ln for ln in text.splitlines() if _EXCLUDED_LINE.fullmatch(ln)]

@@ -27,6 +27,7 @@ import io
 import json
 import os
 import re
+import shlex
 import subprocess
 import tarfile
 import threading
@@ -48,7 +49,7 @@ from tsm.schedulers.common.ssh import (
     parse_ssh_options,
 )
 from tsm.schedulers.slurm.queries import SlurmQueries
-from tsm.schedulers.slurm.script import SlurmBatchRequest
+from tsm.schedulers.slurm.script import JOB_FILES, SlurmBatchRequest
 
 
 @dataclass(frozen=True)
@@ -390,7 +391,7 @@ class Remote:
 
     def remove(self, rec: RemoteRecord, roles: Sequence[str]) -> None:
         """Delete the files tsm and Slurm wrote in the remote job directory, then the empty directories."""
-        names = ["job.sbatch", "batch.out", "exit", "restarts", "job_id", "app.json", "submit_token"]
+        names = [shlex.quote(n) for n in JOB_FILES]
         script = (
             'd=$1; shift; cd "$d" 2>/dev/null || exit 0; for r in "$@"; do rm -f -- "$r"/*.stdout "$r"/*.stderr '
             '"$r"/*.status; rmdir -- "$r" 2>/dev/null; done; rm -f -- ' + " ".join(names) +

@@ -23,13 +23,22 @@ from tsm.schedulers.common.polling import poll_until_terminal
 from tsm.schedulers.common.record import AppRecord, role_replicas
 from tsm.schedulers.common.ssh import SshError, SshTarget, parse_ssh_options
 from tsm.schedulers.slurm.parse import read_status
-from tsm.schedulers.slurm.remote import RemoteBatchRequest, RemoteRecord, SshOptions, remote, remote_of
+from tsm.schedulers.slurm.remote import (
+    Remote,
+    RemoteBatchRequest,
+    RemoteRecord,
+    SshOptions,
+    remote,
+    remote_of,
+)
 from tsm.schedulers.slurm.script import (
+    CANCEL_MARK,
     SlurmBatchRequest,
     SlurmOptions,
     build_script,
     directive_safe,
     format_request,
+    warning_of,
 )
 from tsm.schedulers.slurm.workspace_ssh import remote_workspace_roles, ship
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState
@@ -138,13 +147,59 @@ def list_apps(sched: SlurmScheduler) -> builtins.list[ListAppResponse]:
 
 
 def cancel(sched: SlurmScheduler, app_id: str) -> None:
-    """``scancel`` on the login node, then wait (as locally) until Slurm reports the job ended."""
+    """``scancel`` on the login node, then wait (as locally) until Slurm reports the job ended.
+
+    An app that asked for a warning (``warn_signal``) and runs is warned first, as a local one is
+    (:meth:`~tsm.schedulers.slurm.scheduler.SlurmScheduler.cancel`): the cancel mark and the warning in one
+    remote call, then up to ``warn_before`` for the job to end by itself.
+    """
     rec = RemoteRecord.load(app_id)
     if rec is None:
         return
-    remote_of(rec).cancel(rec.job_id)
+    rem = remote_of(rec)
+    marked = _warn_before_cancel(sched, rem, rec)
+    try:
+        rem.cancel(rec.job_id)
+    except BaseException:
+        if marked:  # the job runs on: its next warning is not this cancel's
+            with contextlib.suppress(SshError, OSError):
+                rem.conn.run(["sh", "-c", 'rm -f -- "$1/$2"', "tsm-unmark", rec.job_dir, CANCEL_MARK], timeout=30)
+        raise
     poll_until_terminal(lambda pause: sched.describe(app_id, max_age=0.0), sched.cancel_timeout,
                         initial=0.2, cap=2.0)  # fmt: skip
+
+
+#: On the login node: write the cancel mark, then warn the batch shell; the mark is taken back when the warning
+#: could not be sent (the job ended meanwhile). $1 job dir, $2 mark's name, $3 signal, $4 job id.
+_WARN = (
+    'umask 077; printf "cancel\\n" > "$1/$2" || exit 1; '
+    'scancel --batch --signal="$3" "$4" || { rm -f -- "$1/$2"; exit 1; }'
+)
+
+
+def _warn_before_cancel(sched: SlurmScheduler, rem: Remote, rec: RemoteRecord) -> bool:
+    """Warn every task of a running app that asked for a warning, then wait up to ``warn_before`` (less once the
+    job has ended). True when the warning was sent (the cancel mark is on the login node)."""
+    script = rem.read(f"{rec.job_dir}/job.sbatch").decode("utf-8", "replace")
+    warning = warning_of(script) if script else None
+    if warning is None:
+        return False
+    desc = sched.describe(rec.app_id, max_age=0.0)
+    if desc is None or desc.state != AppState.RUNNING:
+        return False  # pending or ended: there is no task to warn
+    sig, lead = warning
+    proc = rem.conn.run(["sh", "-c", _WARN, "tsm-warn", rec.job_dir, CANCEL_MARK, sig, rec.job_id], timeout=60)
+    if proc.returncode != 0:
+        return False  # ended meanwhile (or no mark could be written): the scancel that follows says the rest
+    rem.queries.invalidate()
+    try:
+        poll_until_terminal(lambda pause: sched.describe(rec.app_id, max_age=0.0), float(lead), initial=0.2,
+                            cap=1.0)  # fmt: skip
+    except BaseException:
+        with contextlib.suppress(SshError, OSError):
+            rem.conn.run(["sh", "-c", 'rm -f -- "$1/$2"', "tsm-unmark", rec.job_dir, CANCEL_MARK], timeout=30)
+        raise
+    return True
 
 
 def remove(sched: SlurmScheduler, app_id: str) -> bool:

@@ -66,7 +66,7 @@ from tsm.schedulers.slurm.parse import (
 from tsm.schedulers.slurm.queries import SlurmQueries, queries
 from tsm.schedulers.slurm.script import (
     CANCEL_MARK,
-    NODE_ERROR,
+    JOB_FILES,
     REPLICA_WRAPPER,
     SlurmBatchRequest,
     SlurmOptions,
@@ -529,6 +529,10 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         else:
             rs.state = AppState.FAILED
             rs.error_msg = f"exited with code {f.exit_code}"
+            if f.exit_code == 137 and f"{f.host} OOM (the kernel's OOM killer ended {role.name}/{k})" in read_excluded(
+                job_dir, "oom_nodes"
+            ):
+                rs.error_msg += f": killed by the kernel's OOM killer on {f.host} (later attempts avoid it)"
         return rs
 
     def _describe_from_files(self, app_id: str, job_dir: Path | None) -> DescribeAppResponse | None:
@@ -826,8 +830,7 @@ def _remove_job_files(job_dir: Path, roles: list[str]) -> bool:
                 removed |= unlink(f)
         rmdir(job_dir / role)
     # with the long-run records of the batch script (see the package docstring)
-    for name in ("job.sbatch", "batch.out", "exit", "restarts", "job_id", "app.json", "failures", "moves",
-                 "requeue_cause", "last_exit", "excluded", "stalled", CANCEL_MARK, NODE_ERROR):
+    for name in JOB_FILES:
         removed |= unlink(job_dir / name)
     rmdir(job_dir)
     return removed

@@ -12,8 +12,8 @@ limit; ``exclude_nodes`` joins ``--exclude``. The script counts its own failure 
 ``job_dir/failures`` and its moves off failed nodes in ``job_dir/moves``: every other restart is the
 cluster's (a preemption, a lost node), spends ``max_preemptions`` and never ``max_retries``; each attempt gets
 ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT`` and ``TSM_LAST_EXIT`` (also written to ``job_dir/last_exit`` for
-``describe``). A restart after ``NODE_FAIL``/``BOOT_FAIL`` keeps the app off that node
-(:func:`_avoid_failed_nodes`); ``stall_timeout`` starts a watcher beside the sruns (:data:`STALL_WATCHER`).
+``describe``). A restart after ``NODE_FAIL``/``BOOT_FAIL``, or after the node's OOM killer ended a replica
+(:data:`REPLICA_WRAPPER` records it in ``oom_nodes``), keeps the app off that node (:func:`_avoid_failed_nodes`); ``stall_timeout`` starts a watcher beside the sruns (:data:`STALL_WATCHER`).
 """
 
 from __future__ import annotations
@@ -209,12 +209,34 @@ sig=-
 case ${TSM_WARN_SIGNAL:-} in ?*) trap : "$TSM_WARN_SIGNAL" ;; esac
 trap 'sig=TERM' TERM
 trap 'sig=INT' INT
+tsm_oom() {  # REPLY: the node's OOM kills so far (/proc/vmstat), then the limit hits of Slurm's cgroup of this task
+  local k v ctl path n=0 own=0
+  { while read -r k v; do [ "$k" = oom_kill ] && n=$v; done </proc/vmstat; } 2>/dev/null
+  { while IFS=: read -r _ ctl path; do
+      case $path in *slurm*) ;; *) continue ;; esac
+      case $ctl in
+        memory) read -r own <"/sys/fs/cgroup/memory$path/memory.failcnt" ;;
+        '') while read -r k v; do [ "$k" = oom ] && own=$v; done <"/sys/fs/cgroup$path/memory.events" ;;
+      esac
+    done </proc/self/cgroup; } 2>/dev/null
+  REPLY="$n $own"
+}
+tsm_oom
+oom0=$REPLY
 if [ "${#odd[@]}" -gt 0 ]; then
   env -- "${odd[@]}" "${cmd[@]}"
 else
   "${cmd[@]}"
 fi
 rc=$?
+if [ "$rc" = 137 ] && [ "$sig" = - ]; then
+  tsm_oom
+  if [ "${REPLY% *}" -gt "${oom0% *}" ] 2>/dev/null && [ "${REPLY#* }" = "${oom0#* }" ]; then
+    # SIGKILL while the node's OOM killer killed, not for a memory limit of the job's own: the node's doing
+    printf "%s OOM (the kernel's OOM killer ended %s/%s)\n" "$host" "$role" "$TSM_REPLICA_ID" >>"$TSM_JOB_DIR/oom_nodes"
+    echo "tsm: $role/$TSM_REPLICA_ID was killed by the kernel's OOM killer on $host; later attempts avoid it" >&2
+  fi
+fi
 printf 'exited %s %s %s %s %s\n' "$rc" "$(date +%s)" "$attempt" "$sig" "$host" >"$status"
 exit "$rc"
 """
@@ -792,6 +814,11 @@ _NOT_IN_SERVICE = "*down* | *drain* | *drng* | *fail* | *'*'*"
 #: the attempt that finds it fails at once.
 NODE_ERROR = "node_error"
 
+#: Every file tsm, the batch script and its replicas' wrapper write at the top of a job directory (what
+#: ``remove`` deletes there, locally and on a login node; the replicas' files are in the role directories).
+JOB_FILES = ("job.sbatch", "batch.out", "exit", "restarts", "job_id", "app.json", "submit_token", "failures",
+             "moves", "requeue_cause", "last_exit", "excluded", "oom_nodes", "stalled", CANCEL_MARK, NODE_ERROR)
+
 
 def max_moves(opts: SlurmOptions) -> int:
     """How many times the script may move the job off failed nodes (see :func:`_avoid_failed_nodes`).
@@ -807,7 +834,8 @@ def _avoid_failed_nodes(opts: SlurmOptions, roles: int) -> list[str]:
     """The script's part that keeps a restarted job off the nodes that failed under its earlier attempts.
 
     A restart asks ``sacct`` (one call) for the job's earlier runs that ended ``NODE_FAIL`` or ``BOOT_FAIL``;
-    their node (every node of a one-node run; of a larger run, those not back in service) is excluded, and
+    their node (every node of a one-node run; of a larger run, those not back in service) is excluded, and so
+    is each node of ``job_dir/oom_nodes`` (the kernel's OOM killer ended a replica there), and
     ``job_dir/excluded`` says which and why (``node3 NODE_FAIL (reason)``, shown by ``describe``). Slurm takes
     ``ExcNodeList`` only for a pending job, so when this attempt was given such a node it requeues itself held
     (``scontrol requeuehold``), sets the exclusion (the ``exclude`` options' nodes too), releases the job and
@@ -833,7 +861,7 @@ def _avoid_failed_nodes(opts: SlurmOptions, roles: int) -> list[str]:
         ]
     node_error = f'"$TSM_JOB_DIR/{NODE_ERROR}"'
     return [
-        "# Nodes that failed under an earlier attempt (NODE_FAIL, BOOT_FAIL) are kept out of the later ones.",
+        "# Nodes that failed under an earlier attempt (NODE_FAIL, BOOT_FAIL, an OOM kill) are kept out of the later ones.",
         f"if [ -s {node_error} ]; then  # an earlier attempt could not keep the job off them",
         f'  echo "tsm: $(head -n 1 {node_error})" >&2',
         '  echo 1 >"$TSM_JOB_DIR/exit"',
@@ -854,6 +882,7 @@ def _avoid_failed_nodes(opts: SlurmOptions, roles: int) -> list[str]:
         "      printf '%s %s%s\\n' \"$n\" \"$st\" \"$reason\"",
         "    done",
         '  done < <(sacct -j "$SLURM_JOB_ID" -D -X -n -P -o State,NodeList 2>/dev/null)',
+        '  [ -s "$TSM_JOB_DIR/oom_nodes" ] && cat "$TSM_JOB_DIR/oom_nodes"  # written by the replicas\' wrapper',
         "}",
         'if [ "$TSM_RESTART_COUNT" -gt 0 ]; then',
         "  _tsm_bad=$(_tsm_failed_nodes | sort -u -k1,1)",
