@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from integration.ray_cluster import RayCluster, ray_cluster  # noqa: F401 (the fixture test modules ask for)
+from testutil import MemoryCgroup, memory_cgroup_unavailable
 from tsm.errors import InvalidRunOptionError
 from tsm.schedulers.api import Stream
 from tsm.specs.api import AppDef, AppState, Resource, RetryPolicy, Role
@@ -72,11 +73,12 @@ def live_groups(address: str, app_id: str) -> list[dict[str, Any]]:
 class WorkerNode:
     """A Ray worker node of this machine joined to the shared head; :meth:`kill` ends it (only it)."""
 
-    def __init__(self, address: str, log: Path) -> None:
+    def __init__(self, address: str, log: Path, cgroup: MemoryCgroup | None = None) -> None:
         self.address = address
         self.out = open(log, "wb")  # noqa: SIM115 (closed in kill)
         self.proc = subprocess.Popen([PY, "-c", NODE, GCS, json.dumps({MARK: 1})], stdout=self.out,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=(lambda: cgroup.add(os.getpid())) if cgroup else None)  # noqa: PLW1509
         self.node_id = ""
         deadline = time.monotonic() + 120
         while not self.node_id:
@@ -288,3 +290,49 @@ def test_a_silent_replica_is_stalled(sched: Any, on_stall: str, on_warning: str)
         assert final.msg == f"role 'w' replica 0 {why}"
         assert rep.error_msg == why and final.num_restarts == 0
         assert lines(sched, app_id) == ["attempt 0 ''", "warned"]
+
+
+#: attempt 0 outgrows its node's memory when it runs in the test's memory cgroup (argv[1]) and otherwise waits
+#: to be stopped; a restart prints and ends
+HOG = (
+    "import os, sys, time\n"
+    "print('start', os.environ['TSM_ATTEMPT'], repr(os.environ['TSM_LAST_EXIT']), flush=True)\n"
+    "if os.environ['TSM_LAST_EXIT']:\n"
+    "    raise SystemExit(0)\n"
+    "if sys.argv[1] in open('/proc/self/cgroup').read():\n"
+    "    hog = [bytearray(16 << 20) for _ in range(192)]  # 3 GiB, touched\n"
+    "while True:\n"
+    "    time.sleep(0.2)\n"
+)
+
+
+@pytest.mark.skipif(memory_cgroup_unavailable() is not None, reason=str(memory_cgroup_unavailable()))
+def test_a_replica_the_nodes_oom_killer_ended_restarts_off_that_node(
+        sched: Any, ray_cluster: RayCluster, tmp_path: Path) -> None:  # noqa: F811
+    """The worker node runs in a memory cgroup of 1 GiB (its raylet, agents and workers: the node's memory);
+    the replica SPREAD onto it outgrows it and the kernel's OOM killer ends it. The app (APPLICATION policy,
+    ``max_retries=1``) restarts whole in a new placement group that keeps off that node."""
+    group = f"tsm-test-raynode-{os.getpid()}"
+    memory = MemoryCgroup(group, 1 << 30)
+    node = None
+    try:
+        node = WorkerNode(ray_cluster.address, tmp_path / "worker-node.log", cgroup=memory)
+        app = AppDef("oom", [Role("w", entrypoint=PY, args=["-c", HOG, group], num_replicas=2, max_retries=1,
+                                  retry_policy=RetryPolicy.APPLICATION, resource=Resource(cpu=0.5, memMB=100))])
+        app_id = sched.submit(app, {"placement_strategy": "SPREAD"})
+        final = sched.wait(app_id, timeout=HANG)
+        assert final is not None and final.state == AppState.SUCCEEDED, final
+        assert node.state() == "ALIVE"  # the node lives on: only the replica was killed
+    finally:
+        if node is not None:
+            node.kill()
+        memory.close()
+    reps = [record(sched, app_id, k) for k in (0, 1)]
+    hogs = [k for k in (0, 1) if reps[k]["nodes"][0] == node.node_id]
+    assert len(hogs) == 1, f"SPREAD placed no replica on the worker node {node.node_id}: {reps}"
+    k = hogs[0]
+    assert reps[k]["nodes"][1] != node.node_id and reps[1 - k]["nodes"][1] != node.node_id, reps
+    assert final.num_restarts == 1
+    assert final.msg == (f"excluded nodes: {node.node_id[:12]} (127.0.0.1): the kernel's OOM killer ended role 'w' "
+                         f"replica {k} (attempt 0)"), final.msg
+    assert lines(sched, app_id, k)[-1] == "start 1 'failed:-9'"

@@ -130,6 +130,7 @@ class FakePod:
         self.proc: FakeProcess | None = None
         self.deleted = False
         self.deadline_exceeded = False
+        self.oom_killed = False
         self.cid = secrets.token_hex(6)
 
     @property
@@ -193,6 +194,15 @@ class FakeCluster:
         """The eviction API (``POST .../pods/<name>/eviction``): see the module doc."""
         self.core.create_namespaced_pod_eviction(pod_name, self.namespace, {
             "apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": pod_name}})
+
+    def oom_kill(self, pod_name: str) -> None:
+        """The node's kernel OOM killer ends the pod's process (SIGKILL); the kubelet reports ``OOMKilled``."""
+        with self.lock:
+            pod = self.pods[pod_name]
+            pod.oom_killed = True
+            proc = pod.proc
+        if proc is not None:
+            proc.signal(signal.SIGKILL)
 
     def lose_node(self, node: str) -> None:
         """``node`` is gone: removed from the node list, its pods marked deleted (they keep running: their
@@ -269,7 +279,8 @@ class FakeCluster:
         with self.lock:
             started = now_rfc3339(proc.started or time.time())
             status.update(phase="Succeeded" if rc == 0 else "Failed", containerStatuses=[{"restartCount": 0, "state": {
-                "terminated": {"exitCode": rc, "reason": "Completed" if rc == 0 else "Error",
+                "terminated": {"exitCode": rc, "reason": "OOMKilled" if pod.oom_killed else
+                               "Completed" if rc == 0 else "Error",
                                "startedAt": started, "finishedAt": now_rfc3339(proc.finished)}}}])
             if pod.deadline_exceeded:
                 status.update(reason="DeadlineExceeded", message="Pod was active on the node longer than the "

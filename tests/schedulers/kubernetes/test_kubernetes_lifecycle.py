@@ -225,6 +225,46 @@ def test_a_replica_lost_with_its_node_is_retried_off_that_node(cluster: FakeClus
     assert "node-9: exclude_nodes" in excluded
 
 
+@pytest.mark.parametrize("limited", [False, True])
+def test_a_replica_the_nodes_oom_killer_ended_is_retried_off_that_node(cluster: FakeCluster, limited: bool) -> None:
+    # no memory limit of its own: the node ran out, so the retry avoids it; with one (memMB), OOMKilled is the
+    # program outgrowing its limit: retried (max_retries) where the scheduler likes, no node excluded
+    s = KubernetesScheduler("t", client=cluster.client())
+    resource = Resource(cpu=1, memMB=256) if limited else Resource(cpu=1, memMB=0)
+    app_id = s.submit(AppDef("oom", [role(ATTEMPTS.replace("END", "1"), max_retries=1, resource=resource)]), CFG)
+    killed: list[bool] = []
+    retried_jobs: list[dict[str, object]] = []
+
+    def oom_once(desc: object) -> None:
+        pod = running_pod(cluster, 0)
+        if not killed and pod is not None and "attempt 0" in "".join(s.log_iter(app_id, "w", 0)):
+            killed.append(True)
+            cluster.oom_kill(pod)
+        with cluster.lock:  # the retry's Job, before the app's end deletes it
+            retried_jobs[:] = [j for j in cluster.jobs.values() if j["metadata"]["labels"]["tsm/attempt"] == "1"]
+
+    seen = looks(s, app_id, oom_once)
+    assert seen[-1] == ("SUCCEEDED", ""), seen
+    retry = next(m for _, m in seen if m.startswith("retrying after"))
+    assert "exited with code 137 (OOMKilled" in retry, retry
+    assert "attempt 1 1 'failed:137'" in "".join(s.log_iter(app_id, "w", 0))
+    job: Any = retried_jobs[0]
+    affinity = job["spec"]["template"]["spec"].get("affinity")
+    final = s.describe(app_id)
+    assert final is not None
+    if limited:
+        assert "excluding" not in retry and affinity is None, (retry, affinity)
+        assert "excluded_nodes" not in final.metadata
+        return
+    assert "the kernel's OOM killer on node node-1, the pod having no memory limit of its own" in retry, retry
+    assert retry.endswith("; excluding node(s) node-1"), retry
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn",
+                                            "values": ["node-1"]}]}]
+    assert final.metadata["excluded_nodes"] == ("node-1: the kernel's OOM killer ended role 'w' replica 0 (attempt 0; "
+                                                "no memory limit of its own: the node ran out)")
+
+
 def test_requeue_on_time_limit_restarts_the_app_and_its_clock(cluster: FakeCluster) -> None:
     s = KubernetesScheduler("t", client=cluster.client())
     app_id = s.submit(AppDef("rq", [role(ATTEMPTS.replace("END", "9"))]),

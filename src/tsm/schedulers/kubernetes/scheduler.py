@@ -115,6 +115,7 @@ from tsm.schedulers.kubernetes.status import (
     from_json,
     group,
     latest_pod,
+    node_oom,
     parse_time,
 )
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Role
@@ -625,10 +626,13 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                 d.write(CLOCK, f"{time.time():.3f}")
             lost_nodes = {p.node: f"role '{p.role}' replica {p.replica_id} was lost with it ({p.lost})"
                           for p in view.pods if p.node_lost and p.node}
-            if lost_nodes:
-                excluded = {**self._excluded(req), **lost_nodes}
+            oom_nodes = {p.node: f"the kernel's OOM killer ended role '{p.role}' replica {p.replica_id} (attempt "
+                                 f"{p.attempt}; no memory limit of its own: the node ran out)"
+                         for p in view.pods if node_oom(p) and p.attempt == view.attempt and p.node not in lost_nodes}
+            if lost_nodes or oom_nodes:
+                excluded = {**self._excluded(req), **oom_nodes, **lost_nodes}
                 d.write(EXCLUDED, json.dumps({k: v for k, v in excluded.items() if v != "exclude_nodes"}))
-                msg += f"; excluding node(s) {', '.join(sorted(lost_nodes))}"
+                msg += f"; excluding node(s) {', '.join(sorted({*lost_nodes, *oom_nodes}))}"
             self._retry(req, view, decision.roles, decision.attempt,
                         attempt_env(decision.attempt, st.num_restarts + 1, last), why=decision.why,
                         # the old pods end first (warned, their grace period), unless their node is lost;

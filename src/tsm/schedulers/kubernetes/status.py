@@ -110,6 +110,8 @@ class Pod:
     lost: str = ""
     #: it was lost with its node (that node is excluded from the app's next attempts)
     node_lost: bool = False
+    #: its container has a memory limit of its own (``resources.limits.memory``)
+    mem_limited: bool = False
     #: tsm found it stalled (``stall_timeout``: "stalled for X, last line: ..."); "" when not. Set by the
     #: scheduler from the app's ``stall.json``: such a replica is FAILED whatever its exit code
     stalled: str = ""
@@ -142,6 +144,7 @@ def from_json(p: dict[str, Any]) -> Pod:
             pod.mem_req_mb = quantity(str(req["memory"])) / 2**20
         if "nvidia.com/gpu" in req:
             pod.gpu_req = int(quantity(str(req["nvidia.com/gpu"])))
+        pod.mem_limited = "memory" in ((c.get("resources") or {}).get("limits") or {})
     for c in status.get("containerStatuses", []) or []:
         pod.restarts = int(c.get("restartCount", 0))
         state = c.get("state", {}) or {}
@@ -215,10 +218,19 @@ def group(pods: list[Pod]) -> dict[str, AppView]:
     return apps
 
 
+def node_oom(p: Pod) -> bool:
+    """Whether the kernel's OOM killer ended the pod for its node's memory, not its own: ``OOMKilled`` with no
+    memory limit of its own (the node, or the memory all pods share on it, ran out). Its node is excluded
+    from the app's next attempts. With a limit, ``OOMKilled`` is the program outgrowing it: its own failure."""
+    return p.reason == "OOMKilled" and not p.mem_limited and bool(p.node)
+
+
 def why(p: Pod) -> str:
     """Kubernetes' reason for a pod, as a short phrase (``ErrImagePull: <message>``)."""
     if not p.reason:
         return ""
+    if node_oom(p):
+        return f"OOMKilled: the kernel's OOM killer on node {p.node}, the pod having no memory limit of its own"
     return f"{p.reason}: {p.message}" if p.message else p.reason
 
 

@@ -23,7 +23,8 @@ What it does:
 * **Long runs** (issue 25, :mod:`.driver`): ``time_limit`` (warned, then stopped; or restarted as a
   preemption with ``requeue_on_time_limit``), a warning before a cancel, actors lost with their node
   restarted elsewhere as a **preemption** (budget ``max_preemptions``, never ``max_retries``; the node is
-  excluded from later attempts by a ``ray.io/node-id`` label selector on the placement group),
+  excluded from later attempts by a ``ray.io/node-id`` label selector on the placement group), a replica
+  the node's kernel OOM killer ended (a failure, ``max_retries``; its node excluded the same way),
   ``exclude_nodes`` (node ids, IPs or hostnames; refused at submit when it names no node or every alive
   node), ``stall_timeout``/``on_stall``.
 * **Status**: one ``list_jobs`` per refresh for every app of the process (the kit's ``StatusWatcher``),

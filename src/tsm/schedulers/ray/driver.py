@@ -37,11 +37,14 @@ Long runs (issue 25):
   node_death_info``); then the replica's scope (its role's retry policy) restarts elsewhere, spending
   ``max_preemptions`` and never ``max_retries``, with ``TSM_LAST_EXIT=preempted``; the replica's record is
   ``preempted`` with the reason. An actor dead on a live node is the replica's failure, as before.
-* **Excluded nodes**: the lost node, and the nodes ``exclude_nodes`` names (ids, IPs, hostnames, resolved at
+* **Excluded nodes**: the lost node, a node whose kernel OOM killer ended a replica (:meth:`Driver._oom_on_node`;
+  not when it is the only alive node), and the nodes ``exclude_nodes`` names (ids, IPs, hostnames, resolved at
   each placement), are kept off by the placement groups' ``bundle_label_selector`` on the label every Ray
   node carries, ``ray.io/node-id: !in(<ids>)``. The app keeps one placement group: a whole-app restart gets
   a new one (the old removed first), a REPLICA or ROLE scope goes back into its own bundles, the lost one
-  re-placed by Ray (see :meth:`Driver._place`); the record lists the excluded nodes and why.
+  re-placed by Ray (see :meth:`Driver._place`; after an OOM kill a part of the app stays in its bundles on
+  the live node, and the exclusion holds from the next whole placement); the record lists the excluded
+  nodes and why.
 * **Stalls**: with ``stall_timeout``, one batched call per tick reads every running replica's output bytes
   and CPU time (:meth:`Replica.progress`); none for that long: warned, stopped ``warn_before`` later, then
   restarted as its own failure (``TSM_LAST_EXIT=stalled``) or the app fails (``on_stall=fail``), both saying
@@ -250,11 +253,21 @@ class Driver:
             return False
         rep["state"], rep["msg"] = "FAILED", stall or rep["msg"] or f"exited with code {code}"
         rep["preempted"] = False
+        oom = code == -signal.SIGKILL and stall is None and self._oom_on_node(key)
         role = self.roles[key[0]]
         scope = self._scope(key)
         if rep["failures"] < role.max_retries:
             self.num_restarts += 1
             self._stop_scope(key, scope, waits)
+            if oom and set(scope) == set(self.specs) and str(rep["node_id"]) in self.excluded:
+                # the whole app restarts: a new placement group, off the node (a part of the app goes back
+                # into its own bundles, which Ray does not move off a live node)
+                for k in scope:
+                    with contextlib.suppress(Exception):
+                        ray.kill(self.actors[k])
+                if not self._place(scope):
+                    waits.clear()
+                    return False
             for k in scope:
                 self.last_exit[k] = "stalled" if stall else f"failed:{code}"
                 self.reps[k]["failures"] += 1
@@ -267,6 +280,28 @@ class Driver:
         self._stop_running(f"stopped after role '{key[0]}' replica {key[1]} failed")
         waits.clear()
         return False
+
+    def _oom_on_node(self, key: tuple[str, int]) -> bool:
+        """Whether the kernel's OOM killer ended ``key``'s attempt (its actor says, :meth:`Replica.oom_killed`);
+        if so the replica's message says it and the node is excluded from later placements, unless it is the
+        only alive node left (excluding it would leave the app nowhere to run)."""
+        rep = self.reps[key]
+        try:
+            oom = bool(ray.get(self.actors[key].oom_killed.remote(), timeout=30))
+        except Exception:  # noqa: BLE001 (the actor is gone: it cannot tell, and the end stays as it was)
+            return False
+        if not oom:
+            return False
+        node_id, where = str(rep["node_id"]), f"node {str(rep['node_id'])[:SHORT_ID]} ({rep['node_ip']})"
+        rep["msg"] = f"exited with code -9: killed by the kernel's OOM killer on {where}"
+        alive = {str(n.get("NodeID")) for n in ray.nodes() if n.get("Alive")}
+        if alive - set(self.excluded) - {node_id}:
+            self.excluded.setdefault(node_id, {"node_ip": str(rep["node_ip"]), "why": (
+                f"the kernel's OOM killer ended role '{key[0]}' replica {key[1]} (attempt {rep['attempt']})")})
+            rep["msg"] += " (later placements avoid it)"
+        else:
+            rep["msg"] += " (not excluded: no other node is alive)"
+        return True
 
     def _start(self, key: tuple[str, int]) -> Any:
         """Start ``key``'s next attempt (see :meth:`_start_all`); the ref its end resolves."""

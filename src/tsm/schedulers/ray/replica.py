@@ -68,6 +68,8 @@ class Replica:
         self.proc: subprocess.Popen[bytes] | None = None
         self.watchdog: subprocess.Popen[bytes] | None = None
         self.stopped = False
+        self.stopping = False  # tsm is stopping the current attempt (its SIGKILL is not the OOM killer's)
+        self.oom_at_start = 0  # the node's OOM kills when the current attempt started
 
     def where(self) -> dict[str, Any]:
         """Node id and address, and this actor's pid."""
@@ -84,6 +86,7 @@ class Replica:
         full = dict(os.environ)
         full.update(env)
         full_b = {os.fsencode(k): os.fsencode(v) for k, v in full.items()}
+        self.stopping, self.oom_at_start = False, node_oom_kills()
         out = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by the pump)
         try:
             proc = subprocess.Popen([os.fsencode(a) for a in command], env=full_b, stdin=subprocess.DEVNULL,
@@ -144,16 +147,37 @@ class Replica:
         """True while the current attempt's process runs."""
         return self.proc is not None and self.proc.poll() is None
 
+    def oom_killed(self) -> bool:
+        """Whether the kernel's OOM killer ended the last attempt: SIGKILL, not from tsm's stop, while the node's
+        OOM kill count (``/proc/vmstat`` ``oom_kill``) rose. Replicas have no memory limit of their own on Ray,
+        so such a kill is the node's memory running out (shared with other work, or Ray's own processes)."""
+        proc = self.proc
+        return (proc is not None and proc.returncode == -signal.SIGKILL and not self.stopping
+                and node_oom_kills() > self.oom_at_start)
+
     def stop(self, grace: float) -> None:
         """SIGTERM the process group, SIGKILL after ``grace`` seconds."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
+        self.stopping = True
         _signal_group(proc.pid, signal.SIGTERM)
         end = time.monotonic() + grace
         while proc.poll() is None and time.monotonic() < end:
             time.sleep(0.05)
         _signal_group(proc.pid, signal.SIGKILL)
+
+
+def node_oom_kills() -> int:
+    """How many processes this node's kernel OOM killer has killed since boot (0 where Linux does not say)."""
+    try:
+        with open("/proc/vmstat", "rb") as f:
+            for line in f:
+                if line.startswith(b"oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def session_cpu(sid: int) -> int:
