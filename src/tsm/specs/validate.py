@@ -92,7 +92,14 @@ def check_exec_size(where: str, argv: Iterable[str], env: Mapping[str, str]) -> 
         total += exec_bytes(a, f"{where}: argument {i}")
         count += 1
     for k, v in env.items():
-        total += exec_bytes(f"{k}={v}", f"{where}: env[{brief(k)}]")
+        entry = f"{k}={v}"
+        try:  # the usual entry, checked without building the message an error would need
+            size = len(os.fsencode(entry))
+        except UnicodeEncodeError:
+            size = MAX_ARG_BYTES + 1
+        if size > MAX_ARG_BYTES or "\x00" in entry:
+            size = exec_bytes(entry, f"{where}: env[{brief(k)}]") - 1  # raises, saying what to fix
+        total += size + 1
         count += 1
     total += (count + 2) * 8  # the argv and envp pointer arrays, each ending in NULL
     limit = exec_limit()

@@ -413,6 +413,7 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
         from tsm.store import Store
 
         store = Store()  # opened while waiting: one step less once a request comes
+        mine = process_context(os.getpid())  # read while waiting too: a request compares the caller's to it
         poller = select.poll()
         poller.register(listener, select.POLLIN)
         poller.register(quit_r, select.POLLIN)
@@ -427,7 +428,7 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
             except (BlockingIOError, InterruptedError):
                 continue
             with contextlib.suppress(OSError):
-                taken = _take(conn, home)
+                taken = _take(conn, home, mine)
             if taken is None:
                 conn.close()
         listener.close()
@@ -460,18 +461,18 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
         os._exit(code)
 
 
-def _take(conn: socket.socket, home: str) -> tuple[str, int, tuple[int, int]] | None:
+def _take(conn: socket.socket, home: str, mine: tuple[object, ...]) -> tuple[str, int, tuple[int, int]] | None:
     """Read and check one request: ``(app_dir, ready pipe, open-file limits)``, or None to refuse it.
 
     Refused: another user's process (before anything is read), a caller whose :func:`process_context`
-    differs from this process's, an app folder outside ``$TSM_HOME/local``,
+    differs from this process's (``mine``), an app folder outside ``$TSM_HOME/local``,
     limits this process cannot give, or a caller that already hung up (it gave up waiting and spawned one).
     """
     conn.setblocking(True)
     conn.settimeout(ACK_TIMEOUT)
     if _peer_uid(conn) != os.getuid():
         return None
-    if process_context(_peer_pid(conn)) != process_context(os.getpid()):
+    if process_context(_peer_pid(conn)) != mine:
         return None  # the caller's affinity, cgroup, limits, ... differ from ours: it spawns its own supervisor
     msg, fds, _, _ = socket.recv_fds(conn, 8192, 1)
     try:

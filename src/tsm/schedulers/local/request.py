@@ -198,16 +198,25 @@ def format_request(req: LocalRequest) -> str:
     return "\n".join(lines)
 
 
+#: ``PATH`` values on which ``nvidia-smi`` was looked for and not found (a machine gains no GPU driver while
+#: a process runs; a search of every PATH entry costs about 0.1 ms per dry run, which a sweep pays per trial)
+_NO_SMI: set[str] = set()
+
+
 def detect_gpus() -> list[str]:
     """GPU ids visible here: ``CUDA_VISIBLE_DEVICES`` if set, else ``nvidia-smi``, else none."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [d for d in (s.strip() for s in visible.split(",")) if d and d != "-1"]
+    path = os.environ.get("PATH", os.defpath)
+    if path in _NO_SMI:
+        return []  # asked before: no nvidia-smi on this PATH (a dry run per app of a sweep asks again)
     import shutil  # only to ask nvidia-smi: kept out of ``tsm status``/``list``
     import subprocess
 
     smi = shutil.which("nvidia-smi")
     if not smi:
+        _NO_SMI.add(path)
         return []
     try:
         out = subprocess.run(
