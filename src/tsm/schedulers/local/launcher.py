@@ -461,18 +461,18 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
         os._exit(code)
 
 
-def _take(conn: socket.socket, home: str, mine: tuple[object, ...]) -> tuple[str, int, tuple[int, int]] | None:
+def _take(conn: socket.socket, home: str, own: tuple[object, ...]) -> tuple[str, int, tuple[int, int]] | None:
     """Read and check one request: ``(app_dir, ready pipe, open-file limits)``, or None to refuse it.
 
     Refused: another user's process (before anything is read), a caller whose :func:`process_context`
-    differs from this process's (``mine``), an app folder outside ``$TSM_HOME/local``,
+    differs from this process's (``own``), an app folder outside ``$TSM_HOME/local``,
     limits this process cannot give, or a caller that already hung up (it gave up waiting and spawned one).
     """
     conn.setblocking(True)
     conn.settimeout(ACK_TIMEOUT)
     if _peer_uid(conn) != os.getuid():
         return None
-    if process_context(_peer_pid(conn)) != mine:
+    if process_context(_peer_pid(conn)) != own:
         return None  # the caller's affinity, cgroup, limits, ... differ from ours: it spawns its own supervisor
     msg, fds, _, _ = socket.recv_fds(conn, 8192, 1)
     try:
