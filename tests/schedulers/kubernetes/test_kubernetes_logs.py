@@ -12,12 +12,15 @@ pod), then goes on against a pod that is gone. Two looks no longer interleave (e
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from schedulers.kubernetes.fake_kube import FakeCluster
 from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
+from tsm.schedulers.kubernetes.stall import locked
+from tsm.schedulers.kubernetes.status import from_json, group
 from tsm.specs.api import AppDef, AppState, Role
 
 HANG = 30.0
@@ -58,13 +61,17 @@ def ended_app(cluster: FakeCluster) -> tuple[KubernetesScheduler, str]:
 def other_process(cluster: FakeCluster, a: KubernetesScheduler, app_id: str,
                   look: bool = True) -> KubernetesScheduler:
     """A second scheduler whose first log read lets ``a`` finish the app and its pod be gone: by a look
-    (``look``), else by ``a.cleanup()``, which takes no lock (the second one's look holds it)."""
+    (``look``), else by a finish that takes no lock (the second one's look holds it): what an older tsm's
+    ``cleanup`` did, and what any process finishing the app without the lock would do."""
 
     def a_finishes() -> None:
         if look:
             assert a.describe(app_id).state == AppState.SUCCEEDED  # type: ignore[union-attr]
         else:
-            assert a.cleanup() == [app_id]
+            view = group([from_json(p) for p in a.client.list_pods()])[app_id]
+            req = a._request(app_id)
+            assert req is not None
+            a._finish(req, a._describe_view(view), view.pods)
         until(lambda: not cluster.pods)
 
     client = cluster.client()
@@ -90,4 +97,28 @@ def test_a_log_that_reads_back_empty_just_after_the_exit_is_read_again(cluster: 
     a, app_id = ended_app(cluster)
     assert a.describe(app_id).state == AppState.SUCCEEDED  # type: ignore[union-attr]
     assert not cluster.pods or all(p.deleted for p in cluster.pods.values())
+    assert "".join(a.log_iter(app_id, "r", 0)) == "hello from the trial\n"
+
+
+def test_cleanup_finishes_an_app_under_its_lock_and_never_twice(cluster: FakeCluster) -> None:
+    # a look holds the app's lock while it finishes the app; a cleanup beside it waits for the lock, then finds
+    # the app finished and only deletes what is left: the kept log and the final status are the look's
+    a, app_id = ended_app(cluster)
+    d = a._dir(app_id)
+    done: list[list[str]] = []
+    with locked(d) as held:
+        assert held
+        cleaner = threading.Thread(target=lambda: done.append(KubernetesScheduler("t", client=cluster.client())
+                                                              .cleanup()))
+        cleaner.start()
+        time.sleep(0.3)
+        assert cleaner.is_alive() and not done  # waiting for the lock, nothing finished beside the look
+        view = group([from_json(p) for p in a.client.list_pods()])[app_id]
+        req = a._request(app_id)
+        assert req is not None
+        a._finish(req, a._describe_view(view), view.pods)  # what the look does under the lock
+        final = (d.path / "final.json").read_bytes()
+    cleaner.join(timeout=30)
+    assert done == [[app_id]]
+    assert (d.path / "final.json").read_bytes() == final
     assert "".join(a.log_iter(app_id, "r", 0)) == "hello from the trial\n"

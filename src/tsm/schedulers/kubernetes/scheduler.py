@@ -922,7 +922,14 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                     continue
                 if not dry_run:
                     if req is not None:
-                        self._finish(req, desc, view.pods)
+                        # under the app's lock, as a look finishes it: never two finishes of one app (a
+                        # second would save the logs again over the first's copy and rewrite its status)
+                        d = self._dir(app_id)
+                        with locked(d) as held:
+                            if held and d.final() is not None:
+                                self.client.delete_app(app_id, 0)  # finished meanwhile: what is left of it
+                            else:
+                                self._finish(req, desc, view.pods)
                     else:
                         self.client.delete_app(app_id, 0)
                 done.append(app_id)
