@@ -38,10 +38,11 @@ $(VENV)/.ray: $(VENV)/.installed
 # The main suite, then the Kubernetes tests (a second pytest run: both exit statuses count). As root on a
 # machine without the cached Kubernetes build, k8s-build-bg starts that build first, in the background, so it
 # overlaps the installs and the main suite; the Kubernetes tests' fixture waits for it (scripts/k8s-up locks).
+# --durations lists the slowest tests at the end of each run: where the CI's time goes, for whoever trims it.
 test: k8s-build-bg setup $(VENV)/.torch $(VENV)/.ray
 	@status=0; \
-	$(PY) -m pytest -q || status=$$?; \
-	$(PY) -m pytest -q -m kubernetes || status=$$?; \
+	$(PY) -m pytest -q --durations=15 || status=$$?; \
+	$(PY) -m pytest -q --durations=5 -m kubernetes || status=$$?; \
 	exit $$status
 
 test-fast: setup

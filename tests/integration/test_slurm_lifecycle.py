@@ -499,13 +499,13 @@ def test_a_time_limit_after_a_preemption_still_requeues(high_jobs: list[str]) ->
     """The batch shell tells a preemption's warning by the job's ``PreemptTime``: Slurm clears it when it
     requeues the job, so the next attempt's time limit is one again and ``requeue_on_time_limit`` requeues.
 
-    Attempt 0 is preempted at once (its time limit's warning is due a minute in); attempt 1 runs into its
-    two-minute limit, is warned and requeues itself; attempt 2 ends the app.
+    Attempt 0 is preempted at once (its time limit's warning is due 30 s in); attempt 1 runs into its
+    one-minute limit, is warned and requeues itself; attempt 2 ends the app.
     """
     sched: SlurmScheduler = create_scheduler("it")
     app = AppDef("prelimit", [Role("w", entrypoint=sys.executable, args=["-c", LIMITED], max_retries=0,
                                    resource=Resource(cpu=NODE_CPUS, memMB=200))])  # fmt: skip
-    app_id = sched.submit(app, {"partition": "low", "time_limit": "2m", "warn_signal": "USR1", "warn_before": "60s",
+    app_id = sched.submit(app, {"partition": "low", "time_limit": "1m", "warn_signal": "USR1", "warn_before": "30s",
                                 "requeue_on_time_limit": True, "max_preemptions": 2})  # fmt: skip
     try:
         wait_until(slowly(lambda: "attempt 0 last None\n" in stdout_lines(sched, app_id, "w")),
