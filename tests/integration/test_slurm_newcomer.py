@@ -90,8 +90,11 @@ def test_ctrl_c_of_an_attached_run_prints_the_terminal_state(tmp_path: Path) -> 
     import signal
 
     (tmp_path / "sleeper.py").write_text("import time\ntime.sleep(300)\n")
+    # Ctrl-C as a terminal gives it: SIGINT at its default, whatever this process inherited (a job started in
+    # the background of a non-interactive shell, such as a CI runner's, starts with SIGINT ignored)
     p = subprocess.Popen([TSM, "run", "-s", "slurm", "utils.python", "--script", "sleeper.py"], cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
     assert p.stdout is not None
     launched = p.stdout.readline()  # "tsm: launched slurm://..."
     handle = next(w for w in launched.split() if w.startswith("slurm://"))
