@@ -133,13 +133,13 @@ def test_a_launcher_that_dies_after_taking_the_request_is_not_in_the_way(sched: 
 
 
 def standby_of(pid: int) -> list[int]:
-    """The launcher's standby: its watchdog (the launcher's child) and the supervisor under it."""
+    """The launcher's standbys: each one's watchdog (the launcher's child) and the supervisor under it."""
     return [c for w in _os.children(pid) for c in (w, *_os.children(w))]
 
 
 def test_a_stopped_launcher_is_bypassed_and_starts_nothing_when_it_resumes(sched: LocalScheduler,
                                                                            tmp_path: Path, warm: int) -> None:
-    wait_until(lambda: len(standby_of(warm)) == 2, "the launcher's standby", timeout=HANG)
+    wait_until(lambda: len(standby_of(warm)) == 2 * launcher.POOL, "the launcher's standbys", timeout=HANG)
     stopped = [warm, *standby_of(warm)]
     for pid in stopped:
         os.kill(pid, signal.SIGSTOP)
@@ -153,14 +153,14 @@ def test_a_stopped_launcher_is_bypassed_and_starts_nothing_when_it_resumes(sched
     assert desc is not None and desc.state == AppState.SUCCEEDED, desc
     time.sleep(0.5)  # room for a wrong second supervisor to run the replica again (none must)
     assert (tmp_path / "once").read_text() == "ran\n"
-    assert sorted(standby_of(warm)) == sorted(stopped[1:]), "the resumed standby took the abandoned request"
+    assert sorted(standby_of(warm)) == sorted(stopped[1:]), "a resumed standby took the abandoned request"
 
 
 def test_another_user_cannot_make_it_fork(sched: LocalScheduler, tmp_path: Path, warm: int) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to act as another user")
     home = tsm_home()
-    wait_until(lambda: len(standby_of(warm)) == 2, "the launcher's standby", timeout=HANG)
+    wait_until(lambda: len(standby_of(warm)) == 2 * launcher.POOL, "the launcher's standbys", timeout=HANG)
     before = standby_of(warm)
     os.chmod(sock_path().parent, 0o755)  # open the way on purpose: the credential check alone must refuse
     os.chmod(sock_path(), 0o777)

@@ -18,14 +18,15 @@ key, so a launcher from an older tsm, left running, is never asked to fork a sup
 
 A request (:func:`ask`). The caller connects, checks that the launcher runs as its own user
 (``SO_PEERCRED``), and sends the app folder, its open-file limits and, as ``SCM_RIGHTS``, the write end of
-the pipe on which the supervisor says it is ready (``R``). No fork happens then: the launcher keeps one
-*standby* ready, a watchdog and under it a supervisor forked before anyone asked (:func:`_fork_standby`),
-the supervisor waiting on the launcher's socket with the store already open. The standby supervisor accepts
-the connection itself, checks the caller's credentials (another uid never makes it start anything), answers
-``F``, tells the launcher (which forks the next standby meanwhile), takes the caller's environment and
+the pipe on which the supervisor says it is ready (``R``). No fork happens then: the launcher keeps
+:data:`POOL` *standbys* ready, each a watchdog and under it a supervisor forked before anyone asked
+(:func:`_fork_standby`), the supervisor waiting on the launcher's socket with the store already open. A
+standby supervisor accepts the connection itself (the first to wake takes it), checks the caller's
+credentials (another uid never makes it start anything), answers ``F``, takes the caller's environment and
 open-file limits from the request and runs :func:`supervisor.run_app <tsm.schedulers.local.supervisor.run_app>`,
-exactly the code a spawned supervisor runs; its watchdog learns the app folder through a pipe and watches
-it as a spawned watchdog does. Both are in a session of their own, so apps outlive the launcher.
+exactly the code a spawned supervisor runs; once its caller has the ``R`` it tells the launcher, which forks
+the next standby then, off the caller's critical path. Its watchdog learns the app folder through a pipe
+and watches it as a spawned watchdog does. Both are in a session of their own, so apps outlive the launcher.
 
 Never a single point of failure. Any answer but ``F`` within :data:`ACK_TIMEOUT` (no launcher, a dead one, a
 stopped one, a refusal) makes the caller spawn the supervisor as before. The one race left, a stopped
@@ -33,7 +34,7 @@ standby that resumes and takes the request after the caller gave up, is harmless
 caller is still connected (it hangs up when it gives up), and a second supervisor of the same app can only
 lose the registration (``sup_pid IS NULL AND state=SUBMITTED``) and exit without touching the app (its
 socket is bound under a name of its own and renamed to ``sock`` only once registered). When the launcher
-ends, even by SIGKILL, the pipe its idle standby watches closes and the standby leaves.
+ends, even by SIGKILL, the pipe its idle standbys watch closes and they leave.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ import time
 TYPE_CHECKING = False  # keeps typing out of the supervisor's start-up
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+#: Standby supervisors a launcher keeps ready: two, so a request that comes while the launcher forks the
+#: next one (submissions back to back, a sweep) finds one waiting.
+POOL = 2
+
+#: What a taken standby writes to its launcher: the pid of its watchdog (the launcher's child).
+_TAKEN = struct.Struct("=I")
 
 #: Seconds a launcher waits for its next request before it exits (``TSM_LAUNCHER_IDLE`` overrides).
 IDLE = 60.0
@@ -255,7 +263,7 @@ def _prepare() -> None:
 
 
 def serve(home: str, pkg: str) -> int:
-    """The launcher's loop: take the lock, bind the socket, keep one standby supervisor ready until idle.
+    """The launcher's loop: take the lock, bind the socket, keep :data:`POOL` standby supervisors ready until idle.
 
     The key is computed before and after the imports: sources that changed in between (an upgrade in
     progress) make it exit rather than serve code that may not be what the key says.
@@ -299,15 +307,15 @@ def serve(home: str, pkg: str) -> int:
     ino = os.stat(path).st_ino
     idle = float(os.environ.get("TSM_LAUNCHER_IDLE") or IDLE)
     last = next_check = time.monotonic()
-    taken_r, taken_w = os.pipe()  # a standby writes T here once it took a request
+    taken_r, taken_w = os.pipe()  # a standby writes T and its watchdog's pid here once its caller was answered
     quit_r, quit_w = os.pipe()  # closed by this process when it ends (even by SIGKILL): idle standbys leave
     poller = select.poll()
     poller.register(taken_r, select.POLLIN)
-    standby: int | None = None
+    ready: list[int] = []  # the watchdogs of the standbys not taken yet
     try:
         while True:
-            if standby is None:
-                standby = _fork_standby(listener, lock, home, (taken_r, quit_w), (taken_w, quit_r))
+            while len(ready) < POOL:
+                ready.append(_fork_standby(listener, lock, home, (taken_r, quit_w), (taken_w, quit_r)))
             now = time.monotonic()
             if now - last > idle:
                 break
@@ -318,10 +326,14 @@ def serve(home: str, pkg: str) -> int:
                         break
                 except OSError:
                     break
-            if poller.poll(int(min(CHECK_INTERVAL, idle) * 1000) + 1) and os.read(taken_r, 4096):
-                standby, last = None, time.monotonic()
-            if standby in _reap():  # the standby died before taking a request: make another
-                standby = None
+            if poller.poll(int(min(CHECK_INTERVAL, idle) * 1000) + 1):
+                got = os.read(taken_r, 4096)  # whole records: each is one write under PIPE_BUF
+                for (pid,) in _TAKEN.iter_unpack(got[: len(got) - len(got) % _TAKEN.size]):
+                    if pid in ready:
+                        ready.remove(pid)
+                last = time.monotonic()
+            dead = _reap()  # a standby that died before taking a request (or after, as its app ended)
+            ready = [pid for pid in ready if pid not in dead]
     finally:
         with contextlib.suppress(OSError):
             if os.stat(path).st_ino == ino:
@@ -433,8 +445,6 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
                 conn.close()
         listener.close()
         os.close(quit_r)
-        os.write(taken_w, b"T")
-        os.close(taken_w)
         app_dir, ready_w, limits = taken
         with contextlib.suppress(OSError):
             conn.sendall(b"F")
@@ -450,7 +460,16 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
         os.close(log)
         os.write(app_w, os.fsencode(app_dir))
         os.close(app_w)
-        code = supervisor.run_app(app_dir, ready_w, take_env=True, store=store)
+        watchdog = os.getppid()
+
+        def taken_told() -> None:
+            """Tell the launcher this standby is taken, once its caller has its answer: the next standby is
+            forked after the caller's critical path, not during it (another one is ready meanwhile)."""
+            with contextlib.suppress(OSError):
+                os.write(taken_w, _TAKEN.pack(watchdog))
+                os.close(taken_w)
+
+        code = supervisor.run_app(app_dir, ready_w, take_env=True, store=store, on_ready=taken_told)
     except BaseException:  # noqa: BLE001 - a forked child never returns into the launcher's loop
         import traceback
 

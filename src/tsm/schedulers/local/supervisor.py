@@ -89,6 +89,7 @@ from tsm.schedulers.local.state import (
 
 TYPE_CHECKING = False  # keeps typing out of the supervisor's start-up
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 __all__ = [
@@ -101,6 +102,9 @@ __all__ = [
 
 class Supervisor(Admission):
     """The event loop that owns one app; see the module docstring."""
+
+    #: called once, right after the ``R`` (see :func:`run_app`)
+    on_ready: Callable[[], None] | None = None
 
     def _start_timer_server(self) -> None:
         """Host the app's expiration-timer server; replicas find it through ``TSM_TIMER_SOCKET``."""
@@ -297,6 +301,8 @@ class Supervisor(Admission):
         with contextlib.suppress(BrokenPipeError):  # the launcher died meanwhile: the app runs on regardless
             os.write(self.ready_fd, b"R")
         os.close(self.ready_fd)
+        if self.on_ready is not None:
+            self.on_ready()
         try:
             self._start_timer_server()
         except Exception as e:  # noqa: BLE001 - the app runs without timers rather than not at all
@@ -444,12 +450,13 @@ def start(app_dir: str, ready_fd: int) -> int:
 
 
 def run_app(app_dir: str, ready_fd: int, take_env: bool = False, req: dict[str, Any] | None = None,
-            store: Any = None) -> int:
+            store: Any = None, on_ready: Callable[[], None] | None = None) -> int:
     """The supervisor's code (its watchdog is its parent); its exit code.
 
     ``take_env``: the process was forked by the launcher, so it takes the caller's environment from the
     request (``base_env``), as a spawned supervisor inherits it. ``store``: a store connection the standby
-    opened already (used unless the caller's environment asks for another store timeout).
+    opened already (used unless the caller's environment asks for another store timeout). ``on_ready``:
+    called once the caller was told the app runs (the launcher's standby then asks for the next one).
     """
     code = 1
     try:
@@ -466,7 +473,9 @@ def run_app(app_dir: str, ready_fd: int, take_env: bool = False, req: dict[str, 
             if store_timeout() != store.timeout:
                 store.close()
                 store = None
-        code = Supervisor(req, ready_fd, store).run()
+        sup = Supervisor(req, ready_fd, store)
+        sup.on_ready = on_ready
+        code = sup.run()
     except BaseException:
         import traceback
 
