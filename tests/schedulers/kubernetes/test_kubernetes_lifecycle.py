@@ -225,10 +225,16 @@ def test_a_replica_lost_with_its_node_is_retried_off_that_node(cluster: FakeClus
     assert "node-9: exclude_nodes" in excluded
 
 
-@pytest.mark.parametrize("limited", [False, True])
-def test_a_replica_the_nodes_oom_killer_ended_is_retried_off_that_node(cluster: FakeCluster, limited: bool) -> None:
+@pytest.mark.parametrize("case", ["unlimited", "limited", "last node"])
+def test_a_replica_the_nodes_oom_killer_ended_is_retried_off_that_node(cluster: FakeCluster, case: str) -> None:
     # no memory limit of its own: the node ran out, so the retry avoids it; with one (memMB), OOMKilled is the
-    # program outgrowing its limit: retried (max_retries) where the scheduler likes, no node excluded
+    # program outgrowing its limit: retried (max_retries) where the scheduler likes, no node excluded; nor is
+    # the only Ready node (the retry would wait for a node that does not exist)
+    limited = case == "limited"
+    if case != "last node":  # a second Ready node (the fake runs every pod on node-1 whatever it is told)
+        cluster.nodes.append({"metadata": {"name": "node-2"}, "spec": {}, "status": {
+            "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}]}})
     s = KubernetesScheduler("t", client=cluster.client())
     resource = Resource(cpu=1, memMB=256) if limited else Resource(cpu=1, memMB=0)
     app_id = s.submit(AppDef("oom", [role(ATTEMPTS.replace("END", "1"), max_retries=1, resource=resource)]), CFG)
@@ -252,9 +258,11 @@ def test_a_replica_the_nodes_oom_killer_ended_is_retried_off_that_node(cluster: 
     affinity = job["spec"]["template"]["spec"].get("affinity")
     final = s.describe(app_id)
     assert final is not None
-    if limited:
+    if case != "unlimited":
         assert "excluding" not in retry and affinity is None, (retry, affinity)
         assert "excluded_nodes" not in final.metadata
+        if case == "last node":
+            assert retry.endswith("; node(s) node-1 not excluded: no other Ready node"), retry
         return
     assert "the kernel's OOM killer on node node-1, the pod having no memory limit of its own" in retry, retry
     assert retry.endswith("; excluding node(s) node-1"), retry

@@ -3,6 +3,7 @@ and scontrol, which checks the wrapper's environment, macros and byte-exact argu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -474,3 +475,20 @@ def test_a_replica_the_nodes_oom_killer_ended_says_so(tmp_path: Path) -> None:
     r0, r1 = (SlurmScheduler._replica_status(role, k, rec, ["node7", "node8"], tmp_path, 0) for k in (0, 1))
     assert r0.error_msg == "exited with code 137: killed by the kernel's OOM killer on node7 (later attempts avoid it)"
     assert r1.error_msg == "exited with code 137"
+
+
+@pytest.mark.skipif(memory_cgroup_unavailable() is not None, reason=str(memory_cgroup_unavailable()))
+def test_wrapper_blames_no_node_when_the_jobs_own_memory_limit_was_hit(tmp_path: Path) -> None:
+    # Slurm's own cgroup of the job (a ``job_<id>`` path) holds the limit: the kernel's kill is the program
+    # outgrowing its --mem, not the node's memory: no node is recorded
+    parent = f"tsm-test-slurm-{os.getpid()}"
+    job = MemoryCgroup(f"{parent}/job_7", 128 << 20)
+    try:
+        proc = run_wrapper(tmp_path, HOG, job)
+    finally:
+        job.close()
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(job.root, parent))
+    assert proc.returncode == 137, proc.stderr
+    assert not (tmp_path / "oom_nodes").exists()
+    assert "OOM" not in proc.stderr

@@ -629,6 +629,11 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
             oom_nodes = {p.node: f"the kernel's OOM killer ended role '{p.role}' replica {p.replica_id} (attempt "
                                  f"{p.attempt}; no memory limit of its own: the node ran out)"
                          for p in view.pods if node_oom(p) and p.attempt == view.attempt and p.node not in lost_nodes}
+            if oom_nodes:  # never the last Ready node: the retry would wait for a node that does not exist
+                ready = {n for n, ok in self._client_of(req).node_ready().items() if ok}
+                if not ready - set(self._excluded(req)) - set(lost_nodes) - set(oom_nodes):
+                    msg += f"; node(s) {', '.join(sorted(oom_nodes))} not excluded: no other Ready node"
+                    oom_nodes = {}
             if lost_nodes or oom_nodes:
                 excluded = {**self._excluded(req), **oom_nodes, **lost_nodes}
                 d.write(EXCLUDED, json.dumps({k: v for k, v in excluded.items() if v != "exclude_nodes"}))
@@ -926,10 +931,17 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                         # second would save the logs again over the first's copy and rewrite its status)
                         d = self._dir(app_id)
                         with locked(d) as held:
-                            if held and d.final() is not None:
-                                self.client.delete_app(app_id, 0)  # finished meanwhile: what is left of it
+                            if not held or d.final() is not None:
+                                # finished meanwhile (or removed: its folder is gone): only what is left of it
+                                self.client.delete_app(app_id, 0)
                             else:
-                                self._finish(req, desc, view.pods)
+                                again = group([from_json(p) for p in self.client.list_pods(app_id)]).get(app_id)
+                                if again is None:
+                                    continue  # its objects are gone already
+                                now_desc = self._describe_view(again)
+                                if not now_desc.state.is_terminal:
+                                    continue  # a look retried it meanwhile: it runs again
+                                self._finish(req, now_desc, again.pods)
                     else:
                         self.client.delete_app(app_id, 0)
                 done.append(app_id)

@@ -465,8 +465,10 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
         def taken_told() -> None:
             """Tell the launcher this standby is taken, once its caller has its answer: the next standby is
             forked after the caller's critical path, not during it (another one is ready meanwhile)."""
-            with contextlib.suppress(OSError):
-                os.write(taken_w, _TAKEN.pack(watchdog))
+            try:
+                with contextlib.suppress(OSError):  # the launcher is gone: nothing to tell
+                    os.write(taken_w, _TAKEN.pack(watchdog))
+            finally:
                 os.close(taken_w)
 
         code = supervisor.run_app(app_dir, ready_w, take_env=True, store=store, on_ready=taken_told)

@@ -89,6 +89,13 @@ class Reaper(OutputPump):
             rep.kill_at = None
             if rep.live():
                 self._signal_replica(rep, signal.SIGKILL, orphans)
+            entry = self.lingering.pop(id(rep), None)
+            if entry is not None:  # its leader ended already: recorded now, whatever is still dying (a process
+                self._replica_ended(rep, entry[1], "")  # stuck in the kernel is ended by the app's last sweep)
+
+    def _replica_ended(self, rep: Replica, code: int, error: str) -> None:
+        """Record the end of ``rep``'s attempt (:class:`~.replicas.ReplicaLifecycle` does)."""
+        raise NotImplementedError
 
     def _kill_orphans(self) -> None:
         """End every process that re-parented to us (daemons a replica left behind) and reap it."""

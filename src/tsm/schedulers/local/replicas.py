@@ -148,6 +148,7 @@ class ReplicaLifecycle(Reaper):
         replicas end together (a cancel), a scan per replica made the pass quadratic in the replicas.
         """
         ended: list[tuple[Replica, int]] = []
+        reaped = False
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -155,6 +156,7 @@ class ReplicaLifecycle(Reaper):
                 break
             if pid == 0:
                 break
+            reaped = True
             rep = self.by_pid.pop(pid, None)
             if rep is None:
                 continue  # an orphan that re-parented to us and has now exited
@@ -169,11 +171,11 @@ class ReplicaLifecycle(Reaper):
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
             ended.append((rep, code))
-        if not ended and not self.lingering:
-            return
+        if not ended and not (self.lingering and reaped):
+            return  # a lingering replica can only have ended with a process this pass reaped
         orphans = self._orphans()
         for key, (rep, code) in list(self.lingering.items()):
-            # gone when neither its process group nor an orphan it left is there (SIGKILL at kill_at ends both)
+            # gone when neither its process group nor an orphan it left is there
             if not (rep.pid is not None and _os.group_alive(rep.pid)) and not self._owned(rep, tree=False, orphans=orphans):
                 del self.lingering[key]
                 ended.append((rep, code))

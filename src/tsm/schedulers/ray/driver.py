@@ -253,7 +253,7 @@ class Driver:
             return False
         rep["state"], rep["msg"] = "FAILED", stall or rep["msg"] or f"exited with code {code}"
         rep["preempted"] = False
-        oom = code == -signal.SIGKILL and stall is None and self._oom_on_node(key)
+        oom = code in (-signal.SIGKILL, 128 + signal.SIGKILL) and stall is None and self._oom_on_node(key)
         role = self.roles[key[0]]
         scope = self._scope(key)
         if rep["failures"] < role.max_retries:
@@ -293,7 +293,7 @@ class Driver:
         if not oom:
             return False
         node_id, where = str(rep["node_id"]), f"node {str(rep['node_id'])[:SHORT_ID]} ({rep['node_ip']})"
-        rep["msg"] = f"exited with code -9: killed by the kernel's OOM killer on {where}"
+        rep["msg"] = f"exited with code {rep['exit_code']}: killed by the kernel's OOM killer on {where}"
         alive = {str(n.get("NodeID")) for n in ray.nodes() if n.get("Alive")}
         if alive - set(self.excluded) - {node_id}:
             self.excluded.setdefault(node_id, {"node_ip": str(rep["node_ip"]), "why": (

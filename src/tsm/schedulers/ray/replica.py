@@ -69,7 +69,7 @@ class Replica:
         self.watchdog: subprocess.Popen[bytes] | None = None
         self.stopped = False
         self.stopping = False  # tsm is stopping the current attempt (its SIGKILL is not the OOM killer's)
-        self.oom_at_start = 0  # the node's OOM kills when the current attempt started
+        self.oom_at_start = self.oom_at_end = 0  # the node's OOM kills when the current attempt started, ended
 
     def where(self) -> dict[str, Any]:
         """Node id and address, and this actor's pid."""
@@ -115,6 +115,7 @@ class Replica:
         if self.proc is None:
             return 127
         code = self.proc.wait()
+        self.oom_at_end = node_oom_kills()  # read at the end: a later OOM elsewhere on the node is not this one
         for t in self.pumps:
             t.join()
         self.out.close()
@@ -148,12 +149,13 @@ class Replica:
         return self.proc is not None and self.proc.poll() is None
 
     def oom_killed(self) -> bool:
-        """Whether the kernel's OOM killer ended the last attempt: SIGKILL, not from tsm's stop, while the node's
-        OOM kill count (``/proc/vmstat`` ``oom_kill``) rose. Replicas have no memory limit of their own on Ray,
+        """Whether the kernel's OOM killer ended the last attempt: SIGKILL (or a shell's 137), not from tsm's stop,
+        while the node's OOM kill count (``/proc/vmstat`` ``oom_kill``) rose. Replicas have no memory limit of their own on Ray,
         so such a kill is the node's memory running out (shared with other work, or Ray's own processes)."""
         proc = self.proc
-        return (proc is not None and proc.returncode == -signal.SIGKILL and not self.stopping
-                and node_oom_kills() > self.oom_at_start)
+        # -9: the replica's process itself; 137: a shell under which the OOM killer ended the program
+        return (proc is not None and proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
+                and not self.stopping and self.oom_at_end > self.oom_at_start)
 
     def stop(self, grace: float) -> None:
         """SIGTERM the process group, SIGKILL after ``grace`` seconds."""

@@ -117,7 +117,7 @@ tails=$1; shift
 cd / || exit 1
 files=
 for d in "$@"; do
-  for f in "$d"/app.json "$d"/exit "$d"/restarts "$d"/job_id "$d"/*/*.status; do
+  for f in "$d"/app.json "$d"/exit "$d"/restarts "$d"/job_id "$d"/oom_nodes "$d"/*/*.status; do
     [ -f "$f" ] && files="$files
 $f"
   done
@@ -326,7 +326,7 @@ class Remote:
                     continue
                 rel = name[len(rec.job_dir.strip("/")) + 1 :]
                 if ".." in rel or not re.fullmatch(
-                    r"(app\.json|exit|restarts|job_id|[^/]+/\d+\.(status|stdout|stderr))", rel
+                    r"(app\.json|exit|restarts|job_id|oom_nodes|[^/]+/\d+\.(status|stdout|stderr))", rel
                 ):
                     continue
                 f = tar.extractfile(member)

@@ -162,8 +162,7 @@ def cancel(sched: SlurmScheduler, app_id: str) -> None:
         rem.cancel(rec.job_id)
     except BaseException:
         if marked:  # the job runs on: its next warning is not this cancel's
-            with contextlib.suppress(SshError, OSError):
-                rem.conn.run(["sh", "-c", 'rm -f -- "$1/$2"', "tsm-unmark", rec.job_dir, CANCEL_MARK], timeout=30)
+            _unmark(rem, rec)
         raise
     poll_until_terminal(lambda pause: sched.describe(app_id, max_age=0.0), sched.cancel_timeout,
                         initial=0.2, cap=2.0)  # fmt: skip
@@ -188,18 +187,23 @@ def _warn_before_cancel(sched: SlurmScheduler, rem: Remote, rec: RemoteRecord) -
     if desc is None or desc.state != AppState.RUNNING:
         return False  # pending or ended: there is no task to warn
     sig, lead = warning
-    proc = rem.conn.run(["sh", "-c", _WARN, "tsm-warn", rec.job_dir, CANCEL_MARK, sig, rec.job_id], timeout=60)
-    if proc.returncode != 0:
-        return False  # ended meanwhile (or no mark could be written): the scancel that follows says the rest
-    rem.queries.invalidate()
     try:
+        proc = rem.conn.run(["sh", "-c", _WARN, "tsm-warn", rec.job_dir, CANCEL_MARK, sig, rec.job_id], timeout=60)
+        if proc.returncode != 0:
+            return False  # ended meanwhile (or no mark could be written): the scancel that follows says the rest
+        rem.queries.invalidate()
         poll_until_terminal(lambda pause: sched.describe(rec.app_id, max_age=0.0), float(lead), initial=0.2,
                             cap=1.0)  # fmt: skip
-    except BaseException:
-        with contextlib.suppress(SshError, OSError):
-            rem.conn.run(["sh", "-c", 'rm -f -- "$1/$2"', "tsm-unmark", rec.job_dir, CANCEL_MARK], timeout=30)
+    except BaseException:  # the connection lost after the mark was written, or Ctrl-C: no cancel follows
+        _unmark(rem, rec)
         raise
     return True
+
+
+def _unmark(rem: Remote, rec: RemoteRecord) -> None:
+    """Remove the cancel mark on the login node (best effort): the job runs on, its next warning is not a cancel's."""
+    with contextlib.suppress(SshError, OSError):
+        rem.conn.run(["sh", "-c", 'rm -f -- "$1/$2"', "tsm-unmark", rec.job_dir, CANCEL_MARK], timeout=30)
 
 
 def remove(sched: SlurmScheduler, app_id: str) -> bool:

@@ -209,16 +209,30 @@ sig=-
 case ${TSM_WARN_SIGNAL:-} in ?*) trap : "$TSM_WARN_SIGNAL" ;; esac
 trap 'sig=TERM' TERM
 trap 'sig=INT' INT
-tsm_oom() {  # REPLY: the node's OOM kills so far (/proc/vmstat), then the limit hits of Slurm's cgroup of this task
-  local k v ctl path n=0 own=0
+tsm_oom() {  # REPLY: the node's OOM kills so far (/proc/vmstat), then how many of Slurm's memory cgroups of
+  # this task, from its own up to the job's (a limit may sit on any of them), reached their limit (v2: their
+  # "oom" events); "-" when it is in one that cannot be read (then no OOM is blamed on the node), 0 when
+  # Slurm put it in none (no limit of its own)
+  local k v u ctl path p n=0 own=0 slurm= seen=
   { while read -r k v; do [ "$k" = oom_kill ] && n=$v; done </proc/vmstat; } 2>/dev/null
   { while IFS=: read -r _ ctl path; do
-      case $path in *slurm*) ;; *) continue ;; esac
-      case $ctl in
-        memory) read -r own <"/sys/fs/cgroup/memory$path/memory.failcnt" ;;
-        '') while read -r k v; do [ "$k" = oom ] && own=$v; done <"/sys/fs/cgroup$path/memory.events" ;;
-      esac
+      case $path in */job_*) ;; *) continue ;; esac
+      case $ctl in memory | *,memory | memory,* | '') ;; *) continue ;; esac
+      slurm=1
+      p=$path
+      while [ -n "$p" ]; do
+        case $ctl in
+          '') while read -r k v; do [ "$k" = oom ] && own=$((own + v)) seen=1; done <"/sys/fs/cgroup$p/memory.events" ;;
+          *) # v1: its usage's peak reached its limit (failcnt is not counted when swap is limited too)
+             read -r v <"/sys/fs/cgroup/memory$p/memory.limit_in_bytes" && seen=1 \
+               && read -r u <"/sys/fs/cgroup/memory$p/memory.max_usage_in_bytes" \
+               && [ "$v" -lt 4611686018427387904 ] && [ "$u" -ge "$v" ] && own=$((own + 1)) ;;
+        esac
+        case ${p##*/} in job_*) break ;; esac
+        p=${p%/*}
+      done
     done </proc/self/cgroup; } 2>/dev/null
+  [ -n "$slurm" ] && [ -z "$seen" ] && own=-
   REPLY="$n $own"
 }
 tsm_oom
@@ -231,7 +245,7 @@ fi
 rc=$?
 if [ "$rc" = 137 ] && [ "$sig" = - ]; then
   tsm_oom
-  if [ "${REPLY% *}" -gt "${oom0% *}" ] 2>/dev/null && [ "${REPLY#* }" = "${oom0#* }" ]; then
+  if [ "${REPLY% *}" -gt "${oom0% *}" ] 2>/dev/null && [ "${REPLY#* }" = "${oom0#* }" ] && [ "${oom0#* }" != - ]; then
     # SIGKILL while the node's OOM killer killed, not for a memory limit of the job's own: the node's doing
     printf "%s OOM (the kernel's OOM killer ended %s/%s)\n" "$host" "$role" "$TSM_REPLICA_ID" >>"$TSM_JOB_DIR/oom_nodes"
     echo "tsm: $role/$TSM_REPLICA_ID was killed by the kernel's OOM killer on $host; later attempts avoid it" >&2
@@ -402,7 +416,7 @@ def build_script(
         f"export TSM_KILL_GRACE={opts.kill_grace}",
         'echo "${SLURM_RESTART_COUNT:-0}" >"$TSM_JOB_DIR/restarts"',
         'rm -f -- "$TSM_JOB_DIR/exit"',
-        *_lifecycle_lines(opts, warn, len(app.roles)),
+        *_lifecycle_lines(opts, warn, len(app.roles), sum(int(r.max_retries) for r in app.roles)),
         "# The first node of the first role, by a name that resolves (else by its address).",
         '_tsm_nodes="${SLURM_JOB_NODELIST_HET_GROUP_0:-$SLURM_JOB_NODELIST}"',
         'TSM_RANK0_HOST=$(scontrol show hostnames "$_tsm_nodes" | head -n 1)',
@@ -531,7 +545,7 @@ def _early_lines(job_dir: str, warn: str | None) -> list[str]:
     return lines
 
 
-def _lifecycle_lines(opts: SlurmOptions, warn: str | None, roles: int = 1) -> list[str]:
+def _lifecycle_lines(opts: SlurmOptions, warn: str | None, roles: int = 1, retries: int = 0) -> list[str]:
     """The script's long-run part: the attempt's variables, the preemption budget, the warning.
 
     Restarts the script did not ask for (no ``requeue_cause`` file) are the cluster's: ``preempted``. Past
@@ -571,7 +585,7 @@ def _lifecycle_lines(opts: SlurmOptions, warn: str | None, roles: int = 1) -> li
         '  echo 1 >"$TSM_JOB_DIR/exit"',
         "  exit 1",
         "fi",
-        *_avoid_failed_nodes(opts, roles),
+        *_avoid_failed_nodes(opts, roles, retries),
         "_tsm_timer=",
         "_tsm_watch= _tsm_stalled= _tsm_cause= _tsm_no_requeue=",
         'rm -f -- "$TSM_JOB_DIR/stalled"',
@@ -820,17 +834,19 @@ JOB_FILES = ("job.sbatch", "batch.out", "exit", "restarts", "job_id", "app.json"
              "moves", "requeue_cause", "last_exit", "excluded", "oom_nodes", "stalled", CANCEL_MARK, NODE_ERROR)
 
 
-def max_moves(opts: SlurmOptions) -> int:
+def max_moves(opts: SlurmOptions, retries: int = 0) -> int:
     """How many times the script may move the job off failed nodes (see :func:`_avoid_failed_nodes`).
 
-    A move follows a node failure, which spends a preemption, and once its exclusion holds the job is never
-    given that node again: ``max_preemptions`` moves (at least one) are all a run can need. More means Slurm
-    does not keep the exclusion, and another requeue would only repeat the last one.
+    A move follows a node failure, which spends a preemption, or an OOM kill on a shared node, which is a
+    failure and spends a retry (``retries``: the roles' ``max_retries`` together); once its exclusion holds
+    the job is never given that node again, so one move per restart those budgets allow (at least one) is
+    all a run can need. More means Slurm does not keep the exclusion, and another requeue would only repeat
+    the last one.
     """
-    return max(1, int(opts.max_preemptions))
+    return max(1, int(opts.max_preemptions) + retries)
 
 
-def _avoid_failed_nodes(opts: SlurmOptions, roles: int) -> list[str]:
+def _avoid_failed_nodes(opts: SlurmOptions, roles: int, retries: int = 0) -> list[str]:
     """The script's part that keeps a restarted job off the nodes that failed under its earlier attempts.
 
     A restart asks ``sacct`` (one call) for the job's earlier runs that ended ``NODE_FAIL`` or ``BOOT_FAIL``;
@@ -849,7 +865,7 @@ def _avoid_failed_nodes(opts: SlurmOptions, roles: int) -> list[str]:
     """
     static = ",".join([*([opts.exclude] if opts.exclude else []), *(opts.exclude_nodes or [])])
     ids = ['"$SLURM_JOB_ID"'] if roles == 1 else [f'"$SLURM_JOB_ID+{c}"' for c in range(roles)]
-    cap = max_moves(opts)
+    cap = max_moves(opts, retries)
     update = []
     for i in ids:
         update += [
@@ -899,7 +915,7 @@ def _avoid_failed_nodes(opts: SlurmOptions, roles: int) -> list[str]:
         '    done <<<"$_tsm_bad"',
         f'    if [ -n "$_tsm_on_bad" ] && [ "$_tsm_moves" -ge {cap} ]; then',
         f'      echo "this attempt was given node(s)$_tsm_on_bad, which failed under an earlier one, after {cap} '
-        'move(s) off failed nodes (at most max_preemptions): Slurm does not keep the job off them '
+        'move(s) off failed nodes (at most max_preemptions + max_retries): Slurm does not keep the job off them '
         f'(ExcNodeList=$_tsm_exc); the app fails" >{node_error}',
         f'      echo "tsm: $(head -n 1 {node_error})" >&2',
         '      echo 1 >"$TSM_JOB_DIR/exit"',
