@@ -211,7 +211,10 @@ class TopApp(App[None]):
         apps = [a for a in snap.apps if matches(a, query)]
         rows = fold_rows(snap, query, self.expanded)  # a sweep's trials under one line (see views/text.py)
         table = self.query_one("#apps", DataTable)
-        keep = self.selected
+        # the app under the cursor now: a move whose highlight event is not handled yet (a key just pressed)
+        # is what the user sees selected, and a refresh in between must not take the cursor back
+        shown = [k.value for k in table.rows]
+        keep = shown[table.cursor_row] if 0 <= table.cursor_row < len(shown) else self.selected
         handles = [r.key for r in rows]
         _fill(table, [(r.key, [printable(c) for c in row_cells(r, snap.taken, self.expanded)]) for r in rows],
               self._shown_apps)
