@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 
 from tsm.errors import InvalidAppError, brief
 from tsm.specs.api import MISSING, AppDef, Resource, RetryPolicy, Role, is_null_resource
@@ -57,26 +58,35 @@ def exec_limit() -> int:
 
 
 
-def exec_bytes(value: str, what: str) -> int:
+def exec_bytes(value: str, what: str | Callable[[], str]) -> int:
     """The size ``value`` takes in a new program's memory (its bytes and a NUL); refuses what no process can receive.
 
-    ``what`` names the field in the error, e.g. ``"role 'r': args[2]"``.
+    ``what`` names the field in the error, e.g. ``"role 'r': args[2]"``; a callable builds that name only when
+    there is an error (a caller's whole environment is checked per dry run: most entries need none).
     """
+    def name() -> str:
+        return what if isinstance(what, str) else what()
+
     if "\x00" in value:
-        raise InvalidAppError(f"{what} contains a NUL byte, which no process can receive: {brief(value)}")
+        raise InvalidAppError(f"{name()} contains a NUL byte, which no process can receive: {brief(value)}")
     try:
         size = len(os.fsencode(value))
     except UnicodeEncodeError as e:
         raise InvalidAppError(
-            f"{what} holds {value[e.start]!r} at index {e.start}, which is no byte sequence (a lone surrogate), "
+            f"{name()} holds {value[e.start]!r} at index {e.start}, which is no byte sequence (a lone surrogate), "
             "so no process can receive it"
         ) from None
     if size > MAX_ARG_BYTES:
         raise InvalidAppError(
-            f"{what} is {size} bytes long; a program's argument or environment entry may hold at most "
+            f"{name()} is {size} bytes long; a program's argument or environment entry may hold at most "
             f"{MAX_ARG_BYTES} bytes (Linux MAX_ARG_STRLEN): pass large data in a file"
         )
     return size + 1
+
+
+def _env_entry(where: str, key: str) -> str:
+    """How an error names the caller's environment entry ``key``."""
+    return f"{where}: env[{brief(key)}]"
 
 
 def check_exec_size(where: str, argv: Iterable[str], env: Mapping[str, str]) -> int:
@@ -92,14 +102,7 @@ def check_exec_size(where: str, argv: Iterable[str], env: Mapping[str, str]) -> 
         total += exec_bytes(a, f"{where}: argument {i}")
         count += 1
     for k, v in env.items():
-        entry = f"{k}={v}"
-        try:  # the usual entry, checked without building the message an error would need
-            size = len(os.fsencode(entry))
-        except UnicodeEncodeError:
-            size = MAX_ARG_BYTES + 1
-        if size > MAX_ARG_BYTES or "\x00" in entry:
-            size = exec_bytes(entry, f"{where}: env[{brief(k)}]") - 1  # raises, saying what to fix
-        total += size + 1
+        total += exec_bytes(f"{k}={v}", partial(_env_entry, where, k))  # named only on an error
         count += 1
     total += (count + 2) * 8  # the argv and envp pointer arrays, each ending in NULL
     limit = exec_limit()
