@@ -34,8 +34,8 @@ What it does (works on any cluster >= 1.20, built-in objects only):
   restarts its scope as a new attempt on ``max_preemptions`` (never ``max_retries``), once the old pods have
   ended, with ``TSM_LAST_EXIT=preempted``; a lost node is excluded from the new Jobs (a required node
   anti-affinity term, as ``exclude_nodes`` writes), and so is the node of a pod ``OOMKilled`` with no memory
-  limit of its own (the node ran out: a failure, retried on ``max_retries``). ``requeue_on_time_limit``: a look at the limit restarts
-  the app the same way (``TSM_LAST_EXIT=time_limit``; the limit counts again).
+  limit of its own (the node ran out: a failure, retried on ``max_retries``). ``requeue_on_time_limit``: a
+  look at the limit restarts the app the same way (``TSM_LAST_EXIT=time_limit``; the limit counts again).
 * **Stalls** (issue 25, ``stall_timeout``/``on_stall``, :mod:`.stall`): a look checks, once a tick, each
   running pod's last log line (``tailLines=1``, timestamps) and, where ``metrics.k8s.io`` answers, its CPU
   (without a metrics API the log alone decides); a stalled replica is FAILED "stalled for X, last line: ..."

@@ -629,13 +629,14 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
             oom_nodes = {p.node: f"the kernel's OOM killer ended role '{p.role}' replica {p.replica_id} (attempt "
                                  f"{p.attempt}; no memory limit of its own: the node ran out)"
                          for p in view.pods if node_oom(p) and p.attempt == view.attempt and p.node not in lost_nodes}
+            before = self._excluded(req) if lost_nodes or oom_nodes else {}
             if oom_nodes:  # never the last Ready node: the retry would wait for a node that does not exist
                 ready = {n for n, ok in self._client_of(req).node_ready().items() if ok}
-                if not ready - set(self._excluded(req)) - set(lost_nodes) - set(oom_nodes):
+                if not ready - set(before) - set(lost_nodes) - set(oom_nodes):
                     msg += f"; node(s) {', '.join(sorted(oom_nodes))} not excluded: no other Ready node"
                     oom_nodes = {}
             if lost_nodes or oom_nodes:
-                excluded = {**self._excluded(req), **oom_nodes, **lost_nodes}
+                excluded = {**before, **oom_nodes, **lost_nodes}
                 d.write(EXCLUDED, json.dumps({k: v for k, v in excluded.items() if v != "exclude_nodes"}))
                 msg += f"; excluding node(s) {', '.join(sorted({*lost_nodes, *oom_nodes}))}"
             self._retry(req, view, decision.roles, decision.attempt,

@@ -13,7 +13,8 @@ limit; ``exclude_nodes`` joins ``--exclude``. The script counts its own failure 
 cluster's (a preemption, a lost node), spends ``max_preemptions`` and never ``max_retries``; each attempt gets
 ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT`` and ``TSM_LAST_EXIT`` (also written to ``job_dir/last_exit`` for
 ``describe``). A restart after ``NODE_FAIL``/``BOOT_FAIL``, or after the node's OOM killer ended a replica
-(:data:`REPLICA_WRAPPER` records it in ``oom_nodes``), keeps the app off that node (:func:`_avoid_failed_nodes`); ``stall_timeout`` starts a watcher beside the sruns (:data:`STALL_WATCHER`).
+(:data:`REPLICA_WRAPPER` records it in ``oom_nodes``), keeps the app off that node
+(:func:`_avoid_failed_nodes`); ``stall_timeout`` starts a watcher beside the sruns (:data:`STALL_WATCHER`).
 """
 
 from __future__ import annotations
