@@ -218,7 +218,7 @@ tsm_oom() {  # REPLY: the node's OOM kills so far (/proc/vmstat), then how many 
   { while read -r k v; do [ "$k" = oom_kill ] && n=$v; done </proc/vmstat; } 2>/dev/null
   { while IFS=: read -r _ ctl path; do
       case $path in */job_*) ;; *) continue ;; esac
-      case $ctl in memory | *,memory | memory,* | '') ;; *) continue ;; esac
+      case ",$ctl," in *,memory,* | ,,) ;; *) continue ;; esac  # v1's memory (alone or co-mounted), or v2
       slurm=1
       p=$path
       while [ -n "$p" ]; do
