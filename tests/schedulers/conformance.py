@@ -373,6 +373,24 @@ def check_args_and_env_arrive_byte_exact(backend: Backend, tmp_path: Path) -> No
     assert not marker.exists()
 
 
+#: prints the replica's blocked signals and those it ignores, less the two Python itself ignores when it starts
+SIGNAL_STATE = (
+    "import signal\n"
+    "got = dict(line.split(':') for line in open('/proc/self/status') if line.startswith(('SigBlk', 'SigIgn')))\n"
+    "own = 1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)\n"
+    "print(int(got['SigBlk'], 16), int(got['SigIgn'], 16) & ~own)\n"
+)
+
+
+def check_a_replica_starts_with_no_signal_blocked_or_ignored(backend: Backend) -> None:
+    # a signal blocked or ignored when the program starts never reaches it (a stop's SIGTERM, a warning):
+    # whatever the launcher, its threads or the caller had, the program starts with none
+    app_id = backend.submit(AppDef("signals", [backend.role("r", "-c", SIGNAL_STATE)]))
+    assert _ended(backend, app_id) == AppState.SUCCEEDED
+    out = [line.split() for line in backend.sched.log_iter(app_id, "r", 0) if line.strip()]  # one stream: Kubernetes
+    assert ["0", "0"] in out, out
+
+
 #: Every check, by name; test_conformance.py runs each against each backend.
 CHECKS: dict[str, Callable[..., None]] = {
     name.removeprefix("check_"): fn for name, fn in list(globals().items()) if name.startswith("check_")

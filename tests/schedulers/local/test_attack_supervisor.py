@@ -254,6 +254,36 @@ def test_a_wrapped_program_ignoring_sigterm_is_killed_when_the_grace_period_ends
     assert procs_with(marker) == []  # SIGKILL came at the grace period's end, before the end was recorded
 
 
+#: counts the SIGTERMs the kernel delivers (one byte each on the wakeup fd, not merged by Python's handler)
+COUNTER = """
+import os, select, signal, sys
+r, w = os.pipe()
+os.set_blocking(w, False)
+signal.set_wakeup_fd(w)
+signal.signal(signal.SIGTERM, lambda s, f: None)
+print("ready", flush=True)
+while True:
+    select.select([r], [], [])
+    for b in os.read(r, 64):
+        print("got", signal.Signals(b).name, flush=True)
+"""
+
+
+@pytest.mark.parametrize("wrapper", [False, True])
+def test_a_stop_sends_each_process_one_sigterm(sched: LocalScheduler, wrapper: bool) -> None:
+    # The group is signalled, and the processes that left it by pid: a process in the group also signalled by
+    # pid got two SIGTERMs whenever it took the first before the second came (the scan of the replica's tree
+    # between them leaves time), and many programs read a second SIGTERM as "stop now, skip the checkpoint"
+    args = ["-c", f'{PY} -c "$0"; echo "bash went on"', COUNTER] if wrapper else ["-c", COUNTER]
+    role = Role("r", entrypoint="bash" if wrapper else PY, args=args)
+    for _ in range(3):  # the second SIGTERM was lost whenever it came before the first was taken: try thrice
+        app_id = sched.submit(AppDef("once", [role]), {"grace_period": 1.0})
+        wait_until(lambda a=app_id: "ready" in stdout(sched, a), "the program's start", timeout=HANG)
+        sched.cancel(app_id)
+        finished(sched, app_id)
+        assert stdout(sched, app_id) == ["ready", "got SIGTERM"]
+
+
 # -- item 8: callers holding more than 1024 descriptors ------------------------------------------------------
 LAUNCH_WITH_MANY_FDS = """
     import os, resource, sys
@@ -279,6 +309,30 @@ def test_launch_and_wait_from_a_process_holding_1100_fds() -> None:
                          timeout=HANG)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["SUCCEEDED", "hello"]
+
+
+LAUNCH_WITH_SIGNALS_BLOCKED = """
+    import signal
+    from tsm.schedulers.local.scheduler import LocalScheduler
+    from tsm.specs import AppDef, Role
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})  # a thread that blocked them
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR2, signal.SIGQUIT):  # nohup, `&` in a script, ...
+        signal.signal(sig, signal.SIG_IGN)
+    s = LocalScheduler("masked")
+    app_id = s.submit(AppDef("sig", [Role("r", entrypoint="grep", args=["^Sig[BI]", "/proc/self/status"])]), {})
+    s.wait(app_id, timeout=60)
+    print("".join(s.log_iter(app_id, "r", 0)))
+"""
+
+
+def test_replicas_start_with_no_signal_blocked_or_ignored_whatever_the_caller_had() -> None:
+    # A blocked mask and ignored signals pass through fork and exec: a replica started by such a caller never
+    # saw tsm's SIGTERM (its grace period wasted) nor a warning, and Python gave it no KeyboardInterrupt
+    out = subprocess.run([PY, "-c", textwrap.dedent(LAUNCH_WITH_SIGNALS_BLOCKED)], capture_output=True, text=True,
+                         timeout=HANG)
+    assert out.returncode == 0, out.stderr[-3000:]
+    masks = {k: v.strip() for k, _, v in (line.partition(":") for line in out.stdout.splitlines() if line)}
+    assert masks == {"SigBlk": "0" * 16, "SigIgn": "0" * 16}, out.stdout
 
 
 # -- item 12 (second half): a reader never changes an app on evidence it could not read ---------------------

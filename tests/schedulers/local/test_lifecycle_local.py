@@ -69,6 +69,7 @@ def test_a_replica_handling_the_warning_late_still_gets_it_and_a_wrapper_that_do
     assert desc.msg == "time limit 10s reached"
     lines = out(sched, app_id)
     assert lines.count("warned") == 1
+    assert lines.count("got SIGTERM") == 1, lines  # once: the group's, not the group's and then python's own
     assert lines.index("warned") < lines.index("got SIGTERM")
 
 

@@ -62,11 +62,20 @@ class Reaper(OutputPump):
         return None
 
     def _signal_replica(self, rep: Replica, sig: int, orphans: dict[int, list[int]] | None = None) -> None:
-        """Send ``sig`` to the attempt's process group and every process that came from it."""
+        """Send ``sig`` once to every process of the attempt: its process group, then each process that came
+        from it and left the group (its own group or session, or an orphan).
+
+        Once, not twice: a process in the group that also got ``sig`` by pid would see two SIGTERMs when it
+        handles the first before the second arrives, and many programs take a second SIGTERM (or SIGINT) as
+        "stop now, skip the checkpoint".
+        """
         if rep.pid is not None:
             with contextlib.suppress(OSError):
                 os.killpg(rep.pid, sig)
         for pid in self._owned(rep, orphans=orphans):
+            got = _os.ids(pid)
+            if got is None or got[0] == rep.pid:  # gone, or signalled with the group just now
+                continue
             with contextlib.suppress(OSError):
                 os.kill(pid, sig)
 

@@ -230,6 +230,7 @@ class SupervisorState:
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        _clean_signals()
         self.signals: list[int] = []
         self.sel.register(self.sig_r, selectors.EVENT_READ, "signal")
 
@@ -271,3 +272,24 @@ class SupervisorState:
         """
         with contextlib.suppress(OSError):
             os.write(2, f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n".encode(errors="replace"))
+
+
+#: Signals a replica must start with at their default action although the caller ignored them: SIGPIPE is
+#: ignored here on purpose (``Popen`` restores it in the replica), SIGKILL and SIGSTOP cannot be changed.
+_KEEP = frozenset({signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE})
+
+
+def _clean_signals() -> None:
+    """Unblock every signal and give each one the caller ignored its default action again, in this process.
+
+    Replicas start from here and inherit both through ``exec``: a caller that blocked SIGTERM in its thread
+    or ran tsm under ``nohup`` or ``&`` in a script (SIGHUP, SIGINT ignored) would otherwise start replicas
+    that never see tsm's stop, a warning or a Ctrl-C, which a program's own handlers cannot undo (Python
+    installs no ``KeyboardInterrupt`` when it starts with SIGINT ignored). The supervisor's own handlers
+    are set before this and stay.
+    """
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    for sig in signal.valid_signals():
+        if sig not in _KEEP and signal.getsignal(sig) == signal.SIG_IGN:
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(sig, signal.SIG_DFL)

@@ -36,7 +36,9 @@ Long runs (issue 25):
   died (``ray.nodes()``) or the actor's death cause is its node's death (``ActorDiedErrorContext.
   node_death_info``); then the replica's scope (its role's retry policy) restarts elsewhere, spending
   ``max_preemptions`` and never ``max_retries``, with ``TSM_LAST_EXIT=preempted``; the replica's record is
-  ``preempted`` with the reason. An actor dead on a live node is the replica's failure, as before.
+  ``preempted`` with the reason. An actor dead on a live node is the replica's failure, as before. A
+  replica that ends with an error while its actor's raylet is gone (the dying worker killed it and
+  reported the exit first) is lost with its node too (:meth:`Driver._lost_with_node`).
 * **Excluded nodes**: the lost node, a node whose kernel OOM killer ended a replica (:meth:`Driver._oom_on_node`;
   not when it is the only alive node), and the nodes ``exclude_nodes`` names (ids, IPs, hostnames, resolved at
   each placement), are kept off by the placement groups' ``bundle_label_selector`` on the label every Ray
@@ -217,6 +219,14 @@ class Driver:
                             break
                         continue
                     code, self.reps[key]["msg"] = -9, f"actor died: {why}"
+                else:
+                    lost = None if code == 0 or self.stopping or self.cancelling else self._lost_with_node(key)
+                    if self.stopping:
+                        break
+                    if lost is not None:
+                        if not self._preempted(key, lost, waits):
+                            break
+                        continue
                 if self.stopping or not self._ended(key, code, waits):
                     break
             self.write()
@@ -524,13 +534,33 @@ class Driver:
                 return str(n.get("DeathReasonMessage") or "")
         return None
 
-    def _why_gone(self, key: tuple[str, int], err: Exception) -> tuple[str, str]:
+    def _lost_with_node(self, key: tuple[str, int]) -> str | None:
+        """Why ``key``'s attempt, which ended with a non-zero code, was lost with its node; None when its node
+        is alive (the program's own end).
+
+        A node killed outright can still report such an end: its workers outlive the raylet for a moment and
+        SIGKILL their children as they exit, and the actor's reply (exit code -9) may reach the driver before
+        the actor is seen gone. So the actor is asked whether its raylet is still there
+        (:meth:`Replica.node_alive`, one call); when it is not, or the actor no longer answers, the GCS is
+        asked as :meth:`_why_gone` does, without taking an answering actor for a live node.
+        """
+        try:
+            if ray.get(self.actors[key].node_alive.remote(), timeout=10):
+                return None
+            err: Exception = RuntimeError("the replica's raylet is gone")
+        except Exception as e:  # noqa: BLE001 (gone or unreachable: the GCS says which)
+            err = e
+        verdict, why = self._why_gone(key, err, probe=False)
+        return why if verdict == "node" else None
+
+    def _why_gone(self, key: tuple[str, int], err: Exception, probe: bool = True) -> tuple[str, str]:
         """Why waiting on a replica's actor raised: ``("node", why)`` when it was lost with its node (Ray says
         the node died, or the actor's death cause is its node's death), ``("alive", "")`` when the actor
         answers again (it was only unreachable), else ``("died", why)``: the actor died on a live node.
 
         A node killed outright is first only unreachable (``ActorUnavailableError``); Ray marks it dead once
         its health checks fail (seconds), so this asks the GCS once a second for up to :data:`LOSS_WAIT`.
+        Without ``probe`` an actor that still answers is not taken for a live node (its raylet is gone).
         """
         rep = self.reps[key]
         node_id, actor = str(rep["node_id"]), self.actors[key]
@@ -548,11 +578,12 @@ class Driver:
                 if node_died:
                     return "node", f"{where} was lost" + (f" ({text})" if text else "")
                 return "died", text or type(err).__name__
-            try:
-                ray.get(actor.running.remote(), timeout=5)
-                return "alive", ""
-            except Exception:  # noqa: BLE001 (still unreachable: ask again)
-                pass
+            if probe:
+                try:
+                    ray.get(actor.running.remote(), timeout=5)
+                    return "alive", ""
+                except Exception:  # noqa: BLE001 (still unreachable: ask again)
+                    pass
             if time.monotonic() >= deadline:
                 return "died", f"{type(err).__name__}; unreachable for {format_duration(LOSS_WAIT)} on {where}"
             time.sleep(1.0)

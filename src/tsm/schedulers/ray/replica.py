@@ -70,6 +70,7 @@ class Replica:
         self.stopped = False
         self.stopping = False  # tsm is stopping the current attempt (its SIGKILL is not the OOM killer's)
         self.oom_at_start = self.oom_at_end = 0  # the node's OOM kills when the current attempt started, ended
+        self.raylet = os.getppid()  # Ray workers are the raylet's children: a new parent means the node is gone
 
     def where(self) -> dict[str, Any]:
         """Node id and address, and this actor's pid."""
@@ -88,6 +89,9 @@ class Replica:
         full_b = {os.fsencode(k): os.fsencode(v) for k, v in full.items()}
         self.stopping, self.oom_at_start = False, node_oom_kills()
         out = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by the pump)
+        # The replica inherits the mask of the thread that starts it, and Ray's threads block SIGHUP: unblock
+        # every signal in this thread for the start, so the program sees every signal it is sent
+        mask = signal.pthread_sigmask(signal.SIG_SETMASK, ())
         try:
             proc = subprocess.Popen([os.fsencode(a) for a in command], env=full_b, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
@@ -97,6 +101,8 @@ class Replica:
             out.close()
             self.proc = None
             return -1
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         self.proc = proc
         self.watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(proc.pid),
                                           str(self.grace)], start_new_session=True)
@@ -147,6 +153,12 @@ class Replica:
     def running(self) -> bool:
         """True while the current attempt's process runs."""
         return self.proc is not None and self.proc.poll() is None
+
+    def node_alive(self) -> bool:
+        """Whether this node's raylet is still this actor's parent. When a node dies its workers outlive the
+        raylet for a moment, and kill their children (the replica, with SIGKILL) as they exit: an exit they
+        may still report. A new parent (the raylet gone) tells the driver that exit was the node's end."""
+        return os.getppid() == self.raylet
 
     def oom_killed(self) -> bool:
         """Whether the kernel's OOM killer ended the last attempt: SIGKILL (or a shell's 137), not from tsm's stop,
