@@ -72,6 +72,23 @@ def test_cancel_warns_then_stops(sched: DockerScheduler) -> None:
     assert output(sched, app_id) == ["up", "warned", "term"]
 
 
+def test_the_warning_reaches_the_program_under_a_launcher_and_spares_the_launcher(sched: DockerScheduler) -> None:
+    # sh over python, as torchrun over its workers: `docker kill --signal` reached sh alone (the container's
+    # init forwards to its child), which ended at it, and the container with it, before python was warned
+    wrapped = Role("w", image=PYTHON_IMAGE, entrypoint="/bin/sh", args=["-c", 'python3 -c "$0"; echo "sh went on"',
+                   WARNABLE], resource=Resource(cpu=1, memMB=256))  # type: ignore[arg-type]
+    app_id = sched.schedule(sched.submit_dryrun(AppDef("wrapped", [wrapped]),
+                                                {"warn_signal": "USR1", "warn_before": "2s", "grace_period": 5}))
+    deadline = time.monotonic() + HANG
+    while "up" not in output(sched, app_id):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    sched.cancel(app_id)
+    final = sched.describe(app_id)
+    assert final is not None and final.state == AppState.CANCELLED
+    assert output(sched, app_id)[:2] == ["up", "warned"]
+
+
 def test_retried_attempt_is_told_why(sched: DockerScheduler) -> None:
     code = ("import os\n"
             "print(os.environ['TSM_ATTEMPT'], os.environ['TSM_RESTART_COUNT'], repr(os.environ['TSM_LAST_EXIT']))\n"

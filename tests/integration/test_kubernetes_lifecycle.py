@@ -57,6 +57,19 @@ def test_time_limit_warns_through_the_pre_stop_hook_then_fails(sched: Kubernetes
     assert lines(sched, app_id) == ["up", "warned", "term"]
 
 
+def test_the_warning_reaches_the_program_under_a_launcher(sched: KubernetesScheduler, k8s_cluster: K8sCluster) -> None:
+    # sh over python, as torchrun over its workers, sh as the pod's PID 1: the hook used to signal PID 1 only,
+    # which sh (without a handler, as PID 1) ignored, so the program was never warned
+    wrapped = Role("w", image=k8s_cluster.python_image, entrypoint="/bin/sh",
+                   args=["-c", 'python3 -c "$0"; echo "sh went on"', WARNABLE], resource=Resource(cpu=0.5, memMB=128))
+    app_id = sched.submit(AppDef("wrapped", [wrapped]),
+                          {"time_limit": "12s", "warn_signal": "USR1", "warn_before": "4s", "grace_period": 3})
+    final = sched.wait(app_id, timeout=HANG)
+    assert final is not None and final.state == AppState.FAILED, final
+    assert final.msg == "time limit 12s reached"
+    assert lines(sched, app_id)[:2] == ["up", "warned"]
+
+
 def test_retried_attempt_is_told_why(sched: KubernetesScheduler, k8s_cluster: K8sCluster) -> None:
     code = ("import os\n"
             "print(os.environ['TSM_ATTEMPT'], os.environ['TSM_RESTART_COUNT'], repr(os.environ['TSM_LAST_EXIT']))\n"

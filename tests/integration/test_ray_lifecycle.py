@@ -60,6 +60,19 @@ def test_time_limit_warns_then_stops_and_fails(sched: Any) -> None:
     assert lines(sched, app_id) == ["up", "warned", "term"]
 
 
+def test_the_warning_reaches_the_program_under_a_launcher_and_spares_the_launcher(sched: Any) -> None:
+    # bash over python, as torchrun over its workers: bash does not handle USR1 (it would end at it, and the
+    # replica with it), python does. Only python is warned; the time limit, not the warning, ends the app
+    wrapped = Role("w", entrypoint="bash", args=["-c", f'{PY} -c "$0"; echo "bash went on"', WARNABLE],
+                   resource=Resource(cpu=0.5, memMB=100))
+    app_id = sched.submit(AppDef("wrapped", [wrapped]),
+                          {"time_limit": "8s", "warn_signal": "USR1", "warn_before": "4s", "grace_period": 5})
+    final = sched.wait(app_id, timeout=HANG)
+    assert final is not None and final.state == AppState.FAILED, final
+    assert final.msg == "time limit 8s reached"
+    assert lines(sched, app_id)[:2] == ["up", "warned"]
+
+
 def test_cancel_warns_then_stops(sched: Any) -> None:
     app_id = sched.submit(AppDef("c", [role(WARNABLE)]), {"warn_signal": "USR1", "warn_before": "2s", "grace_period": 5})
     deadline = time.monotonic() + HANG

@@ -48,6 +48,16 @@ def fit(lr: float = 0.1, batch: int = 32) -> AppDef:
 '''
 
 
+def _said(runner: object, handle: str) -> tuple[str, str]:
+    """What a failed trial's app says of its end, and its log (for a failure's message)."""
+    desc = runner.describe(handle)  # type: ignore[attr-defined]
+    try:
+        log = "".join(runner.log_lines(handle, "trainer", 0))  # type: ignore[attr-defined]
+    except Exception as e:  # noqa: BLE001 (a message, whatever stops the read)
+        log = f"(no log: {e})"
+    return (desc.msg if desc is not None else "(no app)"), log
+
+
 def _events(handle: str) -> list[tuple[float, int, str]]:
     state = SweepState.open(parse_sweep_handle(handle))
     try:
@@ -89,8 +99,9 @@ def test_capped_grid_on_docker(docker_engine: object, tmp_path: Path) -> None:
         handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
                                   scheduler="docker", parallel=2)
         status = runner.sweep_wait(handle, timeout=HANG)
-        assert status.state == "SUCCEEDED", status.summary()
         trials = runner.sweep_list(handle)
+        assert status.state == "SUCCEEDED", (status.summary(), [
+            (t.params, t.state, t.msg, t.handle and _said(runner, t.handle)) for t in trials if t.state != "SUCCEEDED"])
         for t in trials:
             assert t.handle and t.handle.startswith("docker://sweepit/")
             lines = list(runner.log_lines(t.handle, "trainer", 0))

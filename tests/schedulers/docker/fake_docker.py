@@ -18,6 +18,7 @@ Every call is recorded in :attr:`FakeDockerEngine.calls` (name, args) for tests 
 
 from __future__ import annotations
 
+import re
 import secrets
 import signal
 import signal as _signal
@@ -81,6 +82,8 @@ class FakeDockerEngine:
         self.nets: dict[str, dict[str, Any]] = {}
         self.unstartable: set[str] = set()
         self.calls: list[tuple[str, Any]] = []
+        self.execs: dict[str, tuple[FakeProcess, list[str]]] = {}
+        self.exec_codes: dict[str, int | None] = {}
         self.lock = threading.RLock()
         self.api = self  # docker.DockerClient().api: the low-level client
         self.networks = _Networks(self)
@@ -233,6 +236,36 @@ class FakeDockerEngine:
         if p is None or not p.running:
             raise api_error(409, f"Container {ref} is not running")
         p.signal(int(_signal.Signals[signal]))
+
+    def exec_create(self, ref: str, cmd: list[str], stdout: bool = True, stderr: bool = True) -> dict[str, Any]:
+        """Docker's exec, for the one command tsm runs in a container: the warning's script
+        (:func:`tsm.schedulers.common.warn.handlers_script`), played on the container's processes; 409 when
+        the container is not running."""
+        self.calls.append(("exec_create", ref, cmd))
+        c = self._get(ref)
+        p = c.current
+        if p is None or not p.running:
+            raise api_error(409, f"Container {ref} is not running")
+        exec_id = secrets.token_hex(8)
+        self.execs[exec_id] = (p, cmd)
+        return {"Id": exec_id}
+
+    def exec_start(self, exec_id: str) -> bytes:
+        p, cmd = self.execs[exec_id]
+        sig = re.search(r"kill -s ([A-Z0-9]+) ", cmd[-1])
+        if sig is None:
+            self.exec_codes[exec_id] = 127
+            return b"fake engine: only the warning's script runs in a container\n"
+        self.exec_codes[exec_id] = 0 if p.signal_handlers(int(_signal.Signals["SIG" + sig.group(1)])) else 1
+        return b""
+
+    def exec_inspect(self, exec_id: str) -> dict[str, Any]:
+        return {"ExitCode": self.exec_codes.get(exec_id), "Running": False}
+
+    def warnings(self) -> list[str]:
+        """The warning signals sent, in order: each exec of the warning's script (its signal's name)."""
+        return [m.group(1) for c in self.calls if c[0] == "exec_create"
+                for m in [re.search(r"kill -s ([A-Z0-9]+) ", c[2][-1])] if m is not None]
 
     def remove_container(self, ref: str, force: bool = False, v: bool = False) -> None:
         self.calls.append(("remove_container", ref))

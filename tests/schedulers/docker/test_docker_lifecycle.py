@@ -67,8 +67,7 @@ def test_time_limit_warns_then_stops_and_fails_with_the_limit(engine: FakeDocker
     assert final.msg == "time limit 2s reached"
     assert final.roles_statuses[0].replicas[0].error_msg == "time limit 2s reached"
     assert final.num_restarts == 0  # a time limit is not a failure to retry
-    kills = [c for c in engine.calls if c[0] == "kill"]
-    assert [k[2] for k in kills] == ["SIGUSR1"]  # warned exactly once
+    assert engine.warnings() == ["USR1"]  # warned exactly once
     wait_for(lambda: "warned" in output(s, app_id))
     again = s.describe(app_id)
     assert again is not None and again.msg == "time limit 2s reached"  # stays the app's end
@@ -85,7 +84,7 @@ def test_cancel_warns_first(engine: FakeDockerEngine) -> None:
     assert final is not None and final.state == AppState.CANCELLED
     assert "warned" in output(s, app_id)
     names = [c[0] for c in engine.calls]
-    assert names.index("kill") < names.index("stop")
+    assert names.index("exec_create") < names.index("stop")
 
 
 def test_every_attempt_sees_its_attempt_and_last_exit(engine: FakeDockerEngine) -> None:

@@ -317,7 +317,7 @@ def test_two_processes_act_on_one_stall_once(engine: FakeDockerEngine, monkeypat
     for t in threads:
         t.join()
     assert [f.state for f in finals] == [AppState.FAILED] * 2, finals
-    warnings = [c for c in engine.calls if c[0] == "kill" and c[2] == "SIGUSR1"]
+    warnings = engine.warnings()
     assert len(warnings) == 1, warnings
     until("the stopped replica", lambda: all(c.state == "exited" for c in engine.by_id.values()))
     assert "".join(s1.log_iter(app_id, "w", 0)).splitlines() == ["up", "warned"]

@@ -292,16 +292,17 @@ class FakeCluster:
                     self._make_pod(job)
 
     def _pre_stop(self, pod: FakePod) -> None:
-        """Run the container's preStop hook as the kubelet would, for the hook tsm writes: ``kill -SIG 1``
-        (the signal to the replica's process), then wait while it runs, at most the hook's seconds."""
+        """Run the container's preStop hook as the kubelet would, for the hook tsm writes (``kill -s SIG`` to
+        the container's processes that handle it: here the replica's process), then wait while it runs, at
+        most the hook's seconds."""
         hook = pod.obj["spec"]["containers"][0].get("lifecycle", {}).get("preStop", {}).get("exec", {})
         script = " ".join(hook.get("command", []))
-        sig, wait = re.search(r"kill -([A-Z0-9]+) 1", script), re.search(r"-lt (\d+)", script)
+        sig, wait = re.search(r"kill -s ([A-Z0-9]+) ", script), re.search(r"-lt (\d+)", script)
         proc = pod.proc
         if sig is None or proc is None or not proc.running:
             return
         self.calls.append(("preStop", {"pod": pod.name, "signal": sig.group(1)}))
-        proc.signal(int(signal.Signals["SIG" + sig.group(1)]))
+        proc.signal_handlers(int(signal.Signals["SIG" + sig.group(1)]))
         end = time.monotonic() + (float(wait.group(1)) if wait else 0.0)
         while proc.running and time.monotonic() < end:
             time.sleep(0.02)

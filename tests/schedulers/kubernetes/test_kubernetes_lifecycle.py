@@ -58,7 +58,7 @@ def test_manifests_carry_the_deadline_the_hook_and_the_attempt() -> None:
     assert pod["terminationGracePeriodSeconds"] == 10 + 300
     assert req.grace_period == 310  # a delete (cancel) leaves the hook its time too
     hook = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
-    assert hook[:2] == ["/bin/sh", "-c"] and "kill -USR1 1" in hook[2]
+    assert hook[:2] == ["/bin/sh", "-c"] and "kill -s USR1" in hook[2] and "SigCgt" in hook[2]
     env = {e["name"]: e.get("value", "") for e in pod["containers"][0]["env"]}
     assert (env["TSM_ATTEMPT"], env["TSM_RESTART_COUNT"], env["TSM_LAST_EXIT"], env["TSM_WARN_SIGNAL"]) == (
         "0", "0", "", "USR1")

@@ -19,6 +19,7 @@ from typing import Any
 from tsm.errors import SchedulerError, TsmError
 from tsm.schedulers.common.errors import ApiError, is_status
 from tsm.schedulers.common.owner import owner
+from tsm.schedulers.common.warn import handlers_script
 from tsm.schedulers.docker.request import LABEL_APP, LABEL_OWNER, LABEL_SCHEDULER, ContainerSpec
 from tsm.schedulers.docker.status import (
     DAEMON_EXITS,
@@ -181,8 +182,22 @@ class DockerClient(DockerEngine):
             return False
 
     def signal(self, container_id: str, signame: str) -> None:
-        """Send signal ``signame`` (``USR1``) to a container's main process (the warning of issue 25); a
-        container already ended or gone is fine."""
+        """Send the warning ``signame`` (``USR1``, issue 25) to every process of the container that handles
+        it (:func:`~tsm.schedulers.common.warn.handlers_script`, run with ``exec``): a launcher over the
+        program (``torchrun``, a ``bash -c`` wrapper) ends at a signal it does not handle. An image without
+        ``/bin/sh`` gets it in its main process, as Docker's ``kill`` sends it. A container already ended or
+        gone is fine."""
+        try:
+            with self.call("exec"):
+                run = self.api.api.exec_create(container_id, ["/bin/sh", "-c", handlers_script(signame)],
+                                               stdout=False, stderr=False)
+                self.api.api.exec_start(run["Id"])
+                code = self.api.api.exec_inspect(run["Id"]).get("ExitCode")
+            if code in (0, 1):  # sent, or no process handles it (spared)
+                return
+        except ApiError as e:
+            if e.status in (404, 409):  # gone, or not running
+                return
         try:
             with self.call("kill"):
                 self.api.api.kill(container_id, signal="SIG" + signame.removeprefix("SIG"))

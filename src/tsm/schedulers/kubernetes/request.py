@@ -38,6 +38,7 @@ from tsm.errors import InvalidAppError, InvalidRunOptionError
 from tsm.schedulers.common.durations import format_duration
 from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS, LifecycleOptions
 from tsm.schedulers.common.options import option
+from tsm.schedulers.common.warn import handlers_script
 from tsm.specs.api import AppDef, RetryPolicy, Role, is_null_resource, macros
 from tsm.specs.mounts import BindMount, DeviceMount, VolumeMount
 
@@ -452,7 +453,7 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
                 container["resources"] = resources
             if vmounts:
                 container["volumeMounts"] = vmounts
-            if warn_sig:  # the warning: PID 1 gets the signal, then warn_before, then SIGTERM (see lifecycle_hook)
+            if warn_sig:  # the warning: each process that handles it, then warn_before, then SIGTERM (lifecycle_hook)
                 container["lifecycle"] = lifecycle_hook(warn_sig, warn_s)
             if role.port_map:
                 container["ports"] = [{"name": port_name(k), "containerPort": p} for k, p in role.port_map.items()]
@@ -548,14 +549,16 @@ def attempt_env(attempt: int, restart_count: int, last_exit: str) -> dict[str, s
 def lifecycle_hook(signame: str, warn_before: int) -> dict[str, Any]:
     """The container's ``preStop`` hook that warns it: Kubernetes runs it before SIGTERM whenever the pod
     ends by a decision (deleted by a cancel, its ``activeDeadlineSeconds`` reached, evicted), within the
-    termination grace period (lengthened by ``warn_before`` for it). It sends ``signame`` to PID 1 (the
-    replica's entrypoint, which runs as PID 1: tsm sets ``command``, no shell wraps it) and waits
-    ``warn_before`` seconds, or less once PID 1 has ended. Needs ``/bin/sh`` and ``kill`` in the image.
+    termination grace period (lengthened by ``warn_before`` for it). It sends ``signame`` to every process of
+    the container that handles it (:func:`~tsm.schedulers.common.warn.handlers_script`: the workers under
+    ``torchrun``, the program under a ``bash -c`` wrapper; a launcher without a handler would end at it) and
+    waits ``warn_before`` seconds, or less once PID 1 (the replica's entrypoint: tsm sets ``command``) has
+    ended. Needs ``/bin/sh`` and ``kill`` in the image.
 
     Sent once: a kubelet may run the hook more than once for one end (1.20 does at ``activeDeadlineSeconds``),
     so the hook marks ``/tmp/.tsm-warned`` and a later run only waits (where ``/tmp`` is not writable the
     warning may come twice; :func:`tsm.lifecycle.on_warning` runs its callback once anyway)."""
-    script = (f"if [ ! -d /tmp/.tsm-warned ]; then mkdir /tmp/.tsm-warned 2>/dev/null; kill -{signame} 1; fi; "
+    script = (f"if [ ! -d /tmp/.tsm-warned ]; then mkdir /tmp/.tsm-warned 2>/dev/null; {handlers_script(signame)}; fi; "
               f"i=0; while [ $i -lt {warn_before} ] && kill -0 1 2>/dev/null; do sleep 1; i=$((i+1)); done")
     return {"preStop": {"exec": {"command": ["/bin/sh", "-c", script]}}}
 

@@ -373,6 +373,7 @@ def _watchdog(child: int, req: dict[str, Any]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda s, f: os.kill(child, signal.SIGTERM))
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())  # a caller's blocked SIGTERM must not hold back the forward
     while True:
         try:
             pid, status = os.waitpid(-1, 0)

@@ -24,7 +24,7 @@ period. A watchdog per replica kills its process group if the actor dies without
 
 Long runs (issue 25):
 
-* **Time limit**: with a ``time_limit`` the driver warns every replica's process group with ``warn_signal``
+* **Time limit**: with a ``time_limit`` the driver warns every replica (each of its processes that handles ``warn_signal``)
   ``warn_before`` ahead of it (checked once a second), and at the limit stops them all (the warning first if
   it had not gone yet) and records the app FAILED "time limit X reached" -- or, with
   ``requeue_on_time_limit`` and ``max_preemptions`` left, restarts it whole as a preemption

@@ -131,12 +131,12 @@ class Replica:
         return code
 
     def signal(self, signame: str) -> bool:
-        """Send ``signame`` (``USR1``) to the running attempt's process group (the warning); False if none runs."""
+        """Send the warning ``signame`` (``USR1``) to each process of the running attempt that handles it
+        (:func:`signal_handlers`); False when none runs or none handles it."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return False
-        _signal_group(proc.pid, int(signal.Signals["SIG" + signame.removeprefix("SIG")]))
-        return True
+        return signal_handlers(proc.pid, int(signal.Signals["SIG" + signame.removeprefix("SIG")]))
 
     def progress(self) -> tuple[int, int, str]:
         """The running attempt's progress: bytes of output so far, CPU ticks of its session (its process and
@@ -192,6 +192,43 @@ def node_oom_kills() -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def signal_handlers(pid: int, sig: int) -> bool:
+    """Send ``sig`` to ``pid`` and each of its descendants that handles it (its ``SigCgt`` in ``/proc``);
+    True when one did. The warning's rule on every backend (:mod:`tsm.schedulers.common.warn`): a launcher
+    over the program (``torchrun``, a ``bash -c`` wrapper) ends at a signal it does not handle. Descendants,
+    not the session: ``torchrun`` starts each worker in a session of its own."""
+    parent: dict[int, int] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return False
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    data = f.read()
+                parent[int(name)] = int(data[data.rindex(b")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):  # gone meanwhile
+                continue
+    tree, todo = [pid], [pid]
+    while todo:
+        here = todo.pop()
+        kids = [p for p, pp in parent.items() if pp == here and p not in tree]
+        tree += kids
+        todo += kids
+    sent = False
+    for p in tree:
+        try:
+            with open(f"/proc/{p}/status", "rb") as f:
+                caught = next((int(line.split()[1], 16) for line in f if line.startswith(b"SigCgt:")), 0)
+            if caught >> (sig - 1) & 1:
+                os.kill(p, sig)
+                sent = True
+        except (OSError, ValueError):  # gone meanwhile
+            continue
+    return sent
 
 
 def session_cpu(sid: int) -> int:
