@@ -13,6 +13,7 @@ checked against the daemon's start (:meth:`DockerClient.daemon_started`: a preem
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -189,16 +190,21 @@ class DockerClient(DockerEngine):
         gone is fine."""
         try:
             with self.call("exec"):
+                # attached (stdout): exec_start returns once the script has ended, so its exit code is known
                 run = self.api.api.exec_create(container_id, ["/bin/sh", "-c", handlers_script(signame)],
-                                               stdout=False, stderr=False)
+                                               stdout=True, stderr=True)
                 self.api.api.exec_start(run["Id"])
-                code = self.api.api.exec_inspect(run["Id"]).get("ExitCode")
-            if code in (0, 1):  # sent, or no process handles it (spared)
+                info = self.api.api.exec_inspect(run["Id"])
+                deadline = time.monotonic() + 10.0
+                while info.get("Running") and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    info = self.api.api.exec_inspect(run["Id"])
+            if info.get("ExitCode") not in (126, 127):  # sent, or no process handles it (spared); never twice
                 return
         except ApiError as e:
             if e.status in (404, 409):  # gone, or not running
                 return
-        try:
+        try:  # the image has no /bin/sh: its main process, as `docker kill --signal`
             with self.call("kill"):
                 self.api.api.kill(container_id, signal="SIG" + signame.removeprefix("SIG"))
         except ApiError as e:
