@@ -84,6 +84,8 @@ class FakeDockerEngine:
         self.calls: list[tuple[str, Any]] = []
         self.execs: dict[str, tuple[FakeProcess, list[str]]] = {}
         self.exec_codes: dict[str, int | None] = {}
+        #: False: the containers' images have no /bin/sh (an exec fails with 126, as runc's does)
+        self.shell = True
         self.lock = threading.RLock()
         self.api = self  # docker.DockerClient().api: the low-level client
         self.networks = _Networks(self)
@@ -252,6 +254,9 @@ class FakeDockerEngine:
 
     def exec_start(self, exec_id: str) -> bytes:
         p, cmd = self.execs[exec_id]
+        if not self.shell:
+            self.exec_codes[exec_id] = 126
+            return b'OCI runtime exec failed: exec failed: unable to start container process: exec: "/bin/sh": no such file\n'
         sig = re.search(r"kill -s ([A-Z0-9]+) ", cmd[-1])
         if sig is None:
             self.exec_codes[exec_id] = 127

@@ -73,6 +73,19 @@ def test_time_limit_warns_then_stops_and_fails_with_the_limit(engine: FakeDocker
     assert again is not None and again.msg == "time limit 2s reached"  # stays the app's end
 
 
+def test_an_image_without_a_shell_is_warned_through_its_main_process(engine: FakeDockerEngine) -> None:
+    # the warning's script needs /bin/sh in the image; without one, `docker kill --signal` (its main process)
+    engine.shell = False
+    s = sched(engine)
+    app_id = s.schedule(s.submit_dryrun(AppDef("c", [role(WARNABLE)]),
+                                        {"warn_signal": "USR1", "warn_before": "1s", "grace_period": 1}))
+    wait_for(lambda: "up" in output(s, app_id))
+    s.cancel(app_id)
+    wait_for(lambda: "warned" in output(s, app_id))
+    assert [c[2] for c in engine.calls if c[0] == "kill"] == ["SIGUSR1"]
+    assert engine.warnings() == ["USR1"]  # the script was tried first
+
+
 def test_cancel_warns_first(engine: FakeDockerEngine) -> None:
     s = sched(engine)
     exit_on_warn = WARNABLE.replace("print('warned', flush=True)", "(print('warned', flush=True), sys.exit(0))")
