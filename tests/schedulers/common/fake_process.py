@@ -113,13 +113,14 @@ class FakeProcess:
     def signal_handlers(self, sig: int) -> bool:
         """Send ``sig`` to each process of the container that handles it, as the warning's script
         (:func:`tsm.schedulers.common.warn.handlers_script`) does inside a real one; False when none does."""
+        from tsm.schedulers.common.warn import catches
         from tsm.schedulers.local import _os
 
         if self.proc is None or self.returncode is not None:
             return False
         sent = False
         for name in os.listdir("/proc"):
-            if name.isdigit() and (_os.ids(int(name)) or (0, 0))[1] == self.proc.pid and _os.catches(int(name), sig):
+            if name.isdigit() and (_os.ids(int(name)) or (0, 0))[1] == self.proc.pid and catches(int(name), sig):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(name), sig)
                     sent = True

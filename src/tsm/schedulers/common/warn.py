@@ -9,15 +9,28 @@ is spared (it gets SIGTERM when the stop comes).
 
 :func:`handlers_script` is that rule as a POSIX ``sh`` script, for the backends that reach a replica only
 through a shell inside its container (Docker's ``exec``, Kubernetes' ``preStop`` hook): it reads every
-process's ``SigCgt`` in ``/proc`` (the container's own processes: it runs in their PID namespace). Pure:
-no I/O here.
+process's ``SigCgt`` in ``/proc`` (the container's own processes: it runs in their PID namespace).
+:func:`catches` is the same test in Python, for the backends that signal a replica's processes themselves
+(the local supervisor, Ray's replica actor).
 """
 
 from __future__ import annotations
 
 import signal
 
-__all__ = ["handlers_script"]
+__all__ = ["catches", "handlers_script"]
+
+
+def catches(pid: int, sig: int) -> bool:
+    """True when ``pid`` has a handler for ``sig`` (its bit in ``SigCgt`` of /proc/pid/status); False if gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def handlers_script(signame: str) -> str:

@@ -88,18 +88,6 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def catches(pid: int, sig: int) -> bool:
-    """True when ``pid`` has a handler for ``sig`` (its bit in ``SigCgt`` of /proc/pid/status); False if gone."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"SigCgt:"):
-                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
-
-
 def cpu_by_session() -> dict[int, int]:
     """CPU time (clock ticks: user, system, and that of reaped children) of every process, summed per session.
 

@@ -30,6 +30,7 @@ import time
 from tsm.lifecycle import PREEMPTED_PREFIX
 from tsm.schedulers.common.durations import format_duration
 from tsm.schedulers.common.stall import QUOTE_MAX, stall_message, tick as stall_tick
+from tsm.schedulers.common.warn import catches
 from tsm.schedulers.local import _os
 from tsm.schedulers.local.logs import mark_restart
 from tsm.schedulers.local.replicas import ReplicaLifecycle
@@ -129,7 +130,7 @@ class Deadlines(ReplicaLifecycle):
         warned = []
         for rep in todo:
             pids = ([rep.pid] if rep.pid is not None else []) + self._owned(rep, orphans=orphans)
-            catching = [p for p in pids if _os.catches(p, sig)]
+            catching = [p for p in pids if catches(p, sig)]
             rep.warn_pending = not catching
             if not catching:
                 continue

@@ -28,6 +28,7 @@ from typing import Any
 import ray as _ray
 
 from tsm.schedulers.common.stall import QUOTE_MAX
+from tsm.schedulers.common.warn import catches
 
 #: Ray, untyped here: its stubs do not cover actor options or the internals read here.
 ray: Any = _ray
@@ -199,7 +200,7 @@ def signal_handlers(pid: int, sig: int) -> bool:
     True when one did. The warning's rule on every backend (:mod:`tsm.schedulers.common.warn`): a launcher
     over the program (``torchrun``, a ``bash -c`` wrapper) ends at a signal it does not handle. Descendants,
     not the session: ``torchrun`` starts each worker in a session of its own."""
-    parent: dict[int, int] = {}
+    kids: dict[int, list[int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -209,25 +210,20 @@ def signal_handlers(pid: int, sig: int) -> bool:
             try:
                 with open(f"/proc/{name}/stat", "rb") as f:
                     data = f.read()
-                parent[int(name)] = int(data[data.rindex(b")") + 2:].split()[1])
+                kids.setdefault(int(data[data.rindex(b")") + 2:].split()[1]), []).append(int(name))
             except (OSError, ValueError, IndexError):  # gone meanwhile
                 continue
     tree, todo = [pid], [pid]
     while todo:
-        here = todo.pop()
-        kids = [p for p, pp in parent.items() if pp == here and p not in tree]
-        tree += kids
-        todo += kids
+        found = kids.get(todo.pop(), [])
+        tree += found
+        todo += found
     sent = False
     for p in tree:
-        try:
-            with open(f"/proc/{p}/status", "rb") as f:
-                caught = next((int(line.split()[1], 16) for line in f if line.startswith(b"SigCgt:")), 0)
-            if caught >> (sig - 1) & 1:
+        if catches(p, sig):
+            with contextlib.suppress(OSError):  # gone meanwhile
                 os.kill(p, sig)
                 sent = True
-        except (OSError, ValueError):  # gone meanwhile
-            continue
     return sent
 
 
