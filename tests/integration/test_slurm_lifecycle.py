@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -226,9 +227,16 @@ CANCELLED = textwrap.dedent(
 )
 
 
-def test_cancel_warns_every_task_before_scancel() -> None:
+@pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "under-sh"])
+def test_cancel_warns_every_task_before_scancel(wrapped: bool) -> None:
+    """Under ``sh -c "python ...; echo"`` (a launcher without a handler, as torchrun is) the warning reaches
+    python and spares sh, which goes on after python exits."""
     sched: SlurmScheduler = create_scheduler("it")
-    app = AppDef("cwarn", [Role("w", entrypoint=sys.executable, args=["-c", CANCELLED], num_replicas=2,
+    if wrapped:
+        cmd = ["sh", "-c", f'{shlex.quote(sys.executable)} -c {shlex.quote(CANCELLED)}; echo "launcher $?"']
+    else:
+        cmd = [sys.executable, "-c", CANCELLED]
+    app = AppDef("cwarn", [Role("w", entrypoint=cmd[0], args=cmd[1:], num_replicas=2,
                                 resource=Resource(cpu=1, memMB=200))])  # fmt: skip
     app_id = sched.submit(app, {"warn_signal": "USR1", "warn_before": "60s", "max_preemptions": 0})
     try:
@@ -241,7 +249,8 @@ def test_cancel_warns_every_task_before_scancel() -> None:
     assert desc is not None and desc.state.is_terminal, desc
     for k in (0, 1):
         lines = list(sched.log_iter(app_id, "w", k, streams=Stream.STDOUT))
-        assert lines == ["ready\n", f"warned: saving {k}\n"], lines  # warned once, and had time to save
+        tail = ["launcher 0\n"] if wrapped else []
+        assert lines == ["ready\n", f"warned: saving {k}\n", *tail], lines  # warned once, had time to save
     job_dir = sched._dir_and_app(app_id, None)[0]
     assert job_dir is not None
     assert "tsm: cancelled: SIGUSR1 to every task" in (job_dir / "batch.out").read_text()

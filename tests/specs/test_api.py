@@ -23,6 +23,7 @@ from tsm.specs.api import (
     check_positive,
     is_terminal,
     iter_replicas,
+    json_default,
     macros,
 )
 from tsm.specs.mounts import BindMount, DeviceMount, VolumeMount
@@ -177,6 +178,17 @@ def test_appdef_to_dict_from_dict_round_trip() -> None:
     assert back.roles[0].retry_policy is RetryPolicy.ROLE
     # through real JSON text too, as the state store keeps it
     assert AppDef.from_dict(json.loads(json.dumps(app.to_dict()))) == app
+
+
+def test_json_default_writes_what_asdict_writes() -> None:
+    # the submission path encodes specs data with json_default instead of a deep copy by asdict: same text
+    import dataclasses
+
+    app = _full_app()
+    app.roles[0].port_map = {"tb": 6006}
+    assert json.dumps(app, default=json_default) == json.dumps(dataclasses.asdict(app), default=lambda o: o.value)
+    with pytest.raises(TypeError, match="not JSON serialisable"):
+        json.dumps({"x": object()}, default=json_default)
 
 
 def test_appdef_to_dict_does_not_alias_the_app() -> None:

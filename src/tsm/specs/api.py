@@ -12,7 +12,7 @@ import enum
 import json
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Generic, TypeVar
 
 from tsm.errors import AppStatusError, InvalidAppError
@@ -158,7 +158,7 @@ class AppDef:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the app as JSON-ready plain data (enums as their names)."""
-        return json.loads(json.dumps(asdict(self), default=_enum_value))  # type: ignore[no-any-return]
+        return json.loads(json.dumps(self, default=json_default))  # type: ignore[no-any-return]
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> AppDef:
@@ -177,6 +177,24 @@ def _enum_value(o: Any) -> Any:
     if isinstance(o, enum.Enum):
         return o.value
     raise TypeError(f"not JSON serialisable: {o!r}")
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def json_default(o: Any) -> Any:
+    """``json.dumps``'s ``default`` for specs data: a dataclass as the dict of its fields, an enum as its value.
+
+    The same JSON as ``json.dumps(asdict(o))`` without ``asdict``'s deep copy of every value (a request
+    carries the whole environment): the encoder reads the objects as they are, once, on each submission.
+    """
+    cls = type(o)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        if not is_dataclass(cls):
+            return _enum_value(o)
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return {n: getattr(o, n) for n in names}
 
 
 class AppState(enum.IntEnum):

@@ -279,7 +279,8 @@ def test_warning_reaches_every_task_once_and_the_wrapper_survives_it(
             batch.kill()
     assert batch.returncode == 0, err
     assert "tsm: the time limit is near: SIGUSR1 to every task" in err
-    assert lines(tmp_path / "fake.log").count("scancel --signal=USR1 4242") == 1
+    # every task's processes get URG (ignored by default); each wrapper passes it on as USR1 to python alone
+    assert lines(tmp_path / "fake.log").count("scancel --signal=URG 4242") == 1
     for k in (0, 1):
         assert lines(job_dir / "r" / f"{k}.stdout").count("warned") == 1
         assert (job_dir / "r" / f"{k}.status").read_text().startswith("exited 0 ")  # its wrapper lived on

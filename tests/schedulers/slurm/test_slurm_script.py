@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -428,10 +429,12 @@ def test_a_failed_replica_fails_the_job_with_its_code(
 HOG = "b = [bytearray(16 << 20) for _ in range(128)]"  # 2 GiB, touched: far past the group's limit
 
 
-def run_wrapper(tmp_path: Path, code: str, cgroup: MemoryCgroup | None = None) -> subprocess.CompletedProcess[str]:
+def run_wrapper(tmp_path: Path, code: str, cgroup: MemoryCgroup | None = None,
+                extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run one task as srun would (the wrapper, replica 0 of role r on node7), inside ``cgroup`` if given."""
     (tmp_path / "r").mkdir(exist_ok=True)
-    env = {**os.environ, "TSM_JOB_DIR": str(tmp_path), "SLURMD_NODENAME": "node7", "SLURM_PROCID": "0"}
+    env = {**os.environ, "TSM_JOB_DIR": str(tmp_path), "SLURMD_NODENAME": "node7", "SLURM_PROCID": "0",
+           **(extra_env or {})}  # fmt: skip
     return subprocess.run(
         ["bash", "-c", REPLICA_WRAPPER, "tsm-replica", "r", "1", "0", sys.executable, "-c", code],
         env=env, capture_output=True, text=True, timeout=120,
@@ -463,6 +466,129 @@ def test_wrapper_records_no_oom_for_other_sigkills_and_failures(tmp_path: Path) 
     assert proc.returncode == 3
     assert not (tmp_path / "oom_nodes").exists()
     assert "OOM" not in proc.stderr
+
+
+# -- a task that failed with a GPU fault on its node keeps later attempts off the node (issue 25) -------------
+#: A fake ``nvidia-smi`` (this machine has no GPU): its first answer is a healthy GPU; later ones are the
+#: file ``after``'s text, with its exit code (what nvidia-smi prints for a GPU fallen off the bus, or more
+#: uncorrectable ECC errors).
+FAKE_NVIDIA_SMI = """#!/bin/sh
+here=$(dirname "$0")
+case "$*" in *--query-gpu=pci.bus_id,ecc.errors.uncorrected.volatile.total*--format=csv,noheader,nounits*) ;;
+  *) echo "fake nvidia-smi: unexpected arguments: $*" >&2; exit 2 ;; esac
+if [ -e "$here/asked" ]; then cat "$here/after"; exit "$(cat "$here/code")"; fi
+touch "$here/asked"
+printf '00000000:3B:00.0, 0\\n00000000:86:00.0, [N/A]\\n'
+"""
+
+LOST = "Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost. Reboot the system to recover this GPU"
+
+
+def _gpu_task(tmp_path: Path, code: str, after: str, after_code: int, gpus: str = "0,1"
+              ) -> subprocess.CompletedProcess[str]:
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (fake / "nvidia-smi").chmod(0o755)
+    (fake / "after").write_text(after)
+    (fake / "code").write_text(str(after_code))
+    env = {"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}", "SLURM_STEP_GPUS": gpus}
+    return run_wrapper(tmp_path, code, extra_env=env)
+
+
+@pytest.mark.parametrize(("after", "after_code", "why"), [
+    (LOST + "\n", 15, "nvidia-smi: " + LOST),
+    ("00000000:3B:00.0, 2\n00000000:86:00.0, [N/A]\n", 0, "uncorrectable ECC errors rose from 0 to 2"),
+])  # fmt: skip
+def test_wrapper_records_a_failure_with_a_gpu_fault_on_the_node(
+    tmp_path: Path, after: str, after_code: int, why: str
+) -> None:
+    proc = _gpu_task(tmp_path, "raise SystemExit(3)", after, after_code)
+    assert proc.returncode == 3, proc.stderr
+    line = f"node7 GPU (r/0: {why})"
+    assert (tmp_path / "oom_nodes").read_text() == line + "\n"
+    assert read_excluded(tmp_path, "oom_nodes") == [line]  # the restart keeps the app off node7
+    assert f"tsm: r/0 failed with a GPU fault on node7 ({why}); later attempts avoid it" in proc.stderr
+    rec = SlurmJob("5", "5", 0, "app", ["FAILED"], nodes="node7", num_tasks=1)
+    rs = SlurmScheduler._replica_status(Role("r", entrypoint="x"), 0, rec, ["node7"], tmp_path, 0)
+    assert rs.error_msg == f"exited with code 3: a GPU fault on node7: {why} (later attempts avoid it)"
+
+
+@pytest.mark.parametrize(("code", "gpus", "after", "after_code"), [
+    ("pass", "0", LOST + "\n", 15),  # it succeeded: whatever the GPUs say now, nothing is blamed
+    ("raise SystemExit(3)", "0", "00000000:3B:00.0, 0\n00000000:86:00.0, [N/A]\n", 0),  # healthy GPUs
+    ("raise SystemExit(3)", "", LOST + "\n", 15),  # no GPU of Slurm's for this task: nvidia-smi not asked
+    ("raise SystemExit(3)", "0", "Failed to initialize NVML: Driver/library version mismatch\n", 18),  # no verdict
+])  # fmt: skip
+def test_wrapper_blames_no_gpu_otherwise(tmp_path: Path, code: str, gpus: str, after: str, after_code: int) -> None:
+    proc = _gpu_task(tmp_path, code, after, after_code, gpus)
+    assert proc.returncode == (0 if code == "pass" else 3), proc.stderr
+    assert not (tmp_path / "oom_nodes").exists()
+    assert "GPU" not in proc.stderr
+    assert (tmp_path / "fakebin" / "asked").exists() == (gpus != "")
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs a GPU node: this machine has no nvidia-smi")
+def test_wrapper_blames_no_healthy_real_gpu(tmp_path: Path) -> None:
+    # on a machine with real GPUs: the real nvidia-smi's answers are read as healthy, a failure blames nothing
+    proc = run_wrapper(tmp_path, "raise SystemExit(3)", extra_env={"SLURM_STEP_GPUS": "0"})
+    assert proc.returncode == 3, proc.stderr
+    assert not (tmp_path / "oom_nodes").exists(), (tmp_path / "oom_nodes").read_text()
+
+
+# -- the warning reaches the processes of a task that handle it, never a launcher without a handler ----------
+WARNED_UNDER_SH = (
+    "import signal, sys, time\n"
+    "warned = []\n"
+    "signal.signal(signal.SIGUSR1, lambda *_: warned.append(1))\n"
+    "print('ready', flush=True)\n"
+    "while not warned:\n"
+    "    time.sleep(0.05)\n"
+    "time.sleep(0.5)  # a second warning would come meanwhile\n"
+    "print('warned', len(warned), flush=True)\n"
+)
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Live processes whose environment holds ``marker`` (what a task of the test left behind)."""
+    found = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            with contextlib.suppress(OSError):
+                if marker.encode() in Path(f"/proc/{p}/environ").read_bytes().split(b"\0"):
+                    found.append(int(p))
+    return found
+
+
+@pytest.mark.parametrize("relay", ["URG", "WINCH"])
+def test_the_warning_reaches_the_program_under_a_launcher_and_spares_the_launcher(tmp_path: Path, relay: str) -> None:
+    # Slurm's `scancel --signal` reaches every process of the task: here the whole process group of a task
+    # run as srun would (the wrapper, `sh -c` over python, the wrapper's helper) gets the relay signal
+    (tmp_path / "r").mkdir()
+    marker = f"TSM_JOB_DIR={tmp_path}"
+    env = {**os.environ, "TSM_JOB_DIR": str(tmp_path), "SLURMD_NODENAME": "node7", "SLURM_PROCID": "0",
+           "TSM_WARN_SIGNAL": "USR1", "TSM_WARN_RELAY": relay}  # fmt: skip
+    launcher = f"{shlex.quote(sys.executable)} -c {shlex.quote(WARNED_UNDER_SH)}; echo launcher $?"
+    proc = subprocess.Popen(["bash", "-c", REPLICA_WRAPPER, "tsm-replica", "r", "1", "0", "sh", "-c", launcher],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        os.killpg(proc.pid, getattr(__import__("signal"), f"SIG{relay}"))
+        out, err = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+    assert (out, proc.returncode) == ("warned 1\nlauncher 0\n", 0), err  # once; sh survived and went on
+    assert (tmp_path / "r" / "0.status").read_text().startswith("exited 0 ")
+    assert _processes_with(marker) == []  # the wrapper's helper and its sleep are gone with the task
+
+
+def test_the_wrapper_starts_no_helper_without_a_warning(tmp_path: Path) -> None:
+    proc = run_wrapper(tmp_path, "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()"
+                                 " and open(f'/proc/{p}/stat').read().split(') ')[1].split()[1] == str(os.getppid())))")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() != "" and len(json.loads(proc.stdout)) == 1, proc.stdout  # only this python
 
 
 def test_a_replica_the_nodes_oom_killer_ended_says_so(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ import select
 import signal
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +41,16 @@ from tsm.schedulers.local.control import (  # re-exported: part of this module's
 )
 from tsm.schedulers.local.logs import STDERR, STDOUT, replica_dir
 from tsm.schedulers.local.view import LocalViews
-from tsm.specs.api import AppDef, AppDryRunInfo, AppState, ReplicaStatus, Role, RoleStatus, macros
+from tsm.specs.api import (
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    ReplicaStatus,
+    Role,
+    RoleStatus,
+    json_default,
+    macros,
+)
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import check_exec_size, exec_limit
 from tsm.store import Store, tsm_home
@@ -247,7 +255,7 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
         try:
             _os.makedirs_private(req.app_dir)
             _os.makedirs_private(req.log_dir)
-            data = json.dumps(asdict(req)).encode()
+            data = json.dumps(req, default=json_default).encode()
             fd = os.open(os.path.join(req.app_dir, "request.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)

@@ -110,7 +110,9 @@ the kernel's OOM killer ended a replica on a node it shares, keeps the app off t
     excluded            ``node3 NODE_FAIL (reason: ...)``: nodes kept out of later attempts (describe says so)
     oom_nodes           ``node3 OOM (the kernel's OOM killer ended w/0)``: written by the replicas' wrapper when
                         a task ended by SIGKILL (not tsm's) while the node's ``/proc/vmstat`` ``oom_kill`` rose
-                        and no memory limit of the job's own was hit; read into ``excluded`` at the restart
+                        and no memory limit of the job's own was hit; ``node3 GPU (w/0: nvidia-smi: ...)`` when
+                        a task with GPUs failed while ``nvidia-smi`` could not reach a GPU of the node or its
+                        uncorrectable ECC errors rose; read into ``excluded`` at the restart
     node_error          why the script could not keep the app off a failed node (Slurm refused the
                         exclusion, or the moves ran past ``max_preemptions``): the app fails, describe says why
     stalled             ``<role>/<k> stalled for 15m, last line: '...'``, from the stall watcher; a stalled

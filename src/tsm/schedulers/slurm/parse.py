@@ -464,10 +464,12 @@ def read_last_exit(job_dir: str | Path) -> str:
     return text if re.fullmatch(r"preempted|time_limit|stalled|failed:\d+", text) else ""
 
 
-#: One line of ``job_dir/excluded``: ``<node> NODE_FAIL|BOOT_FAIL[ (reason: ...)]`` or ``<node> OOM (...)``.
+#: One line of ``job_dir/excluded``: ``<node> NODE_FAIL|BOOT_FAIL[ (reason: ...)]``, ``<node> OOM (...)`` or
+#: ``<node> GPU (<role>/<k>: <what was wrong>)``.
 _EXCLUDED_LINE = re.compile(
     r"[A-Za-z0-9._-]+ (?:(?:NODE_FAIL|BOOT_FAIL)(?: \(reason: [^\n]{0,200}\))?"
-    r"|OOM \(the kernel's OOM killer ended [^\n]{1,200}\))"
+    r"|OOM \(the kernel's OOM killer ended [^\n]{1,200}\)"
+    r"|GPU \([^\n]{1,400}\))"
 )
 
 
@@ -476,7 +478,8 @@ def read_excluded(job_dir: str | Path, name: str = "excluded") -> list[str]:
 
     Written by the script at the start of a restart after a node failed under an earlier attempt; [] when no
     node failed (or the job directory is not shared). Lines that are not of that form are left out. With
-    ``name="oom_nodes"``: the nodes whose OOM killer ended a replica, as the replicas' wrapper recorded them.
+    ``name="oom_nodes"``: the nodes the replicas' wrapper found at fault for a replica's end (their OOM killer
+    ended it, or it failed while a GPU of the node was lost or had new uncorrectable ECC errors).
     """
     try:
         text = Path(job_dir, name).read_text(errors="replace")

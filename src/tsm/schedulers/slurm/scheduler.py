@@ -529,10 +529,13 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         else:
             rs.state = AppState.FAILED
             rs.error_msg = f"exited with code {f.exit_code}"
-            if f.exit_code == 137 and f"{f.host} OOM (the kernel's OOM killer ended {role.name}/{k})" in read_excluded(
-                job_dir, "oom_nodes"
-            ):
+            faults = read_excluded(job_dir, "oom_nodes")
+            gpu = f"{f.host} GPU ({role.name}/{k}: "
+            if f.exit_code == 137 and f"{f.host} OOM (the kernel's OOM killer ended {role.name}/{k})" in faults:
                 rs.error_msg += f": killed by the kernel's OOM killer on {f.host} (later attempts avoid it)"
+            elif found := [ln for ln in faults if ln.startswith(gpu)]:
+                why = found[-1][len(gpu) : -1]
+                rs.error_msg += f": a GPU fault on {f.host}: {why} (later attempts avoid it)"
         return rs
 
     def _describe_from_files(self, app_id: str, job_dir: Path | None) -> DescribeAppResponse | None:

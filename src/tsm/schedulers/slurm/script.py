@@ -7,7 +7,8 @@ declared once, typed, in :class:`SlurmOptions`.
 Long runs (issue 25, the shared options of :mod:`tsm.schedulers.common.lifecycle_opts`): ``time_limit`` is
 ``--time`` (whole minutes, Slurm's unit); a warning is ``--signal=B:<SIG>@<warn_before>`` to the batch shell
 (set with or without a time limit: a preemption and ``tsm cancel`` send it too), which forwards it to every
-task of every step (``scancel --signal``) and, with ``requeue_on_time_limit``, requeues the job before the
+task of every step (``scancel --signal`` of :func:`relay_signal`, which each task's wrapper passes on as the
+warning to its processes that handle it) and, with ``requeue_on_time_limit``, requeues the job before the
 limit; ``exclude_nodes`` joins ``--exclude``. The script counts its own failure requeues in
 ``job_dir/failures`` and its moves off failed nodes in ``job_dir/moves``: every other restart is the
 cluster's (a preemption, a lost node), spends ``max_preemptions`` and never ``max_retries``; each attempt gets
@@ -210,6 +211,50 @@ sig=-
 case ${TSM_WARN_SIGNAL:-} in ?*) trap : "$TSM_WARN_SIGNAL" ;; esac
 trap 'sig=TERM' TERM
 trap 'sig=INT' INT
+relay=${TSM_WARN_RELAY:-}
+unset TSM_WARN_RELAY
+tsm_relay() {  # the warning itself, to the processes under this wrapper that handle it (not to this helper)
+  local want p k v hex tree=" $$ " more=1 all=() par=()
+  want=$(kill -l "$TSM_WARN_SIGNAL" 2>/dev/null) || return 0
+  for p in /proc/[0-9]*; do
+    read -r v 2>/dev/null <"$p/stat" || continue
+    set -f -- ${v##*) }  # state ppid ...: the fields after the command's name
+    set +f
+    all+=("${p#/proc/}") par+=("$2")
+  done
+  while [ -n "$more" ]; do  # the descendants of this wrapper, one generation per pass
+    more=
+    for k in "${!all[@]}"; do
+      p=${all[$k]}
+      case $tree in *" $p "*) continue ;; esac
+      [ "$p" = "$BASHPID" ] && continue
+      case $tree in *" ${par[$k]} "*) tree+="$p " more=1 ;; esac
+    done
+  done
+  for p in $tree; do
+    [ "$p" = "$$" ] && continue
+    hex=
+    while read -r k v; do [ "$k" = SigCgt: ] && hex=$v && break; done 2>/dev/null <"/proc/$p/status"
+    [ -n "$hex" ] && (((0x$hex >> (want - 1)) & 1)) && kill -s "$TSM_WARN_SIGNAL" "$p" 2>/dev/null
+  done
+  return 0
+}
+helper=
+if [ -n "${TSM_WARN_SIGNAL:-}" ] && [ -n "$relay" ]; then
+  # Slurm delivers the warning to every process of every task as $relay, which programs ignore by default;
+  # this helper passes it on as the warning itself to those that handle it, so a launcher without a handler
+  # (torchrun, sh -c) is spared. A background shell, as this one runs the command in the foreground (bash
+  # runs a trap only once its foreground command has ended).
+  (
+    trap tsm_relay "$relay"
+    trap 'kill "$!" 2>/dev/null; exit 0' TERM
+    while :; do
+      command -p sleep 3600 &  # the system's sleep, whatever PATH the app set
+      wait "$!"
+    done
+  ) </dev/null >/dev/null 2>&1 &
+  helper=$!
+fi
 tsm_oom() {  # REPLY: the node's OOM kills so far (/proc/vmstat), then how many of Slurm's memory cgroups of
   # this task, from its own up to the job's (a limit may sit on any of them), reached their limit (v2: their
   # "oom" events); "-" when it is in one that cannot be read (then no OOM is blamed on the node), 0 when
@@ -236,20 +281,54 @@ tsm_oom() {  # REPLY: the node's OOM kills so far (/proc/vmstat), then how many 
   [ -n "$slurm" ] && [ -z "$seen" ] && own=-
   REPLY="$n $own"
 }
+tsm_gpu() {  # REPLY: "" (no verdict: the task has no GPU of Slurm's, or the node no nvidia-smi), "lost <what
+  # nvidia-smi said>" (a GPU fallen off the bus, or one it cannot reach), else the node's GPUs' uncorrectable
+  # ECC errors since the driver loaded
+  REPLY=
+  [ -n "${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-}}" ] && command -v nvidia-smi >/dev/null 2>&1 || return 0
+  local out line n=0 v
+  out=$(timeout 60 nvidia-smi --query-gpu=pci.bus_id,ecc.errors.uncorrected.volatile.total \
+    --format=csv,noheader,nounits 2>&1)
+  while IFS= read -r line; do
+    case $line in
+      *'GPU is lost'* | *'Unable to determine the device handle'* | *'fallen off the bus'*)
+        REPLY="lost ${line:0:200}"
+        return 0 ;;
+      *,*) v=${line##*,} v=${v// /}
+        case $v in '' | *[!0-9]*) ;; *) n=$((n + v)) ;; esac ;;  # "[N/A]": no ECC on this GPU
+    esac
+  done <<<"$out"
+  REPLY=$n
+}
 tsm_oom
 oom0=$REPLY
+tsm_gpu
+gpu0=$REPLY
 if [ "${#odd[@]}" -gt 0 ]; then
   env -- "${odd[@]}" "${cmd[@]}"
 else
   "${cmd[@]}"
 fi
 rc=$?
+[ -n "$helper" ] && kill "$helper" 2>/dev/null
 if [ "$rc" = 137 ] && [ "$sig" = - ]; then
   tsm_oom
   if [ "${REPLY% *}" -gt "${oom0% *}" ] 2>/dev/null && [ "${REPLY#* }" = "${oom0#* }" ] && [ "${oom0#* }" != - ]; then
     # SIGKILL while the node's OOM killer killed, not for a memory limit of the job's own: the node's doing
     printf "%s OOM (the kernel's OOM killer ended %s/%s)\n" "$host" "$role" "$TSM_REPLICA_ID" >>"$TSM_JOB_DIR/oom_nodes"
     echo "tsm: $role/$TSM_REPLICA_ID was killed by the kernel's OOM killer on $host; later attempts avoid it" >&2
+  fi
+fi
+if [ "$rc" != 0 ] && [ "$sig" = - ] && [ -n "$gpu0" ]; then
+  tsm_gpu
+  why=
+  case $REPLY in
+    lost*) why="nvidia-smi: ${REPLY#lost }" ;;
+    *) [ "${REPLY:-0}" -gt "${gpu0#lost*}" ] 2>/dev/null && why="uncorrectable ECC errors rose from $gpu0 to $REPLY" ;;
+  esac
+  if [ -n "$why" ]; then  # a failure with a GPU fault on the node: the node's doing
+    printf "%s GPU (%s/%s: %s)\n" "$host" "$role" "$TSM_REPLICA_ID" "$why" >>"$TSM_JOB_DIR/oom_nodes"
+    echo "tsm: $role/$TSM_REPLICA_ID failed with a GPU fault on $host ($why); later attempts avoid it" >&2
   fi
 fi
 printf 'exited %s %s %s %s %s\n' "$rc" "$(date +%s)" "$attempt" "$sig" "$host" >"$status"
@@ -498,6 +577,17 @@ def build_script(
     return "\n".join(lines) + "\n"
 
 
+def relay_signal(warn: str) -> str:
+    """The signal the batch shell sends every task's processes for a warning ``warn``: one they ignore by default.
+
+    ``scancel --signal`` reaches every process of every step, a launcher over the program (``torchrun``,
+    ``sh -c``) included, and USR1's default action ends a process. URG's (WINCH's when the warning is URG
+    itself) is to ignore it; each task's wrapper (:data:`REPLICA_WRAPPER`) passes it on as ``warn`` to its
+    processes that handle ``warn``, the rule of :mod:`tsm.schedulers.common.warn` on every backend.
+    """
+    return "WINCH" if warn == "URG" else "URG"
+
+
 def _warn_name(opts: SlurmOptions) -> str | None:
     """The signal the batch shell gets before the end (``--signal=B:<SIG>``), or None.
 
@@ -621,15 +711,16 @@ def _lifecycle_lines(opts: SlurmOptions, warn: str | None, roles: int = 1, retri
         "    case $_tsm_job in *PreemptTime=None* | '') ;; *PreemptTime=*) _tsm_why=preemption ;; esac",
         "  fi",
     ]
+    relay = relay_signal(warn)
     if opts.warn_signum is not None:
-        lines.append(f"export TSM_WARN_SIGNAL={warn}")
+        lines += [f"export TSM_WARN_SIGNAL={warn}", f"export TSM_WARN_RELAY={relay}"]
         body += [
             "  case $_tsm_why in",
             f'    cancel) echo "tsm: cancelled: SIG{warn} to every task" >&2 ;;',
             f'    preemption) echo "tsm: the job is preempted: SIG{warn} to every task" >&2 ;;',
             f'    *) echo "tsm: the time limit is near: SIG{warn} to every task" >&2 ;;',
             "  esac",
-            f'  scancel --signal={warn} "$SLURM_JOB_ID" 2>/dev/null',
+            f'  scancel --signal={relay} "$SLURM_JOB_ID" 2>/dev/null  # each task\'s wrapper passes it on as SIG{warn}',
         ]
     if opts.requeue_on_time_limit:
         wait = max(0, round(opts.warn_before_s) - 5)
@@ -789,7 +880,7 @@ def _stall_handler(opts: SlurmOptions, warn: str | None) -> list[str]:
             '    if [ -z "$_tsm_warned" ]; then',
             "      _tsm_warned=1",
             f'      echo "tsm: stalled: SIG{warn} to every task" >&2',
-            f'      scancel --signal={warn} "$SLURM_JOB_ID" 2>/dev/null',
+            f'      scancel --signal={relay_signal(warn)} "$SLURM_JOB_ID" 2>/dev/null',
             f"      for ((_tsm_i = 0; _tsm_i < {lead * 10}; _tsm_i++)); do",
             "        _tsm_any=",
             '        for _tsm_p in "${_tsm_pid[@]}"; do kill -0 "$_tsm_p" 2>/dev/null && _tsm_any=1; done',
