@@ -170,3 +170,33 @@ def memory_cgroup_unavailable() -> str | None:
     except OSError as e:
         return f"a memory cgroup cannot be made here: {e}"
     return None
+
+
+#: A fake ``nvidia-smi`` (this machine has no GPU): its first answer is two healthy GPUs (one without ECC);
+#: later ones are the file ``after``'s text, with the exit code in ``code`` (what nvidia-smi prints for a GPU
+#: fallen off the bus, or more uncorrectable ECC errors). Other arguments than tsm's query are an error.
+FAKE_NVIDIA_SMI = """#!/bin/sh
+here=$(dirname "$0")
+case "$*" in *--query-gpu=pci.bus_id,ecc.errors.uncorrected.volatile.total*--format=csv,noheader,nounits*) ;;
+  *) echo "fake nvidia-smi: unexpected arguments: $*" >&2; exit 2 ;; esac
+if [ -e "$here/asked" ]; then cat "$here/after"; exit "$(cat "$here/code")"; fi
+touch "$here/asked"
+printf '00000000:3B:00.0, 0\\n00000000:86:00.0, [N/A]\\n'
+"""
+
+#: What nvidia-smi prints for a GPU fallen off the bus.
+GPU_LOST = "Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost. Reboot the system to recover this GPU"
+
+#: Two healthy GPUs, as the fake's first answer.
+GPUS_HEALTHY = "00000000:3B:00.0, 0\n00000000:86:00.0, [N/A]\n"
+
+
+def fake_nvidia_smi(folder: Path, after: str, code: int) -> Path:
+    """Write :data:`FAKE_NVIDIA_SMI` into ``folder`` (made), answering ``after`` with ``code`` from its second
+    call on; the folder, to put first on ``PATH``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (folder / "nvidia-smi").chmod(0o755)
+    (folder / "after").write_text(after)
+    (folder / "code").write_text(str(code))
+    return folder

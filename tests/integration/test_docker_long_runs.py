@@ -183,6 +183,33 @@ def test_requeue_on_time_limit_restarts_as_a_preemption_then_fails(sched: Docker
     assert "attempt 1 restarts 1 last 'time_limit'" in out, out
 
 
+def _containers(app_id: str) -> list[tuple[str, str]]:
+    """``(attempt, state)`` of each container of the app, from Docker itself (not a look of tsm's)."""
+    out = subprocess.run(["docker", "ps", "-a", "--filter", f"label=tsm.app-id={app_id}", "--format",
+                          '{{.Label "tsm.attempt"}} {{.State}}'], capture_output=True, text=True, timeout=60)  # fmt: skip
+    return sorted(tuple(ln.split()) for ln in out.stdout.splitlines() if ln.strip())  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("case", ["time_limit", "retry"])
+def test_what_a_look_decides_happens_though_nobody_looks(sched: DockerScheduler, case: str) -> None:
+    """Submitted and never described, waited for or listed by the test: the home's keeper looks (issue 25).
+    Before it, a detached app's time limit never stopped it and a failed replica was never retried."""
+    if case == "time_limit":
+        app, cfg = AppDef("kt", [py(ATTEMPT)]), {"time_limit": "3s", "grace_period": 1}
+        want = [("0", "exited")]  # stopped at its limit
+    else:
+        app, cfg = AppDef("kr", [py("raise SystemExit(3)", max_retries=1)]), {}
+        want = [("1", "exited")]  # the failure retried once (attempt 0's container replaced by attempt 1's)
+    app_id = sched.schedule(sched.submit_dryrun(app, cfg))  # type: ignore[arg-type]
+    until(f"the containers {want}", lambda: True if _containers(app_id) == want else None)
+    final = sched.describe(app_id)
+    assert final is not None and final.state == AppState.FAILED, final
+    if case == "time_limit":
+        assert final.msg.startswith("time limit 3s reached"), final.msg
+    else:
+        assert final.num_restarts == 1, final
+
+
 STALLS = (
     "import os, time\n"
     "print('attempt', os.environ['TSM_ATTEMPT'], 'last', repr(os.environ['TSM_LAST_EXIT']), flush=True)\n"

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from integration.ray_cluster import RayCluster, ray_cluster  # noqa: F401 (the fixture test modules ask for)
-from testutil import MemoryCgroup, memory_cgroup_unavailable
+from testutil import GPU_LOST, MemoryCgroup, fake_nvidia_smi, memory_cgroup_unavailable
 from tsm.errors import InvalidRunOptionError
 from tsm.schedulers.api import Stream
 from tsm.specs.api import AppDef, AppState, Resource, RetryPolicy, Role
@@ -41,13 +41,13 @@ HANG = 300.0
 GCS = os.environ.get("TSM_TEST_RAY_GCS", "127.0.0.1:6379")
 MARK = "tsm_lr_node"
 
-#: Runs one Ray worker node until killed: argv = GCS address, resources (JSON).
+#: Runs one Ray worker node until killed: argv = GCS address, resources (JSON), GPUs it says it has.
 NODE = (
     "import os, sys, json, time\n"
     "os.environ['RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'] = '0'  # keep the node on 127.0.0.1, as the head\n"
     "from ray._private.parameter import RayParams\n"
     "from ray._private.node import Node\n"
-    "p = RayParams(gcs_address=sys.argv[1], node_ip_address='127.0.0.1', num_cpus=1, num_gpus=0,\n"
+    "p = RayParams(gcs_address=sys.argv[1], node_ip_address='127.0.0.1', num_cpus=1, num_gpus=int(sys.argv[3]),\n"
     "              resources=json.loads(sys.argv[2]), object_store_memory=100 * 1024 * 1024, min_worker_port=0,\n"
     "              max_worker_port=0, include_log_monitor=False, node_manager_port=0)\n"
     "p.dashboard_agent_listen_port = None  # a free port: the head's agent holds the default\n"
@@ -70,22 +70,31 @@ def live_groups(address: str, app_id: str) -> list[dict[str, Any]]:
     return [g for g in groups if str(g.get("name")).startswith(f"tsm/{app_id}/") and g.get("state") != "REMOVED"]
 
 
+#: The worker nodes this test process started (a second one is told from the first by its id).
+_joined: list[dict[str, Any]] = []
+
+
 class WorkerNode:
     """A Ray worker node of this machine joined to the shared head; :meth:`kill` ends it (only it)."""
 
-    def __init__(self, address: str, log: Path, cgroup: MemoryCgroup | None = None) -> None:
+    def __init__(self, address: str, log: Path, cgroup: MemoryCgroup | None = None, gpus: int = 0,
+                 env: dict[str, str] | None = None) -> None:
         self.address = address
         self.out = open(log, "wb")  # noqa: SIM115 (closed in kill)
-        self.proc = subprocess.Popen([PY, "-c", NODE, GCS, json.dumps({MARK: 1})], stdout=self.out,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
+        self.proc = subprocess.Popen([PY, "-c", NODE, GCS, json.dumps({MARK: 1}), str(gpus)], stdout=self.out,
+                                     stderr=subprocess.STDOUT, start_new_session=True, env=env,
                                      preexec_fn=(lambda: cgroup.add(os.getpid())) if cgroup else None)  # noqa: PLW1509
         self.node_id = ""
         deadline = time.monotonic() + 120
         while not self.node_id:
             assert self.proc.poll() is None, f"the worker node exited: {log.read_text()[-2000:]}"
             assert time.monotonic() < deadline, f"the worker node did not join in 120 s: {log.read_text()[-2000:]}"
-            alive = [n for n in nodes(address) if n.get("state") == "ALIVE" and MARK in (n.get("resources_total") or {})]
+            known = {str(n.get("node_id")) for n in _joined}
+            alive = [n for n in nodes(address) if n.get("state") == "ALIVE" and MARK in (n.get("resources_total") or {})
+                     and str(n.get("node_id")) not in known]  # fmt: skip
             self.node_id = str(alive[0]["node_id"]) if alive else ""
+            if alive:
+                _joined.append(alive[0])
             time.sleep(0.5)
 
     def kill(self) -> None:
@@ -336,3 +345,42 @@ def test_a_replica_the_nodes_oom_killer_ended_restarts_off_that_node(
     assert final.msg == (f"excluded nodes: {node.node_id[:12]} (127.0.0.1): the kernel's OOM killer ended role 'w' "
                          f"replica {k} (attempt 0)"), final.msg
     assert lines(sched, app_id, k)[-1] == "start 1 'failed:-9'"
+
+
+#: attempt 0 fails (its node's GPU falls off the bus meanwhile, as the node's fake nvidia-smi says); a
+#: restarted attempt succeeds
+GPU_FAILS_ONCE = (
+    "import os\n"
+    "print('start', os.environ['TSM_ATTEMPT'], os.environ.get('CUDA_VISIBLE_DEVICES'), flush=True)\n"
+    "raise SystemExit(0 if os.environ['TSM_ATTEMPT'] != '0' else 3)\n"
+)
+
+
+def test_a_failure_with_a_gpu_fault_restarts_off_that_node(sched: Any, ray_cluster: RayCluster,  # noqa: F811
+                                                           tmp_path: Path) -> None:
+    """Two worker nodes that each say they have one GPU (Ray takes ``num_gpus`` as given; this machine has none),
+    each with a fake ``nvidia-smi`` on its PATH whose second answer is a GPU fallen off the bus. The replica
+    (``gpu=1``: never on the head) fails on one of them; its actor reads the fault, and the app's retry
+    (APPLICATION, ``max_retries=1``) is placed off that node, on the other."""
+    made: list[WorkerNode] = []
+    try:
+        for name in ("a", "b"):
+            fake = fake_nvidia_smi(tmp_path / f"gpu-{name}", GPU_LOST + "\n", 15)
+            env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+            made.append(WorkerNode(ray_cluster.address, tmp_path / f"node-{name}.log", gpus=1, env=env))
+        app = AppDef("gpu", [Role("w", entrypoint=PY, args=["-c", GPU_FAILS_ONCE], max_retries=1,
+                                  retry_policy=RetryPolicy.APPLICATION, resource=Resource(cpu=0.5, gpu=1, memMB=100))])
+        app_id = sched.submit(app)
+        final = sched.wait(app_id, timeout=HANG)
+        out = lines(sched, app_id)  # each attempt's log is on its node: read before the nodes go
+    finally:
+        for node in made:
+            node.kill()
+    assert final is not None and final.state == AppState.SUCCEEDED, final
+    rep = record(sched, app_id, 0)
+    first, second = rep["nodes"][0], rep["nodes"][1]
+    assert first != second and {first, second} == {n.node_id for n in made}, rep
+    assert final.num_restarts == 1
+    assert final.msg == (f"excluded nodes: {first[:12]} (127.0.0.1): a GPU fault under role 'w' replica 0 (attempt 0):"
+                         f" nvidia-smi: {GPU_LOST}"), final.msg
+    assert out == ["start 0 0", "start 1 0"], out  # Ray gave each attempt its node's GPU 0

@@ -37,13 +37,13 @@ RESERVED_ENV = frozenset({
     "TSM_NUM_REPLICAS", "TSM_RANK0_HOST", "TSM_PARENT_RUN_ID", "TSM_SUPERVISOR", "TSM_TIMER_SOCKET",
     "TSM_JOB_DIR", "TSM_JOB_ID", "TSM_TRACKERS", "TSM_KILL_GRACE", "TSM_DEBUG", "TSM_WORKSPACE",
     "TSM_LAUNCHER", "TSM_OWNER", "TSM_SERVE_TOKEN", "TSM_TORCHX_ALIAS", "TSM_PYTHON", "TSM_PYTHON_BIN",
-    "TSM_ATTEMPT", "TSM_RESTART_COUNT", "TSM_LAST_EXIT", "TSM_WARN_SIGNAL",
+    "TSM_ATTEMPT", "TSM_RESTART_COUNT", "TSM_LAST_EXIT", "TSM_WARN_SIGNAL", "TSM_WARN_RELAY", "TSM_KEEPER",
 })
 
 #: Prefixes of ``TSM_*`` variables tsm sets per port or tracker, or that configure the project's engine
 #: scripts and their tests (``TSM_K8S_CACHE``, ``TSM_DOCKER_CACHE``, ``TSM_TEST_*``): never scheduler params.
 RESERVED_ENV_PREFIXES = ("TSM_PORT_", "TSM_TRACKER_", "TSM_K8S_", "TSM_DOCKER_", "TSM_SLURM_", "TSM_RAY_",
-                         "TSM_TEST_", "TSM_LAUNCHER_", "TSM_NEMO_", "TSM_SWEEP_")
+                         "TSM_TEST_", "TSM_LAUNCHER_", "TSM_KEEPER_", "TSM_NEMO_", "TSM_SWEEP_")
 
 #: The run option (accepted by every scheduler through the runner) that turns TorchX's names off.
 TORCHX_ENV_OPTION = "torchx_env"

@@ -103,6 +103,11 @@ def test_requeue_on_time_limit_restarts_as_a_preemption_until_the_budget_is_spen
     # an end at the limit already recorded stays an end
     done = Limits(60.0, started=0.0, requeue=True, reached=True)
     assert isinstance(decide(view(AppState.RUNNING), SHAPE, {}, owned=True, now=61.0, limits=done), Finish)
+    # in the words the look that found it recorded, whichever process looks later
+    spent = "time limit 1m reached (no preemptions left: max_preemptions=3)"
+    said = Limits(60.0, started=0.0, requeue=True, reached=True, reached_msg=spent)
+    d = decide(view(AppState.FAILED), SHAPE, {}, owned=True, now=900.0, limits=said)
+    assert isinstance(d, Finish) and d.msg == spent and d.time_limit
 
 
 def test_one_roles_preemptions_do_not_enlarge_another_roles_retries() -> None:

@@ -73,6 +73,47 @@ def test_time_limit_warns_then_stops_and_fails_with_the_limit(engine: FakeDocker
     assert again is not None and again.msg == "time limit 2s reached"  # stays the app's end
 
 
+def test_a_spent_requeue_budget_stays_the_apps_end_at_every_later_look(engine: FakeDockerEngine) -> None:
+    # the look that found the limit said "(no preemptions left: ...)"; a later look (another process: the
+    # keeper, a `tsm status`) said only "time limit 2s reached" before
+    s = sched(engine)
+    app = AppDef("rq", [role(WARNABLE)])
+    cfg = {"time_limit": "2s", "requeue_on_time_limit": True, "max_preemptions": 0, "grace_period": 1}
+    app_id = s.schedule(s.submit_dryrun(app, cfg))  # type: ignore[arg-type]
+    final = s.wait(app_id, timeout=60)
+    want = "time limit 2s reached (no preemptions left: max_preemptions=0)"
+    assert final is not None and (final.state, final.msg) == (AppState.FAILED, want), final
+    later = sched(engine).describe(app_id)  # a look of its own, with no cache of the first one's
+    assert later is not None and (later.state, later.msg) == (AppState.FAILED, want), later
+
+
+def test_a_look_that_listed_containers_a_retry_then_replaced_acts_on_the_new_ones(engine: FakeDockerEngine) -> None:
+    # Two processes look at once: the first retries the failed try (replaces its container) while the second
+    # has already listed the old container and waits for the app's lock. The second must see the new try,
+    # not retry the old one a second time (it did: two retries, max_retries=1 spent twice)
+    first, second = sched(engine), sched(engine)
+    app = AppDef("rt", [role("import os, sys; print('try', os.environ['TSM_ATTEMPT'], flush=True); "
+                             "sys.exit(3 if os.environ['TSM_ATTEMPT'] == '0' else 0)",
+                             max_retries=1, retry_policy=RetryPolicy.APPLICATION)])
+    app_id = first.schedule(first.submit_dryrun(app, {}))  # type: ignore[arg-type]
+    wait_for(lambda: all(c.state == "exited" for c in engine.by_id.values()))  # try 0 failed
+    listed = second._snapshot  # the second look lists, then the first one acts before it takes the lock
+    from tsm.schedulers.docker import scheduler as docker_scheduler
+
+    real_look = docker_scheduler.DockerScheduler._look
+
+    def late_look(self: DockerScheduler, view: object, *rest: object) -> object:
+        assert first.describe(app_id) is not None  # the first look retries meanwhile
+        return real_look(self, view, *rest)  # type: ignore[arg-type]
+
+    second._look = late_look.__get__(second)  # type: ignore[method-assign]
+    seen = listed()[app_id]
+    assert not seen.msg.startswith("retrying"), seen  # the retry was the first look's, made once
+    final = first.wait(app_id, timeout=60)
+    assert final is not None and final.state == AppState.SUCCEEDED and final.num_restarts == 1, final
+    assert output(first, app_id).count("try 1") == 1, output(first, app_id)
+
+
 def test_an_image_without_a_shell_is_warned_through_its_main_process(engine: FakeDockerEngine) -> None:
     # the warning's script needs /bin/sh in the image; without one, `docker kill --signal` (its main process)
     engine.shell = False

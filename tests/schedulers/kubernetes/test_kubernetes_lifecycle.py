@@ -9,8 +9,10 @@ Each case asserts from the recorded states and the replica's own output (never f
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -223,6 +225,60 @@ def test_a_replica_lost_with_its_node_is_retried_off_that_node(cluster: FakeClus
     excluded = final.metadata["excluded_nodes"]
     assert "node-1: role 'w' replica 0 was lost with it (node lost: node-1 is gone)" in excluded
     assert "node-9: exclude_nodes" in excluded
+
+
+#: attempt 0 fails once the file argv[1] exists (its GPU fell off the bus meanwhile); attempt 1 succeeds
+GPU_FAILS = (
+    "import os, sys, time\n"
+    "print('attempt', os.environ['TSM_ATTEMPT'], flush=True)\n"
+    "while os.environ['TSM_ATTEMPT'] == '0' and not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
+    "raise SystemExit(3 if os.environ['TSM_ATTEMPT'] == '0' else 0)\n"
+)
+
+
+@pytest.mark.parametrize("case", ["withdrawn", "healthy"])
+def test_a_gpu_replica_failed_on_a_node_whose_gpus_turned_unhealthy_is_retried_off_it(
+        cluster: FakeCluster, case: str, tmp_path: Path) -> None:
+    # NVIDIA's device plugin takes an unhealthy GPU (an XID: fallen off the bus, ECC) out of the node's
+    # allocatable; a GPU replica that failed there is retried off the node. With every GPU healthy the
+    # failure is the program's own: retried wherever the scheduler likes
+    gpus = {"capacity": {"nvidia.com/gpu": "2"}, "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110",
+                                                                 "nvidia.com/gpu": "2"}}  # fmt: skip
+    cluster.nodes[0]["status"].update(json.loads(json.dumps(gpus)))
+    cluster.nodes.append({"metadata": {"name": "node-2"}, "spec": {}, "status": {
+        **json.loads(json.dumps(gpus)), "conditions": [{"type": "Ready", "status": "True"}]}})
+    flag = tmp_path / "fail-now"
+    s = KubernetesScheduler("t", client=cluster.client())
+    r = Role("w", image="fake/python", entrypoint=sys.executable, args=["-c", GPU_FAILS, str(flag)], max_retries=1,
+             resource=Resource(cpu=1, gpu=1, memMB=0))
+    app_id = s.submit(AppDef("gpu", [r]), CFG)
+    retried_jobs: list[dict[str, object]] = []
+
+    def fail_once(desc: object) -> None:
+        if not flag.exists() and running_pod(cluster, 0) is not None:
+            if case == "withdrawn":
+                with cluster.lock:
+                    cluster.nodes[0]["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+            flag.write_text("")
+        with cluster.lock:  # the retry's Job, before the app's end deletes it
+            retried_jobs[:] = [j for j in cluster.jobs.values() if j["metadata"]["labels"]["tsm/attempt"] == "1"]
+
+    seen = looks(s, app_id, fail_once)
+    assert seen[-1] == ("SUCCEEDED", ""), seen
+    retry = next(m for _, m in seen if m.startswith("retrying after"))
+    affinity: Any = retried_jobs[0]["spec"]["template"]["spec"].get("affinity")  # type: ignore[index]
+    final = s.describe(app_id)
+    assert final is not None
+    if case == "healthy":
+        assert "excluding" not in retry and affinity is None, (retry, affinity)
+        assert "excluded_nodes" not in final.metadata
+        return
+    assert retry.endswith("excluding node(s) node-1"), retry
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["node-1"]}]}]
+    assert final.metadata["excluded_nodes"] == (
+        "node-1: a GPU fault under role 'w' replica 0 (attempt 0): the device plugin withdrew 1 of the node's 2 GPUs "
+        "as unhealthy")
 
 
 @pytest.mark.parametrize("case", ["unlimited", "limited", "last node"])

@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 from slurm_util import HOSTILE, HOSTILE_ENV, directives, dryrun, two_role_app
 
 import hostile
-from testutil import MemoryCgroup, memory_cgroup_unavailable
+from testutil import GPU_LOST, GPUS_HEALTHY, MemoryCgroup, fake_nvidia_smi, memory_cgroup_unavailable
 from tsm.errors import (
     InvalidAppError,
     InvalidRunOptionError,
@@ -403,7 +403,7 @@ def test_replica_env_and_runtime_macros(
             "TSM_HOME": os.environ["TSM_HOME"],  # the submitter's environment travels with the job
             "TSM_PYTHON_BIN": os.path.dirname(sys.executable),  # the interpreter rule (test_python_*)
             # and whatever else of tsm's own the submitter had set (the test home's launcher setting)
-            **{k: v for k, v in os.environ.items() if k.startswith("TSM_LAUNCHER")},
+            **{k: v for k, v in os.environ.items() if k.startswith(("TSM_LAUNCHER", "TSM_KEEPER"))},
         }
         f = read_status(job_dir / "w" / f"{k}.status")
         assert (
@@ -469,35 +469,16 @@ def test_wrapper_records_no_oom_for_other_sigkills_and_failures(tmp_path: Path) 
 
 
 # -- a task that failed with a GPU fault on its node keeps later attempts off the node (issue 25) -------------
-#: A fake ``nvidia-smi`` (this machine has no GPU): its first answer is a healthy GPU; later ones are the
-#: file ``after``'s text, with its exit code (what nvidia-smi prints for a GPU fallen off the bus, or more
-#: uncorrectable ECC errors).
-FAKE_NVIDIA_SMI = """#!/bin/sh
-here=$(dirname "$0")
-case "$*" in *--query-gpu=pci.bus_id,ecc.errors.uncorrected.volatile.total*--format=csv,noheader,nounits*) ;;
-  *) echo "fake nvidia-smi: unexpected arguments: $*" >&2; exit 2 ;; esac
-if [ -e "$here/asked" ]; then cat "$here/after"; exit "$(cat "$here/code")"; fi
-touch "$here/asked"
-printf '00000000:3B:00.0, 0\\n00000000:86:00.0, [N/A]\\n'
-"""
-
-LOST = "Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost. Reboot the system to recover this GPU"
-
 
 def _gpu_task(tmp_path: Path, code: str, after: str, after_code: int, gpus: str = "0,1"
               ) -> subprocess.CompletedProcess[str]:
-    fake = tmp_path / "fakebin"
-    fake.mkdir()
-    (fake / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
-    (fake / "nvidia-smi").chmod(0o755)
-    (fake / "after").write_text(after)
-    (fake / "code").write_text(str(after_code))
+    fake = fake_nvidia_smi(tmp_path / "fakebin", after, after_code)
     env = {"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}", "SLURM_STEP_GPUS": gpus}
     return run_wrapper(tmp_path, code, extra_env=env)
 
 
 @pytest.mark.parametrize(("after", "after_code", "why"), [
-    (LOST + "\n", 15, "nvidia-smi: " + LOST),
+    (GPU_LOST + "\n", 15, "nvidia-smi: " + GPU_LOST),
     ("00000000:3B:00.0, 2\n00000000:86:00.0, [N/A]\n", 0, "uncorrectable ECC errors rose from 0 to 2"),
 ])  # fmt: skip
 def test_wrapper_records_a_failure_with_a_gpu_fault_on_the_node(
@@ -515,9 +496,9 @@ def test_wrapper_records_a_failure_with_a_gpu_fault_on_the_node(
 
 
 @pytest.mark.parametrize(("code", "gpus", "after", "after_code"), [
-    ("pass", "0", LOST + "\n", 15),  # it succeeded: whatever the GPUs say now, nothing is blamed
-    ("raise SystemExit(3)", "0", "00000000:3B:00.0, 0\n00000000:86:00.0, [N/A]\n", 0),  # healthy GPUs
-    ("raise SystemExit(3)", "", LOST + "\n", 15),  # no GPU of Slurm's for this task: nvidia-smi not asked
+    ("pass", "0", GPU_LOST + "\n", 15),  # it succeeded: whatever the GPUs say now, nothing is blamed
+    ("raise SystemExit(3)", "0", GPUS_HEALTHY, 0),  # healthy GPUs
+    ("raise SystemExit(3)", "", GPU_LOST + "\n", 15),  # no GPU of Slurm's for this task: nvidia-smi not asked
     ("raise SystemExit(3)", "0", "Failed to initialize NVML: Driver/library version mismatch\n", 18),  # no verdict
 ])  # fmt: skip
 def test_wrapper_blames_no_gpu_otherwise(tmp_path: Path, code: str, gpus: str, after: str, after_code: int) -> None:

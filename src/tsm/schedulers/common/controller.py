@@ -121,6 +121,8 @@ class Limits:
     slack: float = 0.0
     #: ``requeue_on_time_limit``: the limit restarts the app as a preemption while the budget lasts
     requeue: bool = False
+    #: what the look that found the limit reached said (recorded by the backend): later looks say the same
+    reached_msg: str = ""
 
     @property
     def message(self) -> str:
@@ -180,7 +182,8 @@ def decide(
                 tried = max((attempts.get(r, 0) for r in every), default=0)
                 return Retry(every, tried + 1, limits.message, preemption=True, time_limit=True)
             return Finish(AppState.FAILED, f"{limits.message} ({_spent(max_preemptions)})", stop=True, time_limit=True)
-        return Finish(AppState.FAILED, limits.message, stop=True, time_limit=True)
+        return Finish(AppState.FAILED, (limits.reached and limits.reached_msg) or limits.message, stop=True,
+                      time_limit=True)
     if view.state == AppState.FAILED and view.first_failure is not None:
         role_name, k = view.first_failure
         role = next((r for r in shape if r.name == role_name), RoleShape(role_name, 1))

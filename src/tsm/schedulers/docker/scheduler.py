@@ -39,7 +39,14 @@ from pathlib import Path
 
 from tsm.errors import SchedulerError, SubmissionError
 from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler
-from tsm.schedulers.common.appdir import AppDir, kept_status, list_rows, preemption_events, record_preemption
+from tsm.schedulers.common.appdir import (
+    REQUEST,
+    AppDir,
+    kept_status,
+    list_rows,
+    preemption_events,
+    record_preemption,
+)
 from tsm.schedulers.common.controller import (
     Decision,
     Finish,
@@ -52,6 +59,7 @@ from tsm.schedulers.common.controller import (
 )
 from tsm.schedulers.common.failure import failure_of
 from tsm.schedulers.common.files import unlink
+from tsm.schedulers.common.keeper import running_apps
 from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS
 from tsm.schedulers.common.owner import owner
 from tsm.schedulers.common.polling import poll_until, poll_until_terminal
@@ -91,12 +99,18 @@ if TYPE_CHECKING:
 ORPHAN_AGE = 60.0
 #: seconds a status snapshot (one containers.list for every app) is reused by describe
 MAX_AGE = 0.2
+
+#: Seconds between two checks, by the looks of one process, that the keeper runs.
+KEEPER_CHECK = 30.0
 #: containers of an app created at once (bounded: the SDK's pool holds 10 connections to dockerd)
 CREATE_CONCURRENCY = 8
 #: seconds a network whose just-removed containers dockerd has not released yet is retried
 NETWORK_RELEASE = 5.0
 #: marker files in the app's directory: the warning was sent; the time limit was reached
 WARNED, TIME_LIMIT = "warned", "time_limit_reached"
+
+#: a counter in the app's directory, changed by each look that replaces containers (:meth:`DockerScheduler._look`)
+GENERATION = "generation"
 #: files in the app's directory: the restarts made as preemptions (JSON ``[[attempt, [roles]], ...]``); when
 #: the time limit counts from after a requeue (epoch seconds)
 PREEMPTIONS, CLOCK = "preemptions.json", "time_limit_from"
@@ -132,6 +146,7 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         #: a client given by the caller (a fake engine, an embedding program) is not reachable from a helper
         #: process: stops then run in (non-daemon) threads of this process (see the module docstring)
         self._stop_in_process = client is not None
+        self._keeper_checked = -KEEPER_CHECK
         self._watcher = self._new_watcher()
         self._lock = threading.Lock()
         #: networks the last :meth:`cleanup` could not remove, with Docker's reason
@@ -193,7 +208,21 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
             self._teardown(req.app_id, req.network)
             self._write_final(req, AppState.FAILED, f"could not start: {e}")
             raise SubmissionError(f"app {req.app_id} could not start: {e}") from e
+        self._ensure_keeper(force=True)
         return req.app_id
+
+    def _ensure_keeper(self, force: bool = False) -> None:
+        """Have this home's Docker keeper (:mod:`tsm.schedulers.common.keeper`) look at its running apps:
+        started at each submission, and by a look that saw an app of the home running (at most every
+        :data:`KEEPER_CHECK` seconds). Not for a client given by the caller (a fake engine: another process
+        cannot reach it)."""
+        now = time.monotonic()
+        if self._stop_in_process or (not force and now < self._keeper_checked + KEEPER_CHECK):
+            return
+        self._keeper_checked = now
+        from tsm.schedulers.common import keeper
+
+        keeper.ensure("docker", store_root())
 
     def _create(self, req: DockerRequest, specs: builtins.list[ContainerSpec] | None = None) -> None:
         """Create and start the containers ``specs`` (default: every one of ``req``), at most
@@ -246,15 +275,34 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
 
     def _snapshot(self) -> dict[str, DescribeAppResponse]:
         out: dict[str, DescribeAppResponse] = {}
+        # each app's generation before the list: a look that then replaced containers changed it (see _look)
+        gens = {a: self._dir(a).read(GENERATION) for a in running_apps(store_root())}
         for app_id, view in group(self.client.list_containers()).items():
             if self._dir(app_id).cancelling:
                 continue  # being cancelled: final.json answers once it is written
             self._times[app_id] = app_times(view.containers)
-            out[app_id] = self._look(view)
+            out[app_id] = self._look(view, gens.get(app_id))
+            if not out[app_id].state.is_terminal and self._dir(app_id).exists(REQUEST):
+                self._ensure_keeper()  # a keeper gone with a reboot or a kill starts again
         return out
 
     def _lookup(self, ids: list[str]) -> dict[str, DescribeAppResponse]:
-        return {app_id: d for app_id in ids if (d := kept_status(self._dir(app_id))) is not None}
+        out: dict[str, DescribeAppResponse] = {}
+        for app_id in ids:
+            d = self._dir(app_id)
+            kept = kept_status(d)
+            if kept is not None:
+                out[app_id] = kept
+            elif d.exists(REQUEST) and not d.cancelling:
+                # Running, yet absent from the list: a look of another process (the keeper, a `tsm status`)
+                # was replacing its containers (a retry removes the old ones, then makes the new ones) while
+                # the list was taken. That look holds the app's lock: once it is free the new ones are there.
+                with locked(d):
+                    gen = d.read(GENERATION)
+                view = group(self.client.list_containers(app_id)).get(app_id)
+                if view is not None:
+                    out[app_id] = self._look(view, gen)
+        return out
 
     def _final(self, app_id: str) -> DescribeAppResponse | None:
         return self._dir(app_id).final()
@@ -274,16 +322,24 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
             roles_statuses=st.roles, structured_error_msg=failure_of(st.state, st.msg, st.roles),
         )
 
-    def _look(self, view: AppView) -> DescribeAppResponse:
+    def _look(self, view: AppView, gen: str | None) -> DescribeAppResponse:
         """One controller step for an app: observe (``view``), :func:`decide`, :meth:`act`; before deciding,
         the stall check of an app with ``stall_timeout`` (:mod:`tsm.schedulers.docker.stall`). An app this
         home submitted is stepped under its directory's lock (:func:`~tsm.schedulers.docker.stall.locked`):
-        two processes looking at it at once (``tsm status`` beside an attached ``tsm run``) act in turn, the
-        second on what the first recorded."""
+        two processes looking at it at once (``tsm status`` beside an attached ``tsm run``, the keeper) act
+        in turn, the second on what the first did: ``gen`` is the app's :data:`GENERATION` read before
+        ``view`` was listed, and a look that replaced containers meanwhile changed it, so the app's containers
+        are listed again (else the second look would act on containers that no longer exist, a retry twice)."""
         req = self._request(view.app_id)
         if req is None:
             return self._step(view, None)
-        with locked(self._dir(view.app_id)):
+        d = self._dir(view.app_id)
+        with locked(d):
+            if d.read(GENERATION) != gen:
+                fresh = group(self.client.list_containers(view.app_id)).get(view.app_id)
+                if fresh is None:  # the other look removed them (an end with remove_finished)
+                    return kept_status(d) or self._describe_view(view)
+                view = fresh
             return self._step(view, req)
 
     def _step(self, view: AppView, req: DockerRequest | None) -> DescribeAppResponse:
@@ -306,6 +362,7 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
             req.time_limit, req.warn_before, warn=any(c.warn_signal for c in req.containers),
             started=float(clock) if clock else (req.created if req.created is not None else view.created),
             warned=d.exists(WARNED), reached=d.exists(TIME_LIMIT), requeue=req.requeue_on_time_limit,
+            reached_msg=(d.read(TIME_LIMIT) or "").strip(),
         )
         decision: Decision
         if stall is not None and stall.failed:
@@ -507,7 +564,12 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
     def _retry(self, req: DockerRequest, scope: builtins.list[Observed], attempt: int,
                env: dict[str, str] | None = None) -> None:
         """Replace the containers of ``scope`` by new ones (their logs are snapshotted first), with ``env``
-        (the attempt's ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``) laid over their own."""
+        (the attempt's ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``) laid over their own. The
+        app's :data:`GENERATION` changes first: a look of another process that listed the old containers
+        lists them again (the caller holds the app's lock)."""
+        d = self._dir(req.app_id)
+        now = (d.read(GENERATION) or "").strip()
+        d.write(GENERATION, f"{int(now) + 1 if now.isdigit() else 1}\n")
         keys = {(c.role, c.replica_id) for c in scope}
         for c in scope:
             self.client.kill(c.id)

@@ -216,6 +216,24 @@ class KubeClient(ClientBase):
             c.get("type") == "Ready" and c.get("status") == "True" for c in (n.get("status") or {}).get("conditions") or [])
             for n in nodes}
 
+    def gpus_withdrawn(self) -> dict[str, tuple[int, int]]:
+        """``{node: (withdrawn, capacity)}`` for each node with fewer allocatable ``nvidia.com/gpu`` than it
+        has (one call): NVIDIA's device plugin takes a GPU out of ``allocatable`` when it turns unhealthy (an
+        XID error: fallen off the bus, uncorrectable ECC errors), while ``capacity`` keeps counting it."""
+        with self.call("list nodes"):
+            nodes = self._json(self.core.list_node(**self._kw()))["items"]
+        out = {}
+        for n in nodes:
+            status = n.get("status") or {}
+            try:
+                cap = int((status.get("capacity") or {}).get("nvidia.com/gpu", 0))
+                alloc = int((status.get("allocatable") or {}).get("nvidia.com/gpu", cap))
+            except (TypeError, ValueError):
+                continue
+            if alloc < cap:
+                out[str((n.get("metadata") or {}).get("name", ""))] = (cap - alloc, cap)
+        return out
+
     def has_dns(self) -> bool:
         """True when the cluster runs a DNS service (``kube-dns`` in ``kube-system``, CoreDNS's usual name)."""
         with self.call("list services"):

@@ -160,6 +160,10 @@ def store_root() -> Path:
     return tsm_home() / "kubernetes"
 
 
+#: Seconds between two checks, by the looks of one process, that the keeper runs.
+KEEPER_CHECK = 30.0
+
+
 class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], WorkspaceBuilder[None], BatchedViews):
     """Runs each replica as a ``batch/v1`` Job behind one headless Service (see :mod:`tsm.schedulers.kubernetes`).
 
@@ -184,6 +188,8 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         self._watcher = self._new_watcher()
         self._lock = threading.Lock()
         self._docker: ImageEngine | None = None
+        self._keeper = client is None  # a fake cluster given by the caller cannot be reached by another process
+        self._keeper_checked = -KEEPER_CHECK
         #: app id -> the follows of the old pods a waiting retry stopped (joined before its new Jobs are made)
         self._retry_follows: dict[str, builtins.list[threading.Thread]] = {}
 
@@ -293,7 +299,20 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                 client.delete_app(req.app_id, 0)
             self._write_final(req, AppState.FAILED, f"could not be created: {e}")
             raise SubmissionError(f"app {req.app_id} could not be created: {e}") from e
+        self._ensure_keeper(force=True)
         return req.app_id
+
+    def _ensure_keeper(self, force: bool = False) -> None:
+        """Have this home's Kubernetes keeper (:mod:`tsm.schedulers.common.keeper`) look at its running apps:
+        started at each submission, and by a look that saw an app of the home running (at most every
+        :data:`KEEPER_CHECK` seconds). Not for a client given by the caller (the fake cluster)."""
+        now = time.monotonic()
+        if not self._keeper or (not force and now < self._keeper_checked + KEEPER_CHECK):
+            return
+        self._keeper_checked = now
+        from tsm.schedulers.common import keeper
+
+        keeper.ensure("kubernetes", store_root())
 
     def _dns(self, req: KubernetesRequest, client: KubeClient) -> bool:
         if req.dns != "auto":
@@ -365,6 +384,8 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
             if d.cancelling or d.exists("final.json"):
                 continue  # final.json answers (through lookup)
             out[app_id] = self._look(view, listed)
+            if not out[app_id].state.is_terminal and d.exists("request.json"):
+                self._ensure_keeper()  # a keeper gone with a reboot or a kill starts again
         return out
 
     def _lookup(self, ids: builtins.list[str]) -> dict[str, DescribeAppResponse]:
@@ -629,6 +650,14 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
             oom_nodes = {p.node: f"the kernel's OOM killer ended role '{p.role}' replica {p.replica_id} (attempt "
                                  f"{p.attempt}; no memory limit of its own: the node ran out)"
                          for p in view.pods if node_oom(p) and p.attempt == view.attempt and p.node not in lost_nodes}
+            if (failed is not None and failed.gpu_req and failed.node and not decision.preemption and not stalled
+                    and failed.node not in lost_nodes and failed.node not in oom_nodes):
+                # a GPU pod's failure on a node whose device plugin has since withdrawn GPUs as unhealthy
+                gone = self._client_of(req).gpus_withdrawn().get(failed.node)
+                if gone is not None:
+                    oom_nodes[failed.node] = (
+                        f"a GPU fault under role '{failed.role}' replica {failed.replica_id} (attempt {failed.attempt}): "
+                        f"the device plugin withdrew {gone[0]} of the node's {gone[1]} GPUs as unhealthy")
             before = self._excluded(req) if lost_nodes or oom_nodes else {}
             if oom_nodes:  # never the last Ready node: the retry would wait for a node that does not exist
                 ready = {n for n, ok in self._client_of(req).node_ready().items() if ok}

@@ -39,8 +39,9 @@ Long runs (issue 25):
   ``preempted`` with the reason. An actor dead on a live node is the replica's failure, as before. A
   replica that ends with an error while its actor's raylet is gone (the dying worker killed it and
   reported the exit first) is lost with its node too (:meth:`Driver._lost_with_node`).
-* **Excluded nodes**: the lost node, a node whose kernel OOM killer ended a replica (:meth:`Driver._oom_on_node`;
-  not when it is the only alive node), and the nodes ``exclude_nodes`` names (ids, IPs, hostnames, resolved at
+* **Excluded nodes**: the lost node, a node whose kernel OOM killer ended a replica (:meth:`Driver._oom_on_node`)
+  or under whose failed replica one of its GPUs became unreachable or returned new uncorrectable ECC errors
+  (:meth:`Driver._gpu_on_node`; both not when it is the only alive node), and the nodes ``exclude_nodes`` names (ids, IPs, hostnames, resolved at
   each placement), are kept off by the placement groups' ``bundle_label_selector`` on the label every Ray
   node carries, ``ray.io/node-id: !in(<ids>)``. The app keeps one placement group: a whole-app restart gets
   a new one (the old removed first), a REPLICA or ROLE scope goes back into its own bundles, the lost one
@@ -263,13 +264,15 @@ class Driver:
             return False
         rep["state"], rep["msg"] = "FAILED", stall or rep["msg"] or f"exited with code {code}"
         rep["preempted"] = False
-        oom = code in (-signal.SIGKILL, 128 + signal.SIGKILL) and stall is None and self._oom_on_node(key)
+        # the node's doing (its OOM killer, its GPUs): the node is excluded and a whole-app retry moves off it
+        node_fault = stall is None and (
+            (code in (-signal.SIGKILL, 128 + signal.SIGKILL) and self._oom_on_node(key)) or self._gpu_on_node(key))
         role = self.roles[key[0]]
         scope = self._scope(key)
         if rep["failures"] < role.max_retries:
             self.num_restarts += 1
             self._stop_scope(key, scope, waits)
-            if oom and set(scope) == set(self.specs) and str(rep["node_id"]) in self.excluded:
+            if node_fault and set(scope) == set(self.specs) and str(rep["node_id"]) in self.excluded:
                 # the whole app restarts: a new placement group, off the node (a part of the app goes back
                 # into its own bundles, which Ray does not move off a live node)
                 for k in scope:
@@ -293,25 +296,51 @@ class Driver:
 
     def _oom_on_node(self, key: tuple[str, int]) -> bool:
         """Whether the kernel's OOM killer ended ``key``'s attempt (its actor says, :meth:`Replica.oom_killed`);
-        if so the replica's message says it and the node is excluded from later placements, unless it is the
-        only alive node left (excluding it would leave the app nowhere to run)."""
+        if so the replica's message says it and the node is excluded (:meth:`_exclude_for`)."""
+        if not self._ask_actor(key, "oom_killed"):
+            return False
         rep = self.reps[key]
+        self._exclude_for(key, f"killed by the kernel's OOM killer on {self._where(key)}",
+                          f"the kernel's OOM killer ended role '{key[0]}' replica {key[1]} (attempt {rep['attempt']})")
+        return True
+
+    def _gpu_on_node(self, key: tuple[str, int]) -> bool:
+        """Whether ``key``'s failed attempt points at its node's GPUs (its actor says, :meth:`Replica.gpu_fault`:
+        one became unreachable or their uncorrectable ECC errors rose while it ran); if so the node is excluded
+        as after an OOM kill."""
+        why = str(self._ask_actor(key, "gpu_fault") or "")
+        if not why:
+            return False
+        rep = self.reps[key]
+        self._exclude_for(key, f"a GPU fault on {self._where(key)}: {why}",
+                          f"a GPU fault under role '{key[0]}' replica {key[1]} (attempt {rep['attempt']}): {why}")
+        return True
+
+    def _ask_actor(self, key: tuple[str, int], method: str) -> Any:
+        """``key``'s actor's answer to ``method()``; None when the actor is gone (it cannot tell, and the end
+        stays as it was)."""
         try:
-            oom = bool(ray.get(self.actors[key].oom_killed.remote(), timeout=30))
-        except Exception:  # noqa: BLE001 (the actor is gone: it cannot tell, and the end stays as it was)
-            return False
-        if not oom:
-            return False
-        node_id, where = str(rep["node_id"]), f"node {str(rep['node_id'])[:SHORT_ID]} ({rep['node_ip']})"
-        rep["msg"] = f"exited with code {rep['exit_code']}: killed by the kernel's OOM killer on {where}"
+            return ray.get(getattr(self.actors[key], method).remote(), timeout=30)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _where(self, key: tuple[str, int]) -> str:
+        rep = self.reps[key]
+        return f"node {str(rep['node_id'])[:SHORT_ID]} ({rep['node_ip']})"
+
+    def _exclude_for(self, key: tuple[str, int], what: str, why: str) -> None:
+        """``key``'s failure was its node's: its message says ``what`` and the node is excluded from later
+        placements for ``why``, unless it is the only alive node left (excluding it would leave the app
+        nowhere to run)."""
+        rep = self.reps[key]
+        node_id = str(rep["node_id"])
+        rep["msg"] = f"exited with code {rep['exit_code']}: {what}"
         alive = {str(n.get("NodeID")) for n in ray.nodes() if n.get("Alive")}
         if alive - set(self.excluded) - {node_id}:
-            self.excluded.setdefault(node_id, {"node_ip": str(rep["node_ip"]), "why": (
-                f"the kernel's OOM killer ended role '{key[0]}' replica {key[1]} (attempt {rep['attempt']})")})
+            self.excluded.setdefault(node_id, {"node_ip": str(rep["node_ip"]), "why": why})
             rep["msg"] += " (later placements avoid it)"
         else:
             rep["msg"] += " (not excluded: no other node is alive)"
-        return True
 
     def _start(self, key: tuple[str, int]) -> Any:
         """Start ``key``'s next attempt (see :meth:`_start_all`); the ref its end resolves."""

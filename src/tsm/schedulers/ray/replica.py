@@ -27,6 +27,7 @@ from typing import Any
 
 import ray as _ray
 
+from tsm.schedulers.common.gpu_health import gpu_fault, gpu_health
 from tsm.schedulers.common.stall import QUOTE_MAX
 from tsm.schedulers.common.warn import catches
 
@@ -71,6 +72,9 @@ class Replica:
         self.stopped = False
         self.stopping = False  # tsm is stopping the current attempt (its SIGKILL is not the OOM killer's)
         self.oom_at_start = self.oom_at_end = 0  # the node's OOM kills when the current attempt started, ended
+        self.gpu_at_start: int | str | None = None  # the node's GPUs as the attempt started (gpu_health.py)
+        self.gpu_why = ""  # why the last attempt's failure points at the node's GPUs ("": it does not)
+        self.gpu_path: str | None = None  # the PATH nvidia-smi is looked up on: the replica's
         self.raylet = os.getppid()  # Ray workers are the raylet's children: a new parent means the node is gone
 
     def where(self) -> dict[str, Any]:
@@ -88,7 +92,10 @@ class Replica:
         full = dict(os.environ)
         full.update(env)
         full_b = {os.fsencode(k): os.fsencode(v) for k, v in full.items()}
-        self.stopping, self.oom_at_start = False, node_oom_kills()
+        self.stopping, self.oom_at_start, self.gpu_why = False, node_oom_kills(), ""
+        # a replica given GPUs: their health now, to tell a failure the node's GPUs caused (one nvidia-smi)
+        self.gpu_path = full.get("PATH")
+        self.gpu_at_start = gpu_health(self.gpu_path) if ray.get_gpu_ids() else None
         out = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by the pump)
         # The replica inherits the mask of the thread that starts it, and Ray's threads block SIGHUP: unblock
         # every signal in this thread for the start, so the program sees every signal it is sent
@@ -123,6 +130,8 @@ class Replica:
             return 127
         code = self.proc.wait()
         self.oom_at_end = node_oom_kills()  # read at the end: a later OOM elsewhere on the node is not this one
+        if code != 0 and not self.stopping and self.gpu_at_start is not None:
+            self.gpu_why = gpu_fault(self.gpu_at_start, gpu_health(self.gpu_path))
         for t in self.pumps:
             t.join()
         self.out.close()
@@ -169,6 +178,11 @@ class Replica:
         # -9: the replica's process itself; 137: a shell under which the OOM killer ended the program
         return (proc is not None and proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
                 and not self.stopping and self.oom_at_end > self.oom_at_start)
+
+    def gpu_fault(self) -> str:
+        """Why the last attempt's failure points at this node's GPUs (one became unreachable, or their
+        uncorrectable ECC errors rose while it ran: :mod:`tsm.schedulers.common.gpu_health`); "" when not."""
+        return self.gpu_why
 
     def stop(self, grace: float) -> None:
         """SIGTERM the process group, SIGKILL after ``grace`` seconds."""

@@ -246,11 +246,16 @@ if [ -n "${TSM_WARN_SIGNAL:-}" ] && [ -n "$relay" ]; then
   # (torchrun, sh -c) is spared. A background shell, as this one runs the command in the foreground (bash
   # runs a trap only once its foreground command has ended).
   (
+    nap=
     trap tsm_relay "$relay"
-    trap 'kill "$!" 2>/dev/null; exit 0' TERM
+    trap 'kill "$nap" 2>/dev/null; wait "$nap"; exit 0' TERM
     while :; do
-      command -p sleep 3600 &  # the system's sleep, whatever PATH the app set
-      wait "$!"
+      # one sleep at a time: a relay's trap interrupts the wait, not the sleep
+      if [ -z "$nap" ] || ! kill -0 "$nap" 2>/dev/null; then
+        command -p sleep 3600 &  # the system's sleep, whatever PATH the app set
+        nap=$!
+      fi
+      wait "$nap"
     done
   ) </dev/null >/dev/null 2>&1 &
   helper=$!
@@ -310,7 +315,10 @@ else
   "${cmd[@]}"
 fi
 rc=$?
-[ -n "$helper" ] && kill "$helper" 2>/dev/null
+if [ -n "$helper" ]; then  # the helper and its sleep end with the task, before it says it ended
+  kill "$helper" 2>/dev/null
+  wait "$helper" 2>/dev/null
+fi
 if [ "$rc" = 137 ] && [ "$sig" = - ]; then
   tsm_oom
   if [ "${REPLY% *}" -gt "${oom0% *}" ] 2>/dev/null && [ "${REPLY#* }" = "${oom0#* }" ] && [ "${oom0#* }" != - ]; then

@@ -1,0 +1,226 @@
+"""The keeper: one detached process per user and container backend that looks at its running apps every tick.
+
+Why. On Docker and Kubernetes what tsm decides for an app is decided by a *look* (a ``describe``: the kit's
+controller step, :mod:`tsm.schedulers.common.controller`): a ROLE/APPLICATION retry, a requeue at the time
+limit, a restart after a daemon restart, a stall, Docker's time limit and its warning. A look happens when
+some process asks (``tsm status``, ``tsm wait``, an attached ``tsm run``, the views); an app submitted with
+``tsm run --detach`` that nobody looks at would never be retried, stopped at its time limit or found
+stalled. The keeper is the look nobody has to make.
+
+How. ``schedule`` calls :func:`ensure` once the app's files are written: when no keeper of this backend
+holds ``$TSM_HOME/<backend>/.keeper.lock``, it starts the keeper (this interpreter, this tsm) detached (a session of its own, output to ``.keeper.log``: 0600 in the backend's 0700 folder). The keeper
+takes the lock (a second one exits at once) and, every :data:`TICK` seconds, describes each app of the
+home that has no recorded end (one engine list per tick, shared by every app: the scheduler's
+:class:`~tsm.schedulers.common.watcher.StatusWatcher`), until none has been running for :data:`IDLE`
+seconds. An app seen ended is not looked at again. Looks take each app's lock as any other look does, so a
+``tsm status`` beside the keeper acts in turn with it, never twice.
+
+Never a single point of failure: a look by any process still acts as before; a keeper that died (a reboot,
+SIGKILL) is started again by the next submission of that backend or the next look of a running app
+(:func:`ensure` from the scheduler's snapshot). Before it exits it releases the lock and looks for apps once
+more, so a submission that found the lock held just before the release is not left unwatched. When the
+code it runs changes on disk (an upgrade) it starts itself again on the new code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from tsm.schedulers.common.appdir import FINAL, REQUEST
+from tsm.schedulers.common.files import make_private_dirs
+
+#: Seconds between two rounds of looks.
+TICK = 1.0
+
+#: Seconds the keeper stays up once no app of its backend runs (``TSM_KEEPER_IDLE`` overrides).
+IDLE = 30.0
+
+#: Seconds between two checks that the keeper's code is still what is on disk.
+CODE_CHECK = 10.0
+
+#: The backends a keeper serves (the module each one's ``create_scheduler`` comes from).
+BACKENDS = ("docker", "kubernetes")
+
+LOCK = ".keeper.lock"
+LOG = ".keeper.log"
+
+
+def running_apps(root: Path) -> list[str]:
+    """The apps under ``root`` this home submitted (a request) whose end is not recorded (no final status)."""
+    out = []
+    with contextlib.suppress(OSError), os.scandir(root) as it:
+        for e in it:
+            if e.name.startswith(".") or not e.is_dir(follow_symlinks=False):
+                continue
+            if os.path.exists(os.path.join(e.path, REQUEST)) and not os.path.exists(os.path.join(e.path, FINAL)):
+                out.append(e.name)
+    return sorted(out)
+
+
+def held(root: Path) -> bool:
+    """Whether a keeper holds ``root``'s lock now (a shared lock cannot be taken beside its exclusive one)."""
+    try:
+        fd = os.open(root / LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def ensure(backend: str, root: Path) -> None:
+    """Start ``backend``'s keeper for ``root`` unless one runs (or ``TSM_KEEPER=0``). Never raises."""
+    if os.environ.get("TSM_KEEPER", "1") == "0" or held(root):
+        return
+    with contextlib.suppress(OSError):
+        make_private_dirs(root)
+        log = os.open(root / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            subprocess.Popen(_command(backend, root), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=log, start_new_session=True, cwd="/")
+        finally:
+            os.close(log)
+
+
+def _command(backend: str, root: Path) -> list[str]:
+    """The keeper's command line: this interpreter, with the tsm this process runs first on its path."""
+    pkg = str(Path(__file__).resolve().parents[3])
+    code = "import sys; sys.path.insert(0, sys.argv.pop(1)); from tsm.schedulers.common.keeper import main; sys.exit(main())"
+    return [sys.executable, "-c", code, pkg, backend, str(root)]
+
+
+def code_key() -> str:
+    """A hash of the (name, size, mtime) of every source file of the installed tsm package."""
+    pkg = Path(__file__).resolve().parents[2]
+    h = hashlib.blake2b(digest_size=8)
+    for p in sorted(pkg.rglob("*.py")):
+        with contextlib.suppress(OSError):
+            st = p.stat()
+            h.update(f"{p.relative_to(pkg)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode(errors="surrogateescape"))
+    return h.hexdigest()
+
+
+class Keeper:
+    """The loop of one keeper: ``look(app_id)`` says whether the app has ended (its describe is terminal)."""
+
+    def __init__(self, root: Path, look: Callable[[str], bool], tick: float = TICK, idle: float = IDLE,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.root, self.look, self.tick, self.idle = root, look, tick, idle
+        self.ended: set[str] = set()  # apps seen ended: never looked at again
+        self.log = log or (lambda text: None)
+        self.lock_fd = -1
+
+    def lock(self) -> bool:
+        """Take the keeper's lock; False when another keeper holds it."""
+        make_private_dirs(self.root)
+        fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self.lock_fd = fd
+        return True
+
+    def unlock(self) -> None:
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)  # closing the only descriptor of the open file releases its flock
+            self.lock_fd = -1
+
+    def pending(self) -> list[str]:
+        return [a for a in running_apps(self.root) if a not in self.ended]
+
+    def round(self, apps: Iterable[str]) -> None:
+        """One look at each app of ``apps``; an app that ended is remembered as such."""
+        for app_id in apps:
+            try:
+                if self.look(app_id):
+                    self.ended.add(app_id)
+            except Exception as e:  # noqa: BLE001 - one app's failed look (the engine away) never stops the rest
+                self.log(f"look at {app_id} failed: {type(e).__name__}: {e}")
+
+    def run(self, changed: Callable[[], bool] = lambda: False) -> str:
+        """Look until no app has run for ``idle`` seconds (then ``"idle"``) or ``changed()`` (``"changed"``),
+        or another keeper took over (``"taken"``); the lock is held throughout and released on return."""
+        if self.lock_fd < 0 and not self.lock():
+            return "taken"
+        quiet_since = time.monotonic()
+        try:
+            while True:
+                apps = self.pending()
+                if apps:
+                    quiet_since = time.monotonic()
+                    self.round(apps)
+                elif time.monotonic() - quiet_since >= self.idle:
+                    self.unlock()
+                    if not self.pending():  # a submission that saw the lock held just now is looked at too
+                        return "idle"
+                    if not self.lock():
+                        return "taken"
+                    quiet_since = time.monotonic()
+                    continue
+                if changed():
+                    return "changed"
+                time.sleep(self.tick)
+        finally:
+            self.unlock()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The keeper's process (``keeper BACKEND ROOT``, :func:`_command`): keep ``BACKEND``'s apps under ``ROOT``."""
+    import importlib
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] not in BACKENDS:
+        sys.stderr.write(f"usage: keeper {{{','.join(BACKENDS)}}} ROOT\n")
+        return 2
+    backend, root = args[0], Path(args[1])
+
+    def log(text: str) -> None:
+        sys.stderr.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} keeper[{os.getpid()}] {text}\n")
+        sys.stderr.flush()
+
+    keeper = Keeper(root, lambda app_id: False, idle=float(os.environ.get("TSM_KEEPER_IDLE") or IDLE), log=log)
+    if not keeper.lock():
+        return 0
+    sched = importlib.import_module(f"tsm.schedulers.{backend}").create_scheduler("keeper")
+
+    def look(app_id: str) -> bool:
+        desc = sched.describe(app_id)
+        return desc is None or desc.state.is_terminal
+
+    keeper.look = look
+    key, next_check = code_key(), time.monotonic() + CODE_CHECK
+
+    def changed() -> bool:
+        nonlocal next_check
+        if time.monotonic() < next_check:
+            return False
+        next_check = time.monotonic() + CODE_CHECK
+        return code_key() != key
+
+    try:
+        why = keeper.run(changed)
+    finally:
+        with contextlib.suppress(Exception):
+            sched.close()
+    if why == "changed":  # an upgrade: the same keeper on the new code (the lock was released on return)
+        log("tsm's code changed on disk: starting again on it")
+        os.execv(sys.executable, _command(backend, root))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
