@@ -119,6 +119,7 @@ class Keeper:
                  log: Callable[[str], None] | None = None) -> None:
         self.root, self.look, self.tick, self.idle = root, look, tick, idle
         self.ended: set[str] = set()  # apps seen ended: never looked at again
+        self.failing: dict[str, str] = {}  # app -> the error its last look failed with (logged once)
         self.log = log or (lambda text: None)
         self.lock_fd = -1
 
@@ -148,8 +149,13 @@ class Keeper:
             try:
                 if self.look(app_id):
                     self.ended.add(app_id)
+                if self.failing.pop(app_id, None) is not None:
+                    self.log(f"look at {app_id} works again")
             except Exception as e:  # noqa: BLE001 - one app's failed look (the engine away) never stops the rest
-                self.log(f"look at {app_id} failed: {type(e).__name__}: {e}")
+                text = f"{type(e).__name__}: {e}"
+                if self.failing.get(app_id) != text:  # once per cause, not once a second
+                    self.failing[app_id] = text
+                    self.log(f"look at {app_id} failed: {text}")
 
     def run(self, changed: Callable[[], bool] = lambda: False) -> str:
         """Look until no app has run for ``idle`` seconds (then ``"idle"``) or ``changed()`` (``"changed"``),
