@@ -17,7 +17,8 @@ def tsm_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     home = tmp_path_factory.mktemp("tsm_home")
     monkeypatch.setenv("TSM_HOME", str(home))
     monkeypatch.setenv("TSM_LAUNCHER_IDLE", "5")  # one launcher per test home: don't let them linger
-    monkeypatch.setenv("TSM_KEEPER_IDLE", "5")  # nor the keepers of the Docker and Kubernetes tests' homes
+    monkeypatch.setenv("TSM_KEEPER_IDLE", "5")  # nor the keepers of the Docker and Kubernetes tests' homes,
+    monkeypatch.setenv("TSM_KEEPER_GIVE_UP", "60")  # even one whose engine the test removed (a private dockerd)
     return home
 
 

@@ -79,6 +79,9 @@ def test_every_file_is_private_whatever_tsm_homes_mode(sched: DockerScheduler, t
 )
 def test_another_homes_status_stops_nothing(sched: DockerScheduler, tmp_path: Path, tsm_home: Path,
                                             monkeypatch: pytest.MonkeyPatch, figure) -> None:  # type: ignore[no-untyped-def]
+    # the submitting home's keeper would stop replica 0 at once (the failure is its to act on): this test is
+    # about what another home's look does, so the submitter has no keeper
+    monkeypatch.setenv("TSM_KEEPER", "0")
     code = "import os, sys, time\nif os.environ['TSM_REPLICA_ID'] == '1': sys.exit(3)\ntime.sleep(600)"
     app_id = sched.submit(AppDef("shared", [py("w", code, num_replicas=2)]))
     deadline = time.monotonic() + HANG

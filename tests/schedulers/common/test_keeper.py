@@ -125,3 +125,17 @@ def test_its_command_runs_the_tsm_of_this_process() -> None:
     cmd = keeper._command("docker", Path("/x"))
     assert cmd[0] == sys.executable and cmd[3] == str(Path(keeper.__file__).resolve().parents[3])
     assert os.path.isdir(os.path.join(cmd[3], "tsm"))
+
+
+def test_an_app_whose_looks_keep_failing_is_given_up(tmp_path: Path) -> None:
+    # its engine is gone for good (a removed DOCKER_HOST): the keeper stops looking and leaves when idle
+    app(tmp_path, "a")
+    said: list[str] = []
+
+    def look(app_id: str) -> bool:
+        raise ConnectionError("engine gone")
+
+    k = Keeper(tmp_path, look, tick=0.01, idle=0.05, log=said.append, give_up=0.2)
+    assert k.run() == "idle"
+    assert said[0] == "look at a failed: ConnectionError: engine gone" and len(said) == 2, said
+    assert said[1].startswith("gave up on a: its looks failed for ")

@@ -13,7 +13,8 @@ takes the lock (a second one exits at once) and, every :data:`TICK` seconds, des
 home that has no recorded end (one engine list per tick, shared by every app: the scheduler's
 :class:`~tsm.schedulers.common.watcher.StatusWatcher`), until none has been running for :data:`IDLE`
 seconds. An app seen ended is not looked at again. Looks take each app's lock as any other look does, so a
-``tsm status`` beside the keeper acts in turn with it, never twice.
+``tsm status`` beside the keeper acts in turn with it, never twice. An app whose looks keep failing for
+:data:`GIVE_UP` seconds (its engine is gone) is no longer looked at, so a keeper never outlives its engines.
 
 Never a single point of failure: a look by any process still acts as before; a keeper that died (a reboot,
 SIGKILL) is started again by the next submission of that backend or the next look of a running app
@@ -42,6 +43,11 @@ TICK = 1.0
 
 #: Seconds the keeper stays up once no app of its backend runs (``TSM_KEEPER_IDLE`` overrides).
 IDLE = 30.0
+
+#: Seconds of failed looks (the engine gone: a removed ``DOCKER_HOST``, a deleted cluster) after which the keeper
+#: stops looking at an app (``TSM_KEEPER_GIVE_UP`` overrides); the next look of any process that sees it
+#: running starts a keeper again.
+GIVE_UP = 600.0
 
 #: Seconds between two checks that the keeper's code is still what is on disk.
 CODE_CHECK = 10.0
@@ -116,10 +122,10 @@ class Keeper:
     """The loop of one keeper: ``look(app_id)`` says whether the app has ended (its describe is terminal)."""
 
     def __init__(self, root: Path, look: Callable[[str], bool], tick: float = TICK, idle: float = IDLE,
-                 log: Callable[[str], None] | None = None) -> None:
-        self.root, self.look, self.tick, self.idle = root, look, tick, idle
-        self.ended: set[str] = set()  # apps seen ended: never looked at again
-        self.failing: dict[str, str] = {}  # app -> the error its last look failed with (logged once)
+                 log: Callable[[str], None] | None = None, give_up: float = GIVE_UP) -> None:
+        self.root, self.look, self.tick, self.idle, self.give_up = root, look, tick, idle, give_up
+        self.ended: set[str] = set()  # apps seen ended (or given up): never looked at again
+        self.failing: dict[str, tuple[str, float]] = {}  # app -> the error its looks fail with, and since when
         self.log = log or (lambda text: None)
         self.lock_fd = -1
 
@@ -152,10 +158,15 @@ class Keeper:
                 if self.failing.pop(app_id, None) is not None:
                     self.log(f"look at {app_id} works again")
             except Exception as e:  # noqa: BLE001 - one app's failed look (the engine away) never stops the rest
-                text = f"{type(e).__name__}: {e}"
-                if self.failing.get(app_id) != text:  # once per cause, not once a second
-                    self.failing[app_id] = text
+                text, now = f"{type(e).__name__}: {e}", time.monotonic()
+                before, since = self.failing.get(app_id, ("", now))
+                self.failing[app_id] = (text, since)
+                if text != before:  # once per cause, not once a second
                     self.log(f"look at {app_id} failed: {text}")
+                if now - since >= self.give_up:
+                    self.ended.add(app_id)
+                    self.log(f"gave up on {app_id}: its looks failed for {now - since:.0f}s (a look of any tsm "
+                             "process that sees it running starts a keeper again)")
 
     def run(self, changed: Callable[[], bool] = lambda: False) -> str:
         """Look until no app has run for ``idle`` seconds (then ``"idle"``) or ``changed()`` (``"changed"``),
@@ -198,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} keeper[{os.getpid()}] {text}\n")
         sys.stderr.flush()
 
-    keeper = Keeper(root, lambda app_id: False, idle=float(os.environ.get("TSM_KEEPER_IDLE") or IDLE), log=log)
+    keeper = Keeper(root, lambda app_id: False, idle=float(os.environ.get("TSM_KEEPER_IDLE") or IDLE), log=log,
+                    give_up=float(os.environ.get("TSM_KEEPER_GIVE_UP") or GIVE_UP))
     if not keeper.lock():
         return 0
     sched = importlib.import_module(f"tsm.schedulers.{backend}").create_scheduler("keeper")
