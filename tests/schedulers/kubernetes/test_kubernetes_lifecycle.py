@@ -154,6 +154,12 @@ def running_pod(cluster: FakeCluster, attempt: int) -> str | None:
                      and p.obj["metadata"]["labels"]["tsm/attempt"] == str(attempt)), None)
 
 
+def first_retry_jobs(cluster: FakeCluster) -> list[dict[str, object]]:
+    """The Jobs of try 1 now (taken at each look: the app's end deletes them)."""
+    with cluster.lock:
+        return [j for j in cluster.jobs.values() if j["metadata"]["labels"]["tsm/attempt"] == "1"]
+
+
 def test_an_evicted_pod_is_restarted_as_a_preemption_not_a_failure(cluster: FakeCluster) -> None:
     s = KubernetesScheduler("t", client=cluster.client())
     app_id = s.submit(AppDef("ev", [role(ATTEMPTS.replace("END", "1"))]),  # max_retries=0
@@ -206,8 +212,7 @@ def test_a_replica_lost_with_its_node_is_retried_off_that_node(cluster: FakeClus
         if not lost and running_pod(cluster, 0) is not None and "attempt 0" in "".join(s.log_iter(app_id, "w", 0)):
             lost.append(True)
             cluster.lose_node("node-1")
-        with cluster.lock:  # the retry's Job, before the app's end deletes it
-            retried_jobs[:] = [j for j in cluster.jobs.values() if j["metadata"]["labels"]["tsm/attempt"] == "1"]
+        retried_jobs[:] = first_retry_jobs(cluster)
 
     seen = looks(s, app_id, lose_node_once)
     assert seen[-1] == ("SUCCEEDED", ""), seen
@@ -260,8 +265,7 @@ def test_a_gpu_replica_failed_on_a_node_whose_gpus_turned_unhealthy_is_retried_o
                 with cluster.lock:
                     cluster.nodes[0]["status"]["allocatable"]["nvidia.com/gpu"] = "1"
             flag.write_text("")
-        with cluster.lock:  # the retry's Job, before the app's end deletes it
-            retried_jobs[:] = [j for j in cluster.jobs.values() if j["metadata"]["labels"]["tsm/attempt"] == "1"]
+        retried_jobs[:] = first_retry_jobs(cluster)
 
     seen = looks(s, app_id, fail_once)
     assert seen[-1] == ("SUCCEEDED", ""), seen
@@ -302,8 +306,7 @@ def test_a_replica_the_nodes_oom_killer_ended_is_retried_off_that_node(cluster: 
         if not killed and pod is not None and "attempt 0" in "".join(s.log_iter(app_id, "w", 0)):
             killed.append(True)
             cluster.oom_kill(pod)
-        with cluster.lock:  # the retry's Job, before the app's end deletes it
-            retried_jobs[:] = [j for j in cluster.jobs.values() if j["metadata"]["labels"]["tsm/attempt"] == "1"]
+        retried_jobs[:] = first_retry_jobs(cluster)
 
     seen = looks(s, app_id, oom_once)
     assert seen[-1] == ("SUCCEEDED", ""), seen

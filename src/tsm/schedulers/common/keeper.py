@@ -26,7 +26,6 @@ code it runs changes on disk (an upgrade) it starts itself again on the new code
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import subprocess
@@ -35,6 +34,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from tsm.schedulers.common import flock
 from tsm.schedulers.common.appdir import FINAL, REQUEST
 from tsm.schedulers.common.files import make_private_dirs
 
@@ -48,6 +48,9 @@ IDLE = 30.0
 #: stops looking at an app (``TSM_KEEPER_GIVE_UP`` overrides); the next look of any process that sees it
 #: running starts a keeper again.
 GIVE_UP = 600.0
+
+#: Seconds between two checks, by the looks of one process, that the keeper runs (:func:`ensure`).
+CHECK_EVERY = 30.0
 
 #: Seconds between two checks that the keeper's code is still what is on disk.
 CODE_CHECK = 10.0
@@ -72,22 +75,24 @@ def running_apps(root: Path) -> list[str]:
 
 
 def held(root: Path) -> bool:
-    """Whether a keeper holds ``root``'s lock now (a shared lock cannot be taken beside its exclusive one)."""
-    try:
-        fd = os.open(root / LOCK, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    """Whether a keeper holds ``root``'s lock now."""
+    return flock.held(root / LOCK)
 
 
-def ensure(backend: str, root: Path) -> None:
-    """Start ``backend``'s keeper for ``root`` unless one runs (or ``TSM_KEEPER=0``). Never raises."""
+#: When each (backend, root) was last checked by :func:`ensure` with ``at_most_every`` (this process).
+_checked: dict[tuple[str, Path], float] = {}
+
+
+def ensure(backend: str, root: Path, at_most_every: float = 0.0) -> None:
+    """Start ``backend``'s keeper for ``root`` unless one runs (or ``TSM_KEEPER=0``). Never raises.
+
+    A submission checks every time; a look that saw a running app of the home (a keeper lost to a reboot or
+    SIGKILL starts again) passes ``at_most_every`` (:data:`CHECK_EVERY`), so a process looking often checks
+    at most that often."""
+    now = time.monotonic()
+    if at_most_every and now < _checked.get((backend, root), -at_most_every) + at_most_every:
+        return
+    _checked[(backend, root)] = now
     if os.environ.get("TSM_KEEPER", "1") == "0" or held(root):
         return
     with contextlib.suppress(OSError):
@@ -132,11 +137,8 @@ class Keeper:
     def lock(self) -> bool:
         """Take the keeper's lock; False when another keeper holds it."""
         make_private_dirs(self.root)
-        fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        fd = flock.take(self.root / LOCK)
+        if fd is None:
             return False
         self.lock_fd = fd
         return True

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from tsm.errors import SchedulerError, SubmissionError
 from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler
+from tsm.schedulers.common import keeper
 from tsm.schedulers.common.appdir import (
     REQUEST,
     AppDir,
@@ -59,7 +60,6 @@ from tsm.schedulers.common.controller import (
 )
 from tsm.schedulers.common.failure import failure_of
 from tsm.schedulers.common.files import unlink
-from tsm.schedulers.common.keeper import running_apps
 from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS
 from tsm.schedulers.common.owner import owner
 from tsm.schedulers.common.polling import poll_until, poll_until_terminal
@@ -99,9 +99,6 @@ if TYPE_CHECKING:
 ORPHAN_AGE = 60.0
 #: seconds a status snapshot (one containers.list for every app) is reused by describe
 MAX_AGE = 0.2
-
-#: Seconds between two checks, by the looks of one process, that the keeper runs.
-KEEPER_CHECK = 30.0
 #: containers of an app created at once (bounded: the SDK's pool holds 10 connections to dockerd)
 CREATE_CONCURRENCY = 8
 #: seconds a network whose just-removed containers dockerd has not released yet is retried
@@ -146,7 +143,6 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         #: a client given by the caller (a fake engine, an embedding program) is not reachable from a helper
         #: process: stops then run in (non-daemon) threads of this process (see the module docstring)
         self._stop_in_process = client is not None
-        self._keeper_checked = -KEEPER_CHECK
         self._watcher = self._new_watcher()
         self._lock = threading.Lock()
         #: networks the last :meth:`cleanup` could not remove, with Docker's reason
@@ -208,21 +204,16 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
             self._teardown(req.app_id, req.network)
             self._write_final(req, AppState.FAILED, f"could not start: {e}")
             raise SubmissionError(f"app {req.app_id} could not start: {e}") from e
-        self._ensure_keeper(force=True)
+        self._ensure_keeper()
         return req.app_id
 
-    def _ensure_keeper(self, force: bool = False) -> None:
-        """Have this home's Docker keeper (:mod:`tsm.schedulers.common.keeper`) look at its running apps:
-        started at each submission, and by a look that saw an app of the home running (at most every
-        :data:`KEEPER_CHECK` seconds). Not for a client given by the caller (a fake engine: another process
-        cannot reach it)."""
-        now = time.monotonic()
-        if self._stop_in_process or (not force and now < self._keeper_checked + KEEPER_CHECK):
-            return
-        self._keeper_checked = now
-        from tsm.schedulers.common import keeper
-
-        keeper.ensure("docker", store_root())
+    def _ensure_keeper(self, by_a_look: bool = False) -> None:
+        """Have this home's Docker keeper (:func:`tsm.schedulers.common.keeper.ensure`) look at its running
+        apps: at each submission, and at most every :data:`~tsm.schedulers.common.keeper.CHECK_EVERY` seconds
+        ``by_a_look`` that saw a running app of the home. Not for a client given by the caller (a fake
+        engine: another process cannot reach it)."""
+        if not self._stop_in_process:
+            keeper.ensure("docker", store_root(), keeper.CHECK_EVERY if by_a_look else 0.0)
 
     def _create(self, req: DockerRequest, specs: builtins.list[ContainerSpec] | None = None) -> None:
         """Create and start the containers ``specs`` (default: every one of ``req``), at most
@@ -276,14 +267,14 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
     def _snapshot(self) -> dict[str, DescribeAppResponse]:
         out: dict[str, DescribeAppResponse] = {}
         # each app's generation before the list: a look that then replaced containers changed it (see _look)
-        gens = {a: self._dir(a).read(GENERATION) for a in running_apps(store_root())}
+        gens = {a: self._dir(a).read(GENERATION) for a in keeper.running_apps(store_root())}
         for app_id, view in group(self.client.list_containers()).items():
             if self._dir(app_id).cancelling:
                 continue  # being cancelled: final.json answers once it is written
             self._times[app_id] = app_times(view.containers)
             out[app_id] = self._look(view, gens.get(app_id))
-            if not out[app_id].state.is_terminal and self._dir(app_id).exists(REQUEST):
-                self._ensure_keeper()  # a keeper gone with a reboot or a kill starts again
+            if app_id in gens and not out[app_id].state.is_terminal:  # a running app of this home
+                self._ensure_keeper(by_a_look=True)  # a keeper gone with a reboot or a kill starts again
         return out
 
     def _lookup(self, ids: list[str]) -> dict[str, DescribeAppResponse]:

@@ -160,10 +160,6 @@ def store_root() -> Path:
     return tsm_home() / "kubernetes"
 
 
-#: Seconds between two checks, by the looks of one process, that the keeper runs.
-KEEPER_CHECK = 30.0
-
-
 class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], WorkspaceBuilder[None], BatchedViews):
     """Runs each replica as a ``batch/v1`` Job behind one headless Service (see :mod:`tsm.schedulers.kubernetes`).
 
@@ -189,7 +185,6 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
         self._lock = threading.Lock()
         self._docker: ImageEngine | None = None
         self._keeper = client is None  # a fake cluster given by the caller cannot be reached by another process
-        self._keeper_checked = -KEEPER_CHECK
         #: app id -> the follows of the old pods a waiting retry stopped (joined before its new Jobs are made)
         self._retry_follows: dict[str, builtins.list[threading.Thread]] = {}
 
@@ -299,20 +294,18 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                 client.delete_app(req.app_id, 0)
             self._write_final(req, AppState.FAILED, f"could not be created: {e}")
             raise SubmissionError(f"app {req.app_id} could not be created: {e}") from e
-        self._ensure_keeper(force=True)
+        self._ensure_keeper()
         return req.app_id
 
-    def _ensure_keeper(self, force: bool = False) -> None:
-        """Have this home's Kubernetes keeper (:mod:`tsm.schedulers.common.keeper`) look at its running apps:
-        started at each submission, and by a look that saw an app of the home running (at most every
-        :data:`KEEPER_CHECK` seconds). Not for a client given by the caller (the fake cluster)."""
-        now = time.monotonic()
-        if not self._keeper or (not force and now < self._keeper_checked + KEEPER_CHECK):
-            return
-        self._keeper_checked = now
-        from tsm.schedulers.common import keeper
+    def _ensure_keeper(self, by_a_look: bool = False) -> None:
+        """Have this home's Kubernetes keeper (:func:`tsm.schedulers.common.keeper.ensure`) look at its running
+        apps: at each submission, and at most every :data:`~tsm.schedulers.common.keeper.CHECK_EVERY` seconds
+        ``by_a_look`` that saw a running app of the home. Not for a client given by the caller (the fake
+        cluster: another process cannot reach it)."""
+        if self._keeper:
+            from tsm.schedulers.common import keeper
 
-        keeper.ensure("kubernetes", store_root())
+            keeper.ensure("kubernetes", store_root(), keeper.CHECK_EVERY if by_a_look else 0.0)
 
     def _dns(self, req: KubernetesRequest, client: KubeClient) -> bool:
         if req.dns != "auto":
@@ -385,7 +378,7 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                 continue  # final.json answers (through lookup)
             out[app_id] = self._look(view, listed)
             if not out[app_id].state.is_terminal and d.exists("request.json"):
-                self._ensure_keeper()  # a keeper gone with a reboot or a kill starts again
+                self._ensure_keeper(by_a_look=True)  # a keeper gone with a reboot or a kill starts again
         return out
 
     def _lookup(self, ids: builtins.list[str]) -> dict[str, DescribeAppResponse]:
@@ -647,27 +640,28 @@ class KubernetesScheduler(KubernetesLogs, Scheduler[KubernetesRequest], Workspac
                 d.write(CLOCK, f"{time.time():.3f}")
             lost_nodes = {p.node: f"role '{p.role}' replica {p.replica_id} was lost with it ({p.lost})"
                           for p in view.pods if p.node_lost and p.node}
-            oom_nodes = {p.node: f"the kernel's OOM killer ended role '{p.role}' replica {p.replica_id} (attempt "
-                                 f"{p.attempt}; no memory limit of its own: the node ran out)"
-                         for p in view.pods if node_oom(p) and p.attempt == view.attempt and p.node not in lost_nodes}
+            # failures the node caused (its OOM killer, its GPUs): its failure for max_retries, but off that node
+            faulty_nodes = {p.node: f"the kernel's OOM killer ended role '{p.role}' replica {p.replica_id} (attempt "
+                                    f"{p.attempt}; no memory limit of its own: the node ran out)"
+                            for p in view.pods if node_oom(p) and p.attempt == view.attempt and p.node not in lost_nodes}
             if (failed is not None and failed.gpu_req and failed.node and not decision.preemption and not stalled
-                    and failed.node not in lost_nodes and failed.node not in oom_nodes):
+                    and failed.node not in lost_nodes and failed.node not in faulty_nodes):
                 # a GPU pod's failure on a node whose device plugin has since withdrawn GPUs as unhealthy
                 gone = self._client_of(req).gpus_withdrawn().get(failed.node)
                 if gone is not None:
-                    oom_nodes[failed.node] = (
+                    faulty_nodes[failed.node] = (
                         f"a GPU fault under role '{failed.role}' replica {failed.replica_id} (attempt {failed.attempt}): "
                         f"the device plugin withdrew {gone[0]} of the node's {gone[1]} GPUs as unhealthy")
-            before = self._excluded(req) if lost_nodes or oom_nodes else {}
-            if oom_nodes:  # never the last Ready node: the retry would wait for a node that does not exist
+            before = self._excluded(req) if lost_nodes or faulty_nodes else {}
+            if faulty_nodes:  # never the last Ready node: the retry would wait for a node that does not exist
                 ready = {n for n, ok in self._client_of(req).node_ready().items() if ok}
-                if not ready - set(before) - set(lost_nodes) - set(oom_nodes):
-                    msg += f"; node(s) {', '.join(sorted(oom_nodes))} not excluded: no other Ready node"
-                    oom_nodes = {}
-            if lost_nodes or oom_nodes:
-                excluded = {**before, **oom_nodes, **lost_nodes}
+                if not ready - set(before) - set(lost_nodes) - set(faulty_nodes):
+                    msg += f"; node(s) {', '.join(sorted(faulty_nodes))} not excluded: no other Ready node"
+                    faulty_nodes = {}
+            if lost_nodes or faulty_nodes:
+                excluded = {**before, **faulty_nodes, **lost_nodes}
                 d.write(EXCLUDED, json.dumps({k: v for k, v in excluded.items() if v != "exclude_nodes"}))
-                msg += f"; excluding node(s) {', '.join(sorted({*lost_nodes, *oom_nodes}))}"
+                msg += f"; excluding node(s) {', '.join(sorted({*lost_nodes, *faulty_nodes}))}"
             self._retry(req, view, decision.roles, decision.attempt,
                         attempt_env(decision.attempt, st.num_restarts + 1, last), why=decision.why,
                         # the old pods end first (warned, their grace period), unless their node is lost;

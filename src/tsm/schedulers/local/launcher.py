@@ -202,17 +202,11 @@ def start_beside(home: str, keep_closed: tuple[int, ...] = ()) -> None:
     """
     if not enabled():
         return
-    pkg = package_parent()
-    with contextlib.suppress(OSError):  # a live launcher holds the lock: nothing to do (the common case)
-        fd = os.open(os.path.join(launcher_dir(home), code_key(pkg) + ".lock"), os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            import fcntl
+    from tsm.schedulers.common import flock
 
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            return
-        finally:
-            os.close(fd)
+    pkg = package_parent()
+    if flock.held(os.path.join(launcher_dir(home), code_key(pkg) + ".lock")):
+        return  # a live launcher holds the lock: nothing to do (the common case)
     pid = os.fork()
     if pid:
         with contextlib.suppress(ChildProcessError):
@@ -268,9 +262,9 @@ def serve(home: str, pkg: str) -> int:
     The key is computed before and after the imports: sources that changed in between (an upgrade in
     progress) make it exit rather than serve code that may not be what the key says.
     """
-    import fcntl
     import select
 
+    from tsm.schedulers.common import flock
     from tsm.schedulers.local import _os
 
     os.umask(0o077)
@@ -284,10 +278,8 @@ def serve(home: str, pkg: str) -> int:
         os.dup2(src, target)
     os.close(null)
     os.close(log)
-    lock = os.open(os.path.join(ldir, key + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    lock = flock.take(os.path.join(ldir, key + ".lock"))
+    if lock is None:
         return 0  # another launcher of this code serves this home
     _prepare()
     if code_key(pkg) != key:
