@@ -200,3 +200,39 @@ def test_a_component_function_is_swept_by_its_file_and_a_nested_one_is_refused(
     for bad in (nested, lambda lr: None, print):
         with pytest.raises(InvalidSweepError):
             component_ref(bad)
+
+
+RACE_COMPONENT = '''
+import os, sys, time
+from tsm import AppDef, Role
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def fit(which: str = "pkg") -> AppDef:
+    """Import ``racepkg`` (slowly) or its submodule first, as a component or a scheduler's client may."""
+    if which == "pkg":
+        import racepkg  # noqa: F401
+    else:
+        time.sleep(0.2)  # while the other trial's import of the package is under way
+        import racepkg.mod  # noqa: F401
+    return AppDef(name="fit", roles=[Role(name="trainer", image="", entrypoint="true")])
+'''
+
+
+def test_the_first_submissions_imports_are_not_raced_by_the_other_workers(tmp_path: Path) -> None:
+    """Python's imports are not safe on several threads at once (CPython gh-83065): a package whose
+    ``__init__`` imports its submodule, imported by one worker while another imports the submodule, fails one
+    of them (a deadlock error, or a "partially initialized module" as a Docker sweep's client import did).
+    The controller makes its first submission before the other workers start, so they find it imported."""
+    pkg = tmp_path / "racepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import time\ntime.sleep(1.0)\nfrom racepkg.mod import VALUE\n")
+    (pkg / "mod.py").write_text("import racepkg\nVALUE = 1\n")
+    (tmp_path / "fit.py").write_text(RACE_COMPONENT)
+    with get_runner() as runner:
+        handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"which": "pkg,mod"}, scheduler="local",
+                                  parallel=2)
+        status = runner.sweep_wait(handle, timeout=120)
+        trials = runner.sweep_list(handle)
+    assert status.state == "SUCCEEDED", [(t.params, t.state, t.msg) for t in trials]

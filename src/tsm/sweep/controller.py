@@ -9,7 +9,9 @@ Its life:
 2. reconcile: a trial left ``LAUNCHING`` by a killed controller is looked up by its app name in the
    scheduler's list: found, its handle is adopted and it is waited on; not found, it was never submitted and
    goes back to ``PENDING``. Trials left ``RUNNING`` are waited on. So no trial is submitted twice.
-3. ``parallel`` workers, each with its own Runner, take the next trial: record ``LAUNCHING`` (intent),
+3. the first trial is submitted (and looked at once) before the others, on the controller's own thread, so
+   the imports a submission makes never run on two threads at once (see :meth:`Controller._first`).
+   ``parallel`` workers, each with its own Runner, then take the next trial: record ``LAUNCHING`` (intent),
    ``runner.run`` it, record its handle, ``runner.wait`` for it (an event on schedulers that have one), record
    its end. A worker that finds the sweep cancelled, or ``max_failures`` trials failed, launches nothing more.
 4. finish: SUCCEEDED when every trial succeeded; FAILED with the reason otherwise; CANCELLED when cancelled.
@@ -209,6 +211,31 @@ class Controller:
                 time.sleep(pause)
                 pause = min(pause * 2, 30.0)
 
+    def _first(self) -> None:
+        """Submit the first trial (or look at the first adopted one) on this thread, before the workers start.
+
+        Python's imports are not safe on several threads at once (CPython gh-83065): two workers importing a
+        scheduler's client, or a package and its submodule, for the first time can each get the other's
+        partially initialised module ("partially initialized module 'logging' has no attribute 'getLogger'"
+        failed two trials of a Docker sweep). The first submission and look import what the later ones use;
+        the trial then goes back to the queue's end, so the first worker waits on it.
+        """
+        item = self._next()
+        if item is None:
+            return
+        idx, handle = item
+        runner = self._runner()
+        try:
+            if handle is None:
+                handle = self._launch(runner, idx)
+            if handle is not None:
+                with contextlib.suppress(Exception):  # only a warm-up: the worker's wait rides out errors
+                    runner.status(handle)
+                with self._lock:
+                    self._todo.append((idx, handle))
+        finally:
+            runner.close()
+
     def run(self) -> None:
         """Reconcile, run the workers to the end, and record how the sweep ended."""
         self.state.set_meta(state="RUNNING", controller_pid=os.getpid())
@@ -217,6 +244,7 @@ class Controller:
             self.reconcile(runner)
         finally:
             runner.close()
+        self._first()
         n = max(1, min(int(self.meta["parallel"]), len(self._todo)))
         workers = [threading.Thread(target=self._worker, name=f"trial-worker-{i}") for i in range(n)]
         for w in workers:
