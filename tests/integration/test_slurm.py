@@ -189,7 +189,8 @@ def test_cancel_leaves_nothing_in_the_queue(sched: SlurmScheduler) -> None:
     sched.cancel(app_id)
     desc = sched.wait(app_id, timeout=60)
     assert desc is not None and desc.state == AppState.CANCELLED
-    assert all(r.state == AppState.CANCELLED for r in replicas(desc).values())
+    states = {k: (r.state.name, r.error_msg) for k, r in replicas(desc).items()}
+    assert all(state == "CANCELLED" for state, _ in states.values()), states
     wait_until(lambda: squeue_ids(app_id) == "", 30, "the job to leave squeue")
     sched.cancel(app_id)  # idempotent
     assert sched.describe(app_id).state == AppState.CANCELLED  # type: ignore[union-attr]

@@ -111,7 +111,7 @@ def node_of(sched: SlurmScheduler, app_id: str, role: str) -> str:
     """The node replica 0 runs on (its status file names it once it started)."""
     desc = sched.describe(app_id, max_age=0.0)
     assert desc is not None
-    host = desc.roles_statuses[0].replicas[0].hostname
+    host = next(r for r in desc.roles_statuses if r.role == role).replicas[0].hostname
     assert host, desc
     return host
 
@@ -362,6 +362,73 @@ def test_a_node_set_down_under_a_replica_is_a_preemption_and_the_retry_moves_off
     assert f"excluded nodes: {node} NODE_FAIL" in desc.msg, desc.msg
     batch = (job_dir / "batch.out").read_text()
     assert f"tsm: this attempt was given node(s) {node}, which failed under an earlier one: requeueing" in batch
+
+
+def test_a_heterogeneous_app_moves_every_component_off_the_node_that_failed(high_jobs: list[str]) -> None:
+    """The same move for an app of two roles (a heterogeneous job, one node each): the exclusion is set on
+    every component (``JobId=<id>+<k>``) before the job is released, so neither role is given the failed node.
+
+    The app may use three nodes. Once both roles run (``w`` on X, ``p`` on Y), a debug-partition job takes the
+    third (Z) whole; X is set DOWN (NODE_FAIL: Slurm requeues the whole job), then back in service, so the
+    retry can only be given X and Y: its batch script moves it off X, and it finishes on Y and Z once Z is
+    freed. Asserted from Slurm's record and each role's own output."""
+    nodes = sorted(hostnames(subprocess.run(["sinfo", "-h", "-p", "low", "-o", "%N"], capture_output=True,
+                                            text=True, check=True).stdout.strip()))  # fmt: skip
+    idle = [n for n in nodes if node_in_service(n) and "idle" in subprocess.run(
+        ["sinfo", "-h", "-N", "-n", n, "-o", "%t"], capture_output=True, text=True).stdout]  # fmt: skip
+    three = (idle + [n for n in nodes if n not in idle])[-3:]
+    others = [n for n in nodes if n not in three]
+    assert len(three) == 3, nodes
+    sched: SlurmScheduler = create_scheduler("it")
+    roles = [Role(name, entrypoint=sys.executable, args=["-c", ON_NODE], max_retries=0,
+                  resource=Resource(cpu=NODE_CPUS, memMB=200)) for name in ("w", "p")]  # fmt: skip
+    app_id = sched.submit(AppDef("hetfail", roles), {"partition": "low", "max_preemptions": 1,
+                                                     "exclude": ",".join(others)})  # fmt: skip
+    node = ""
+    try:
+        wait_until(slowly(lambda: all(any(ln.startswith("attempt 0 last None on ")
+                                          for ln in stdout_lines(sched, app_id, r)) for r in ("w", "p"))),
+                   "both roles' first attempt to start", timeout=120)  # fmt: skip
+        node, second = node_of(sched, app_id, "w"), node_of(sched, app_id, "p")
+        third = next(n for n in three if n not in (node, second))
+        blocker = subprocess.run(["sbatch", "--parsable", "--partition=debug", f"--nodelist={third}", "--ntasks=1",
+                                  f"--cpus-per-task={NODE_CPUS}", "--output=/dev/null", "--wrap=sleep 600"],
+                                 capture_output=True, text=True, check=True).stdout.strip().split(";")[0]  # fmt: skip
+        high_jobs.append(blocker)
+        wait_until(slowly(lambda: job_field(blocker, "JobState") == "RUNNING"), f"the job taking {third}",
+                   timeout=120)  # fmt: skip
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=tsm-test"], check=True)
+        wait_until(slowly(lambda: job_field(app_id, "Restarts") not in ("", "0")), "Slurm to requeue the app",
+                   timeout=120)  # fmt: skip
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+        wait_until(slowly(lambda: node_in_service(node)), f"{node} back in service", timeout=60)
+        job_dir = sched._dir_and_app(app_id, None)[0]
+        assert job_dir is not None
+        # Slurm requeued w's component only; p's ended (FAILED, JobLaunchFailure) and the job would wait for
+        # ever: a look (here describe) requeues p's too
+        wait_until(slowly(lambda: sched.describe(app_id, max_age=0.0) is not None and (job_dir / "moves").exists()
+                          and job_field(app_id, "JobState") == "PENDING"
+                          and job_field(f"{app_id}+1", "ExcNodeList") not in ("", "(null)")),
+                   "the retry to move off the failed node", timeout=300)  # fmt: skip
+        for component in (f"{app_id}+0", f"{app_id}+1"):
+            assert hostnames(job_field(component, "ExcNodeList")) == {node, *others}, component
+        subprocess.run(["scancel", blocker], check=True)
+        desc = sched.wait(app_id, timeout=300)
+    finally:
+        sched.cancel(app_id)
+        if node:
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+            wait_until(slowly(lambda: node_in_service(node)), f"{node} back in service", timeout=60)
+    lines = {r: stdout_lines(sched, app_id, r) for r in ("w", "p")}
+    assert desc is not None and desc.state == AppState.SUCCEEDED, (desc, lines)
+    assert lines["w"][0] == f"attempt 0 last None on {node}\n", lines
+    assert lines["p"][0] == f"attempt 0 last None on {second}\n", lines
+    last = {r: lines[r][-1].split() for r in lines}
+    for r in ("w", "p"):
+        assert len(lines[r]) == 2 and last[r][:4] == ["attempt", "2", "last", "preempted"], lines
+    assert {last["w"][-1], last["p"][-1]} == {second, third}, lines  # off X, on the two nodes left
+    assert (job_dir / "moves").read_text().strip() == "1" and not (job_dir / "failures").exists()
+    assert read_excluded(job_dir)[0].startswith(f"{node} NODE_FAIL"), read_excluded(job_dir)
 
 
 # -- a replica the node's OOM killer ended ----------------------------------------------------------------

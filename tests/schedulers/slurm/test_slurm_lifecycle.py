@@ -27,6 +27,7 @@ from tsm.schedulers.slurm.parse import (
     read_excluded,
     read_last_exit,
     read_node_error,
+    stranded,
 )
 from tsm.schedulers.slurm.script import CANCEL_MARK, slurm_time, warning_of
 from tsm.specs.api import AppDef, AppState, Role
@@ -596,3 +597,76 @@ def test_describe_flags_preempted_replicas(
     assert desc is not None
     for r in desc.roles_statuses[0].replicas:
         assert r.preempted == bool(preempted) and (r.error_msg == preempted or not preempted)
+
+
+@pytest.mark.parametrize(("job_state", "expected"), [
+    ("CANCELLED", ("CANCELLED", "stopped by SIGTERM (exit code 143)")),
+    ("FAILED", ("FAILED", "exited with code 143")),
+])  # fmt: skip
+def test_a_task_the_cancel_ended_before_its_wrapper_was_signalled_is_cancelled(
+    sched: SlurmScheduler, tmp_path: Path, job_state: str, expected: tuple[str, str]
+) -> None:
+    """Slurm signals a cancelled step's processes one at a time: a task may die of the SIGTERM (exit 143)
+    before its wrapper gets its own, so the wrapper records no signal. In a cancelled job it was stopped, not
+    failed; in a job that failed, exit 143 is the program's own."""
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "0.status").write_text("exited 143 1 0 TERM node0\n")
+    (tmp_path / "w" / "1.status").write_text("exited 143 1 0 - node1\n")
+    app = AppDef("a", [Role("w", entrypoint="x", num_replicas=2)])
+    rec = SlurmJob(job_id="5", app_id="5", offset=0, name="a.w", states=[job_state], restarts=0, exit_code=0)
+    desc = sched.describe_records("5", [rec], tmp_path, app)
+    assert desc is not None
+    reps = desc.roles_statuses[0].replicas
+    assert (reps[0].state.name, reps[0].error_msg) == ("CANCELLED", "stopped by SIGTERM (exit code 143)")
+    assert (reps[1].state.name, reps[1].error_msg) == expected
+
+
+def test_a_task_the_preemption_ended_before_its_wrapper_was_signalled_is_preempted(
+    sched: SlurmScheduler, tmp_path: Path
+) -> None:
+    """The same race at a preemption: the task that exited 143 with no signal recorded was preempted too; one
+    that exited with another code in that attempt failed on its own."""
+    (tmp_path / "w").mkdir()
+    for k, status in enumerate(["exited 143 0 0 TERM node0", "exited 143 0 0 - node1", "exited 3 0 0 - node2"]):
+        (tmp_path / "w" / f"{k}.status").write_text(status + "\n")
+    app = AppDef("a", [Role("w", entrypoint="x", num_replicas=3)])
+    rec = SlurmJob(job_id="5", app_id="5", offset=0, name="a.w", states=["PREEMPTED"], restarts=0)
+    desc = sched.describe_records("5", [rec], tmp_path, app)
+    assert desc is not None
+    reps = desc.roles_statuses[0].replicas
+    assert [r.preempted for r in reps] == [True, True, False], reps
+    assert reps[2].error_msg == "exited with code 3"
+
+
+def _component(offset: int, state: str, restarts: int) -> SlurmJob:
+    return SlurmJob(job_id=str(9 + offset), app_id="9", offset=offset, name=f"a.r{offset}", states=[state],
+                    restarts=restarts)  # fmt: skip
+
+
+@pytest.mark.parametrize(("states", "expected"), [
+    ([("PENDING", 1), ("FAILED", 0)], True),  # the leader requeued after a NODE_FAIL, the other left FAILED
+    ([("PENDING", 1), ("PENDING", 1)], False),  # requeued whole
+    ([("PENDING", 0), ("PENDING", 0)], False),
+    ([("FAILED", 0), ("FAILED", 0)], False),  # ended whole
+    ([("RUNNING", 1), ("RUNNING", 1)], False),
+    ([("PENDING", 1)], False),  # not heterogeneous
+])  # fmt: skip
+def test_a_heterogeneous_job_requeued_in_part_is_found(states: list[tuple[str, int]], expected: bool) -> None:
+    assert stranded([_component(k, state, n) for k, (state, n) in enumerate(states)]) is expected
+
+
+def test_a_look_requeues_the_components_slurm_left_behind_once(
+    sched: SlurmScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm 22.05 requeues only the component on the failed node; the job would then wait for ever. A look
+    asks ``scontrol requeue <leader>`` (which requeues the components that ended), once per restart."""
+    calls: list[list[str]] = []
+    monkeypatch.setattr(slurm_cli, "run", lambda args, **_: calls.append(args))
+    recs = [_component(0, "PENDING", 1), _component(1, "FAILED", 0)]
+    sched.requeue_stranded("9", recs)
+    sched.requeue_stranded("9", recs)  # the next look, before Slurm's answer changed: not again
+    assert calls == [["scontrol", "requeue", "9"]]
+    sched.requeue_stranded("9", [_component(0, "PENDING", 2), _component(1, "FAILED", 1)])  # a later restart
+    assert calls == [["scontrol", "requeue", "9"]] * 2
+    sched.requeue_stranded("10", [_component(0, "PENDING", 1), _component(1, "PENDING", 1)])
+    assert len(calls) == 2

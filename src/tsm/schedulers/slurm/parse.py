@@ -421,6 +421,19 @@ def _latest_runs(runs: dict[tuple[str, int], list[SlurmJob]]) -> dict[str, list[
     return out
 
 
+def stranded(recs: list[SlurmJob]) -> bool:
+    """Whether Slurm requeued a heterogeneous job in part only, so that it would wait for ever.
+
+    A node failing under one component requeues that component (the leader, pending again with one more
+    restart) while the others end in the earlier attempt (FAILED, reason ``JobLaunchFailure``; seen on Slurm
+    22.05); the job then never starts, as Slurm starts a heterogeneous job only once every component is
+    pending. ``scontrol requeue <leader>`` requeues the components that ended.
+    """
+    if len(recs) < 2 or recs[0].state != AppState.PENDING:
+        return False
+    return any(r.state.is_terminal and r.restarts < recs[0].restarts for r in recs[1:])
+
+
 #: Job states that are the cluster's decision, not the program's failure: a higher-priority job took the
 #: nodes, a node died under the job, or a node failed to boot for it. Their restarts spend
 #: ``max_preemptions``, never ``max_retries``.

@@ -62,6 +62,7 @@ from tsm.schedulers.slurm.parse import (
     read_node_error,
     read_stalled,
     read_status,
+    stranded,
 )
 from tsm.schedulers.slurm.queries import SlurmQueries, queries
 from tsm.schedulers.slurm.script import (
@@ -96,6 +97,16 @@ def _index_dir() -> Path:
     from tsm.store import tsm_home
 
     return tsm_home() / "slurm" / "index"
+
+
+def _signal_name(number: int) -> str:
+    """``TERM`` for 15: the name of a signal number, without ``SIG`` (the number itself when it names none)."""
+    import signal
+
+    try:
+        return signal.Signals(number).name.removeprefix("SIG")
+    except ValueError:
+        return str(number)
 
 
 class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorkspaces, SweepNative):
@@ -314,6 +325,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
                 # record for it
                 out[app_id] = TrialState(array[0].state, f"never started: the job array ended {array[0].state_name}")
                 continue
+            self.requeue_stranded(app_id, recs)
             desc = self.describe_records(app_id, recs, *self._dir_and_app(app_id, recs))
             if desc is None:
                 continue
@@ -394,7 +406,21 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
 
             return remote_apps.describe(self, app_id, max_age)
         recs = self.queries.job(app_id, max_age=max_age)
+        self.requeue_stranded(app_id, recs)
         return self.describe_records(app_id, recs, *self._dir_and_app(app_id, recs))
+
+    def requeue_stranded(self, app_id: str, recs: list[SlurmJob] | None) -> None:
+        """Requeue the components of a heterogeneous app Slurm left behind when it requeued the rest (see
+        :func:`~tsm.schedulers.slurm.parse.stranded`); once per app and restart in this process.
+
+        Done by whichever look sees it (``tsm status``, ``wait``, the views, a sweep's controller): the job's
+        own batch shell died with the failed node. ``scontrol requeue`` of the pending leader answers "Job is
+        pending execution", and requeues the components that ended.
+        """
+        if not recs or not stranded(recs) or (app_id, recs[0].restarts) in _REQUEUED_WHOLE:
+            return
+        _REQUEUED_WHOLE.add((app_id, recs[0].restarts))
+        cli.run(["scontrol", "requeue", app_id])
 
     def _dir_and_app(self, app_id: str, recs: list[SlurmJob] | None) -> tuple[Path | None, AppDef | None]:
         """The app's job directory and app as submitted (kept for the process once read)."""
@@ -436,8 +462,10 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         preempted = preemption_of(leader, read_last_exit(job_dir) if job_dir is not None else "")
         if preempted:
             for rs_role in roles_statuses:
-                for r in rs_role.replicas:  # not one that succeeded or failed on its own in this attempt
-                    if r.state != AppState.SUCCEEDED and not r.error_msg.startswith("exited with code"):
+                for r in rs_role.replicas:  # not one that succeeded or failed on its own in this attempt (a task
+                    # the preemption's SIGTERM ended before its wrapper got its own exited 143: not its own)
+                    if r.state != AppState.SUCCEEDED and (not r.error_msg.startswith("exited with code")
+                                                          or r.error_msg == "exited with code 143"):
                         r.preempted, r.error_msg = True, preempted
         # the batch script's stall watcher stopped the app: the stalled replica failed, and says how, whatever
         # its task did on the warning (one that checkpointed and exited 0 still stalled)
@@ -522,10 +550,12 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         rs.exit_code = f.exit_code
         if f.exit_code == 0:
             rs.state = AppState.SUCCEEDED
-        elif f.signal:
-            # stopped by tsm (another role failed) or by Slurm (scancel, time limit): not its own failure
+        elif f.signal or (comp_state == AppState.CANCELLED and (f.exit_code or 0) > 128):
+            # stopped by tsm (another role failed) or by Slurm (scancel, time limit): not its own failure. Slurm
+            # signals a cancelled step's processes one at a time, so a task may die of the SIGTERM before its
+            # wrapper gets its own: the wrapper then saw no signal, but the job was cancelled
             rs.state = AppState.CANCELLED
-            rs.error_msg = f"stopped by SIG{f.signal} (exit code {f.exit_code})"
+            rs.error_msg = f"stopped by SIG{f.signal or _signal_name((f.exit_code or 0) - 128)} (exit code {f.exit_code})"
         else:
             rs.state = AppState.FAILED
             rs.error_msg = f"exited with code {f.exit_code}"
@@ -797,6 +827,9 @@ class _RecordCache:
 
 
 _RECORDS = _RecordCache()
+
+#: (app id, the leader's restarts) of heterogeneous apps this process asked Slurm to requeue whole.
+_REQUEUED_WHOLE: set[tuple[str, int]] = set()
 
 
 def _prepare_job_dir(job_dir: Path, req: SlurmBatchRequest, script: str) -> None:

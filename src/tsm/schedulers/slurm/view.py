@@ -246,6 +246,7 @@ class SlurmView:
             app = self.sched._load_app(job_dir)
             if app is not None:
                 self._apps[app_id] = app
+        self.sched.requeue_stranded(app_id, recs)
         desc = self.sched.describe_records(app_id, recs, job_dir, app)
         if desc is None:
             return None
