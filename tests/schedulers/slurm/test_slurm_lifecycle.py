@@ -670,3 +670,7 @@ def test_a_look_requeues_the_components_slurm_left_behind_once(
     assert calls == [["scontrol", "requeue", "9"]] * 2
     sched.requeue_stranded("10", [_component(0, "PENDING", 1), _component(1, "PENDING", 1)])
     assert len(calls) == 2
+    # an app submitted over SSH: the command runs on its login node, by the leader's job id there
+    remote: list[list[str]] = []
+    sched.requeue_stranded("login-9", recs, remote.append)
+    assert remote == [["scontrol", "requeue", "9"]] and len(calls) == 2

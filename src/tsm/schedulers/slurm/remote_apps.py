@@ -109,6 +109,7 @@ def describe(sched: SlurmScheduler, app_id: str, max_age: float) -> DescribeAppR
         return None
     rem = remote_of(rec)
     recs = rem.queries.job(rec.job_id, max_age=max_age)
+    sched.requeue_stranded(app_id, recs, rem.run)
     mirror = rec.mirror
     if not (mirror / "exit").exists():  # once the job wrote its exit code, the mirror is complete
         rem.mirror([rec])

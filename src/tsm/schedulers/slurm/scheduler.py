@@ -409,18 +409,20 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         self.requeue_stranded(app_id, recs)
         return self.describe_records(app_id, recs, *self._dir_and_app(app_id, recs))
 
-    def requeue_stranded(self, app_id: str, recs: list[SlurmJob] | None) -> None:
+    def requeue_stranded(self, app_id: str, recs: list[SlurmJob] | None,
+                         run: Callable[[list[str]], object] | None = None) -> None:
         """Requeue the components of a heterogeneous app Slurm left behind when it requeued the rest (see
         :func:`~tsm.schedulers.slurm.parse.stranded`); once per app and restart in this process.
 
         Done by whichever look sees it (``tsm status``, ``wait``, the views, a sweep's controller): the job's
         own batch shell died with the failed node. ``scontrol requeue`` of the pending leader answers "Job is
-        pending execution", and requeues the components that ended.
+        pending execution", and requeues the components that ended. ``run`` runs it (default: here; an app
+        submitted over SSH passes its login node's).
         """
         if not recs or not stranded(recs) or (app_id, recs[0].restarts) in _REQUEUED_WHOLE:
             return
         _REQUEUED_WHOLE.add((app_id, recs[0].restarts))
-        cli.run(["scontrol", "requeue", app_id])
+        (run or cli.run)(["scontrol", "requeue", recs[0].app_id])
 
     def _dir_and_app(self, app_id: str, recs: list[SlurmJob] | None) -> tuple[Path | None, AppDef | None]:
         """The app's job directory and app as submitted (kept for the process once read)."""
