@@ -298,6 +298,41 @@ def hostnames(expr: str) -> set[str]:
     return set(out.split())
 
 
+def nodes_for(n: int) -> tuple[list[str], list[str]]:
+    """``n`` nodes of the ``low`` partition for an app (idle ones first) and the others, which it excludes."""
+    nodes = sorted(hostnames(subprocess.run(["sinfo", "-h", "-p", "low", "-o", "%N"], capture_output=True,
+                                            text=True, check=True).stdout.strip()))  # fmt: skip
+    idle = [n for n in nodes if node_in_service(n) and "idle" in subprocess.run(
+        ["sinfo", "-h", "-N", "-n", n, "-o", "%t"], capture_output=True, text=True).stdout]  # fmt: skip
+    chosen = (idle + [n for n in nodes if n not in idle])[-n:]
+    assert len(chosen) == n, nodes
+    return chosen, [n for n in nodes if n not in chosen]
+
+
+def take_whole(node: str, high_jobs: list[str]) -> str:
+    """A debug-partition job that holds ``node`` whole, once it runs; its id (cancelled after the test)."""
+    blocker = subprocess.run(["sbatch", "--parsable", "--partition=debug", f"--nodelist={node}", "--ntasks=1",
+                              f"--cpus-per-task={NODE_CPUS}", "--output=/dev/null", "--wrap=sleep 600"],
+                             capture_output=True, text=True, check=True).stdout.strip().split(";")[0]  # fmt: skip
+    high_jobs.append(blocker)
+    wait_until(slowly(lambda: job_field(blocker, "JobState") == "RUNNING"), f"the job taking {node}", timeout=120)
+    return blocker
+
+
+def fail_and_return(node: str, app_id: str) -> None:
+    """Set ``node`` DOWN under the app (NODE_FAIL: Slurm requeues it), then back in service."""
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=tsm-test"], check=True)
+    wait_until(slowly(lambda: job_field(app_id, "Restarts") not in ("", "0")), "Slurm to requeue the app",
+               timeout=120)  # fmt: skip
+    back_in_service(node)
+
+
+def back_in_service(node: str) -> None:
+    """Resume ``node`` (ReturnToService=2 may have done it already: then resume is refused) and wait for it."""
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+    wait_until(slowly(lambda: node_in_service(node)), f"{node} back in service", timeout=60)
+
+
 def test_a_node_set_down_under_a_replica_is_a_preemption_and_the_retry_moves_off_it(high_jobs: list[str]) -> None:
     """The retry is given the failed node again, so the script must move it off (no condition on chance).
 
@@ -308,13 +343,7 @@ def test_a_node_set_down_under_a_replica_is_a_preemption_and_the_retry_moves_off
     app waits for Y, which is freed, and finishes there. Each step is asserted from Slurm's record and the
     replica's own output.
     """
-    nodes = sorted(hostnames(subprocess.run(["sinfo", "-h", "-p", "low", "-o", "%N"], capture_output=True,
-                                            text=True, check=True).stdout.strip()))  # fmt: skip
-    idle = [n for n in nodes if node_in_service(n) and "idle" in subprocess.run(
-        ["sinfo", "-h", "-N", "-n", n, "-o", "%t"], capture_output=True, text=True).stdout]  # fmt: skip
-    pair = (idle + [n for n in nodes if n not in idle])[-2:]
-    others = [n for n in nodes if n not in pair]
-    assert len(pair) == 2, nodes
+    pair, others = nodes_for(2)
     sched: SlurmScheduler = create_scheduler("it")
     app = AppDef("nodefail", [Role("w", entrypoint=sys.executable, args=["-c", ON_NODE], max_retries=0,
                                    resource=Resource(cpu=NODE_CPUS, memMB=200))])  # fmt: skip
@@ -326,17 +355,8 @@ def test_a_node_set_down_under_a_replica_is_a_preemption_and_the_retry_moves_off
                    "the first attempt to start", timeout=120)  # fmt: skip
         node = node_of(sched, app_id, "w")
         other = next(n for n in pair if n != node)
-        blocker = subprocess.run(["sbatch", "--parsable", "--partition=debug", f"--nodelist={other}", "--ntasks=1",
-                                  f"--cpus-per-task={NODE_CPUS}", "--output=/dev/null", "--wrap=sleep 600"],
-                                 capture_output=True, text=True, check=True).stdout.strip().split(";")[0]  # fmt: skip
-        high_jobs.append(blocker)
-        wait_until(slowly(lambda: job_field(blocker, "JobState") == "RUNNING"), f"the job taking {other}",
-                   timeout=120)  # fmt: skip
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=tsm-test"], check=True)
-        wait_until(slowly(lambda: job_field(app_id, "Restarts") not in ("", "0")), "Slurm to requeue the app",
-                   timeout=120)  # fmt: skip
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
-        wait_until(slowly(lambda: node_in_service(node)), f"{node} back in service", timeout=60)
+        blocker = take_whole(other, high_jobs)
+        fail_and_return(node, app_id)
         # the retry can only be given the failed node: it moves off it, and waits for the other one
         job_dir = sched._dir_and_app(app_id, None)[0]
         assert job_dir is not None
@@ -348,9 +368,8 @@ def test_a_node_set_down_under_a_replica_is_a_preemption_and_the_retry_moves_off
         desc = sched.wait(app_id, timeout=300)
     finally:
         sched.cancel(app_id)
-        if node:  # back to service (ReturnToService=2 may have done it already: then resume is refused)
-            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
-            wait_until(slowly(lambda: node_in_service(node)), f"{node} back in service", timeout=60)
+        if node:
+            back_in_service(node)
     lines = stdout_lines(sched, app_id, "w")
     assert desc is not None and desc.state == AppState.SUCCEEDED, (desc, lines)
     # a preemption (max_retries=0 untouched); the attempt given the failed node ran nothing; the last ran on Y
@@ -372,13 +391,7 @@ def test_a_heterogeneous_app_moves_every_component_off_the_node_that_failed(high
     third (Z) whole; X is set DOWN (NODE_FAIL: Slurm requeues the whole job), then back in service, so the
     retry can only be given X and Y: its batch script moves it off X, and it finishes on Y and Z once Z is
     freed. Asserted from Slurm's record and each role's own output."""
-    nodes = sorted(hostnames(subprocess.run(["sinfo", "-h", "-p", "low", "-o", "%N"], capture_output=True,
-                                            text=True, check=True).stdout.strip()))  # fmt: skip
-    idle = [n for n in nodes if node_in_service(n) and "idle" in subprocess.run(
-        ["sinfo", "-h", "-N", "-n", n, "-o", "%t"], capture_output=True, text=True).stdout]  # fmt: skip
-    three = (idle + [n for n in nodes if n not in idle])[-3:]
-    others = [n for n in nodes if n not in three]
-    assert len(three) == 3, nodes
+    three, others = nodes_for(3)
     sched: SlurmScheduler = create_scheduler("it")
     roles = [Role(name, entrypoint=sys.executable, args=["-c", ON_NODE], max_retries=0,
                   resource=Resource(cpu=NODE_CPUS, memMB=200)) for name in ("w", "p")]  # fmt: skip
@@ -391,17 +404,8 @@ def test_a_heterogeneous_app_moves_every_component_off_the_node_that_failed(high
                    "both roles' first attempt to start", timeout=120)  # fmt: skip
         node, second = node_of(sched, app_id, "w"), node_of(sched, app_id, "p")
         third = next(n for n in three if n not in (node, second))
-        blocker = subprocess.run(["sbatch", "--parsable", "--partition=debug", f"--nodelist={third}", "--ntasks=1",
-                                  f"--cpus-per-task={NODE_CPUS}", "--output=/dev/null", "--wrap=sleep 600"],
-                                 capture_output=True, text=True, check=True).stdout.strip().split(";")[0]  # fmt: skip
-        high_jobs.append(blocker)
-        wait_until(slowly(lambda: job_field(blocker, "JobState") == "RUNNING"), f"the job taking {third}",
-                   timeout=120)  # fmt: skip
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=tsm-test"], check=True)
-        wait_until(slowly(lambda: job_field(app_id, "Restarts") not in ("", "0")), "Slurm to requeue the app",
-                   timeout=120)  # fmt: skip
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
-        wait_until(slowly(lambda: node_in_service(node)), f"{node} back in service", timeout=60)
+        blocker = take_whole(third, high_jobs)
+        fail_and_return(node, app_id)
         job_dir = sched._dir_and_app(app_id, None)[0]
         assert job_dir is not None
         # Slurm requeued w's component only; p's ended (FAILED, JobLaunchFailure) and the job would wait for
@@ -417,8 +421,7 @@ def test_a_heterogeneous_app_moves_every_component_off_the_node_that_failed(high
     finally:
         sched.cancel(app_id)
         if node:
-            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
-            wait_until(slowly(lambda: node_in_service(node)), f"{node} back in service", timeout=60)
+            back_in_service(node)
     lines = {r: stdout_lines(sched, app_id, r) for r in ("w", "p")}
     assert desc is not None and desc.state == AppState.SUCCEEDED, (desc, lines)
     assert lines["w"][0] == f"attempt 0 last None on {node}\n", lines

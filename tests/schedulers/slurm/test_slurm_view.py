@@ -8,8 +8,9 @@ import json
 import pytest
 from slurm_util import JOBS, FakeSlurm
 
-from tsm.schedulers.slurm import SlurmQueries
-from tsm.schedulers.slurm.view import StepUsage, _Rate, cpu_seconds, mem_mb, parse_sstat
+from tsm.schedulers.slurm import SlurmQueries, SlurmScheduler, cli as slurm_cli
+from tsm.schedulers.slurm.parse import SlurmJob
+from tsm.schedulers.slurm.view import SlurmView, StepUsage, _Rate, cpu_seconds, mem_mb, parse_sstat
 from tsm.specs.api import AppState
 
 # what sstat -a --noheader --parsable2 -o JobID,NTasks,AveCPU,AveRSS,MaxRSS printed on scripts/slurm-up's cluster
@@ -70,3 +71,19 @@ def test_jobs_the_controller_forgot_are_looked_up_together() -> None:
     assert fake.calls[-1][-1] == ",".join(sorted([JOBS["failed"], JOBS["completed"], "999999"], key=int))
     q.jobs([JOBS["failed"], JOBS["completed"]], max_age=0)  # ended: cached for good
     assert fake.count("sacct") == 1
+
+
+def test_a_view_requeues_a_stranded_app_where_it_runs(sched: SlurmScheduler, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heterogeneous app Slurm requeued in part (see ``test_a_look_requeues_the_components_slurm_left_behind_once``)
+    is requeued whole by the view's look too: by the app's own login node for one submitted over SSH, never
+    by a local ``scontrol`` (the same job id may name another job on this machine's cluster)."""
+    local: list[list[str]] = []
+    monkeypatch.setattr(slurm_cli, "run", lambda args, **_: local.append(args))
+    recs = [SlurmJob(job_id=str(41 + k), app_id="41", offset=k, name=f"a.r{k}", states=[state], restarts=n)
+            for k, (state, n) in enumerate([("PENDING", 1), ("FAILED", 0)])]  # fmt: skip
+    remote: list[list[str]] = []
+    view = SlurmView(sched)
+    view._view("login-41", recs, {}, remote.append)
+    assert remote == [["scontrol", "requeue", "41"]] and local == []
+    view._view("41", [SlurmJob(**{**r.__dict__, "restarts": r.restarts + 1}) for r in recs], {})
+    assert local == [["scontrol", "requeue", "41"]]

@@ -229,13 +229,15 @@ class SlurmView:
             for rec in recs:
                 if (rec.mirror / "app.json").is_file():
                     self._dirs[rec.app_id] = rec.mirror
-                view = self._view(rec.app_id, jobs.get(rec.job_id), usage)
+                view = self._view(rec.app_id, jobs.get(rec.job_id), usage, rem.run)
                 if view is not None:
                     out.append(view)
         return out
 
-    def _view(self, app_id: str, recs: list[SlurmJob] | None,
-              usage: dict[str, tuple[float | None, float | None]]) -> AppSummary | None:
+    def _view(self, app_id: str, recs: list[SlurmJob] | None, usage: dict[str, tuple[float | None, float | None]],
+              run: Callable[[list[str]], object] | None = None) -> AppSummary | None:
+        """One app's summary from its records; ``run`` runs a Slurm command where the app is (its login node's
+        for an app submitted over SSH)."""
         job_dir = self._dirs.get(app_id)
         if job_dir is None:
             job_dir = self.sched._job_dir(app_id, recs)
@@ -246,7 +248,7 @@ class SlurmView:
             app = self.sched._load_app(job_dir)
             if app is not None:
                 self._apps[app_id] = app
-        self.sched.requeue_stranded(app_id, recs)
+        self.sched.requeue_stranded(app_id, recs, run)
         desc = self.sched.describe_records(app_id, recs, job_dir, app)
         if desc is None:
             return None
