@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 from hypothesis import given, settings, strategies as st
 
 from tsm.timer._core import Core
@@ -137,3 +140,26 @@ def test_reaper_retries_when_proc_cannot_be_read() -> None:
     out = subprocess.run([sys.executable, "-c", OUT_OF_DESCRIPTORS], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "-9", "0", "1"], out.stderr[-2000:]
+
+
+def test_a_flush_returns_only_once_a_flush_under_way_delivered_what_it_took() -> None:
+    """The server thread flushes the reap callbacks outside its lock; an owner that saw the worker die flushes
+    too, to learn at once whether a timer killed it. When the server thread had taken the callback but not yet
+    delivered it, the owner's flush found nothing and returned: the supervisor then called a replica its timer
+    had reaped "killed by SIGKILL" instead of "expired timer later". Now the second flush waits for the first."""
+    seen: list[tuple[int, str]] = []
+    taken = threading.Event()
+
+    def on_reap(pid: int, scope_id: str) -> None:
+        taken.set()
+        time.sleep(0.3)  # the server thread, preempted between taking the callback and delivering it
+        seen.append((pid, scope_id))
+
+    reaper = Reaper(on_reap=on_reap)
+    reaper._done(4242, "later")  # what a reap queues
+    server = threading.Thread(target=reaper.flush_callbacks)
+    server.start()
+    assert taken.wait(10)
+    reaper.flush_callbacks()  # the owner's: the reap it asks about is delivered when it returns
+    assert seen == [(4242, "later")]
+    server.join()

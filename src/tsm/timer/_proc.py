@@ -16,6 +16,7 @@ import heapq
 import logging
 import os
 import signal as _signal
+import threading
 import time
 from collections.abc import Callable
 
@@ -239,6 +240,9 @@ class Reaper:
         self._pending: list[_Pending] = []
         self._seq = 0
         self._callbacks: list[tuple[int, str]] = []
+        #: held while callbacks are delivered: a flush returns only once one under way in another thread
+        #: has delivered what it took (reentrant: ``on_reap`` may flush again)
+        self._flushing = threading.RLock()
         self._retry_logged = -1e9
 
     def reap(self, pid: int, start_time: int | None, scope_id: str, sig: int | None = None) -> bool:
@@ -340,18 +344,22 @@ class Reaper:
         self._push(time.time() + _RETRY_AFTER, pid, start_time, _RETRY, sig, scope_id)
 
     def flush_callbacks(self) -> None:
-        """Call ``on_reap`` for every worker reaped since the last flush; exceptions are logged."""
-        while True:
-            try:  # one atomic pop: the server thread and an owner (deliver_reaps) may flush at once
+        """Call ``on_reap`` for every worker reaped since the last flush; exceptions are logged.
+
+        The server thread and an owner (``deliver_reaps``, on seeing a worker die) may flush at once: the one
+        that comes second waits until the first has delivered the callbacks it took, so an owner never
+        returns while the news of a reap it asks about is still on its way (a supervisor then called a replica
+        its timer had killed "killed by SIGKILL").
+        """
+        with self._flushing:
+            while self._callbacks:
                 pid, scope_id = self._callbacks.pop(0)
-            except IndexError:
-                return
-            if self.on_reap is None:
-                continue
-            try:
-                self.on_reap(pid, scope_id)
-            except Exception:
-                logger.exception("on_reap(%d, %r) raised", pid, scope_id)
+                if self.on_reap is None:
+                    continue
+                try:
+                    self.on_reap(pid, scope_id)
+                except Exception:
+                    logger.exception("on_reap(%d, %r) raised", pid, scope_id)
 
     def _group_of(self, pid: int, pgrp: int) -> int | None:
         if pgrp <= 1 or pgrp == self.own_pgrp:
