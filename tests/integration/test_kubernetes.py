@@ -409,9 +409,11 @@ def _pods_ended(app_id: str, n: int) -> bool:
     return phases.split() == ["Succeeded"] * n
 
 
-def test_tsm_rm_deletes_what_an_unwatched_app_left(k8s_cluster: K8sCluster) -> None:
-    """``tsm run --detach`` and nobody looks again: the ended app's objects stay on the cluster until
-    ``tsm rm`` (which sees it ended, copies its logs, deletes every object, then forgets it)."""
+def test_tsm_rm_deletes_what_an_unwatched_app_left(k8s_cluster: K8sCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tsm run --detach`` and nobody looks again (the home's keeper off, as when the submitting machine
+    restarted: else the keeper's look at the end deletes them): the ended app's objects stay on the cluster
+    until ``tsm rm`` (which sees it ended, copies its logs, deletes every object, then forgets it)."""
+    monkeypatch.setenv("TSM_KEEPER", "0")
     run = _tsm("run", "--detach", "-s", "kubernetes", "-c", "request_fraction=0.1", "utils.sh",
                "--image", k8s_cluster.python_image, "--num_replicas", "2", "--", "echo left behind")
     handle = next(w for w in (run.stdout + run.stderr).split() if w.startswith("kubernetes://"))
@@ -424,10 +426,13 @@ def test_tsm_rm_deletes_what_an_unwatched_app_left(k8s_cluster: K8sCluster) -> N
     assert gone_log.returncode != 0
 
 
-def test_cleanup_command_deletes_ended_apps_after_a_time(sched: KubernetesScheduler, k8s_cluster: K8sCluster) -> None:
-    """``python -m tsm.schedulers.kubernetes cleanup``: for apps whose launcher is gone (no local state)."""
+def test_cleanup_command_deletes_ended_apps_after_a_time(sched: KubernetesScheduler, k8s_cluster: K8sCluster,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m tsm.schedulers.kubernetes cleanup``: for apps whose launcher is gone (no local state, no
+    keeper: the keeper's look at the end would have deleted the objects)."""
     import shutil
 
+    monkeypatch.setenv("TSM_KEEPER", "0")
     from tsm.schedulers.kubernetes.scheduler import store_root
 
     app_id = sched.submit(AppDef("orphan", [sh(k8s_cluster.python_image, "r", "echo bye")]), CFG)
