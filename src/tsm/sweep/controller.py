@@ -211,8 +211,9 @@ class Controller:
                 time.sleep(pause)
                 pause = min(pause * 2, 30.0)
 
-    def _first(self) -> None:
-        """Submit the first trial (or look at the first adopted one) on this thread, before the workers start.
+    def _first(self, runner: Any) -> None:
+        """Submit the first trial (or look at the first adopted one) with the reconcile's ``runner``, on this
+        thread, before the workers start.
 
         Python's imports are not safe on several threads at once (CPython gh-83065): two workers importing a
         scheduler's client, or a package and its submodule, for the first time can each get the other's
@@ -224,17 +225,13 @@ class Controller:
         if item is None:
             return
         idx, handle = item
-        runner = self._runner()
-        try:
-            if handle is None:
-                handle = self._launch(runner, idx)
-            if handle is not None:
-                with contextlib.suppress(Exception):  # only a warm-up: the worker's wait rides out errors
-                    runner.status(handle)
-                with self._lock:
-                    self._todo.append((idx, handle))
-        finally:
-            runner.close()
+        if handle is None:
+            handle = self._launch(runner, idx)
+        if handle is not None:
+            with contextlib.suppress(Exception):  # only a warm-up: the worker's wait rides out errors
+                runner.status(handle)
+            with self._lock:
+                self._todo.append((idx, handle))
 
     def run(self) -> None:
         """Reconcile, run the workers to the end, and record how the sweep ended."""
@@ -242,9 +239,9 @@ class Controller:
         runner = self._runner()
         try:
             self.reconcile(runner)
+            self._first(runner)
         finally:
             runner.close()
-        self._first()
         n = max(1, min(int(self.meta["parallel"]), len(self._todo)))
         workers = [threading.Thread(target=self._worker, name=f"trial-worker-{i}") for i in range(n)]
         for w in workers:
