@@ -575,11 +575,14 @@ LIMITED = textwrap.dedent(
 
 
 def test_a_time_limit_after_a_preemption_still_requeues(high_jobs: list[str]) -> None:
-    """The batch shell tells a preemption's warning by the job's ``PreemptTime``: Slurm clears it when it
-    requeues the job, so the next attempt's time limit is one again and ``requeue_on_time_limit`` requeues.
+    """A preemption after the time limit's warning, then a time limit: both restart the app.
 
-    Attempt 0 is preempted at once (its time limit's warning is due 30 s in); attempt 1 runs into its
-    one-minute limit, is warned and requeues itself; attempt 2 ends the app.
+    Attempt 0 gets its time limit's warning (due 30 s in; Slurm sends it up to 30 s early), then is
+    preempted: as the job's --signal was sent already, Slurm sends the tasks SIGTERM at once instead, and
+    requeues the job at the end of the GraceTime; the batch script must wait for that, not end the job as
+    failed. The batch shell tells a preemption by the job's ``PreemptTime``, which Slurm clears when it
+    requeues the job, so attempt 1's time limit is one again: it is warned and requeues itself
+    (``requeue_on_time_limit``); attempt 2 ends the app.
     """
     sched: SlurmScheduler = create_scheduler("it")
     app = AppDef("prelimit", [Role("w", entrypoint=sys.executable, args=["-c", LIMITED], max_retries=0,
@@ -587,19 +590,21 @@ def test_a_time_limit_after_a_preemption_still_requeues(high_jobs: list[str]) ->
     app_id = sched.submit(app, {"partition": "low", "time_limit": "1m", "warn_signal": "USR1", "warn_before": "30s",
                                 "requeue_on_time_limit": True, "max_preemptions": 2})  # fmt: skip
     try:
-        wait_until(slowly(lambda: "attempt 0 last None\n" in stdout_lines(sched, app_id, "w")),
-                   "the first attempt to start", timeout=120)  # fmt: skip
+        wait_until(slowly(lambda: "warned 0\n" in stdout_lines(sched, app_id, "w")),
+                   "the first attempt's time limit warning", timeout=150)  # fmt: skip
         preempt(node_of(sched, app_id, "w"), high_jobs)
         desc = sched.wait(app_id, timeout=420)
     finally:
         sched.cancel(app_id)
     lines = stdout_lines(sched, app_id, "w")
-    assert desc is not None and desc.state == AppState.SUCCEEDED, (desc, lines)
-    assert lines == ["attempt 0 last None\n", "warned 0\n", "attempt 1 last preempted\n", "warned 1\n",
-                     "attempt 2 last time_limit\n"], lines  # fmt: skip
     job_dir = sched._dir_and_app(app_id, None)[0]
-    assert job_dir is not None and not (job_dir / "failures").exists()
+    assert job_dir is not None
     batch = (job_dir / "batch.out").read_text()
-    assert "tsm: the job is preempted: SIGUSR1 to every task" in batch, batch
-    assert "tsm: the time limit is near: SIGUSR1 to every task" in batch, batch
+    errors = list(sched.log_iter(app_id, "w", 0, streams=Stream.STDERR))
+    assert desc is not None and desc.state == AppState.SUCCEEDED, (desc.msg if desc else None, lines, batch, errors)
+    assert lines == ["attempt 0 last None\n", "warned 0\n", "attempt 1 last preempted\n", "warned 1\n",
+                     "attempt 2 last time_limit\n"], (lines, batch)  # fmt: skip
+    assert not (job_dir / "failures").exists()
+    assert batch.count("tsm: the time limit is near: SIGUSR1 to every task") == 2, batch
+    assert "tsm: role w ended (srun exit code 143) as Slurm preempts the job; waiting for Slurm" in batch, batch
     assert "tsm: requeueing at the time limit (preemption 2 of 2)" in batch, batch

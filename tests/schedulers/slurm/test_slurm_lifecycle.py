@@ -142,8 +142,9 @@ with open(os.environ["FAKE_LOG"], "a") as f:
     f.write("scontrol " + " ".join(sys.argv[1:]) + "\\n")
 if sys.argv[1:3] == ["show", "hostnames"]:
     print("\\n".join(sys.argv[3].split(",")))
-if sys.argv[1:3] == ["show", "job"]:
-    print(os.environ.get("FAKE_SHOW_JOB", ""))
+if sys.argv[1:3] == ["show", "job"]:  # FAKE_SHOW_JOB, or what the file FAKE_SHOW_JOB_FILE holds now
+    shown = os.environ.get("FAKE_SHOW_JOB_FILE")
+    print(open(shown).read() if shown else os.environ.get("FAKE_SHOW_JOB", ""))
 if sys.argv[1:2] == ["update"] and os.environ.get("FAKE_REFUSE"):
     print("Job is no longer pending execution for job 4242", file=sys.stderr)
     sys.exit(1)
@@ -312,6 +313,58 @@ def test_requeue_on_time_limit_requeues_itself_as_a_preemption(
     assert "attempt 1 restarts 1 last time_limit" in lines(job_dir / "r" / "0.stdout")
     assert not (job_dir / "failures").exists()
     assert json.dumps(read_last_exit(job_dir)) == '"time_limit"'
+
+
+@pytest.mark.parametrize("preempting", [True, False])
+def test_a_task_ended_by_a_preemptions_sigterm_leaves_the_requeue_to_slurm(
+    sched: SlurmScheduler, fake_cluster: dict[str, str], tmp_path: Path, preempting: bool
+) -> None:
+    """Once Slurm sent the job's own --signal (a time limit's warning, which it may send up to 30 s early), a
+    preemption sends SIGTERM to the tasks at once and requeues the job when the partition's GraceTime ends.
+    A batch script that took the tasks' end for the app's failure ended the job first, as FAILED, never
+    requeued. While Slurm preempts (``PreemptTime`` set), the script waits for Slurm; otherwise the same end
+    is the app's failure."""
+    code = REPORT + ("import os, signal\nprint('ready', flush=True)\n"
+                     "while not os.path.exists(os.environ['GO']):\n    time.sleep(0.02)\n"
+                     "os.kill(os.getpid(), signal.SIGTERM)\n")  # fmt: skip
+    app = AppDef("pt", [Role("r", entrypoint=sys.executable, args=["-c", code], max_retries=1)])
+    cfg = {"time_limit": "10m", "warn_signal": "USR1", "warn_before": "60s", "requeue_on_time_limit": True}
+    job_dir = write_job(sched, app, cfg, tmp_path)
+    shown = tmp_path / "show_job"
+    shown.write_text("JobId=4242 PreemptTime=None\n")
+    env = dict(fake_cluster, GO=str(tmp_path / "go"), FAKE_SHOW_JOB_FILE=str(shown))
+    err_path = tmp_path / "batch.err"
+    with err_path.open("w") as err:
+        batch = subprocess.Popen(["bash", str(job_dir / "job.sbatch")], env=env, stdout=subprocess.DEVNULL,
+                                 stderr=err, start_new_session=True)  # fmt: skip
+    try:
+        wait_until(lambda: "ready" in lines(job_dir / "r" / "0.stdout"), "task ready", timeout=HANG)
+        batch.send_signal(signal.SIGUSR1)  # the time limit's warning first: the requeue timer starts
+        wait_until(lambda: "warned" in lines(job_dir / "r" / "0.stdout"), "the warning", timeout=HANG)
+        if preempting:
+            shown.write_text("JobId=4242 PreemptTime=2026-11-28T19:24:40\n")
+        (tmp_path / "go").touch()  # the preemption's SIGTERM (the task dies of it)
+        if preempting:
+            wait_until(lambda: "waiting for Slurm to requeue it" in err_path.read_text(), "the script to wait",
+                       timeout=HANG)  # fmt: skip
+            time.sleep(0.5)
+            assert batch.poll() is None, err_path.read_text()  # still there for Slurm to end and requeue
+            batch.send_signal(signal.SIGTERM)  # the grace time's end
+        batch.wait(timeout=HANG)
+    finally:
+        if batch.poll() is None:
+            batch.kill()
+    calls = lines(tmp_path / "fake.log")
+    if preempting:
+        assert batch.returncode == -signal.SIGTERM
+        assert "scontrol requeue 4242" not in calls and "scancel --signal=TERM 4242" not in calls, calls
+        # nor the time limit's cause: the next attempt is Slurm's requeue, a preemption
+        assert not (job_dir / "failures").exists() and not (job_dir / "requeue_cause").exists()
+        assert "tsm: role r ended (srun exit code 143) as Slurm preempts the job" in err_path.read_text()
+    else:  # the app's own failure: its retry is spent
+        assert "scontrol requeue 4242" in calls
+        assert (job_dir / "failures").read_text().strip() == "1"
+        assert (job_dir / "requeue_cause").read_text().strip() == "failed:143"
 
 
 def test_requeue_at_the_time_limit_aims_at_the_jobs_end_time(

@@ -468,6 +468,22 @@ def test_wrapper_records_no_oom_for_other_sigkills_and_failures(tmp_path: Path) 
     assert "OOM" not in proc.stderr
 
 
+@pytest.mark.parametrize(("mark", "recorded"), [("0", "TERM"), ("1", "-"), (None, "-")])
+def test_a_task_that_died_of_the_stop_of_every_task_is_recorded_as_stopped(
+    tmp_path: Path, mark: str | None, recorded: str
+) -> None:
+    """When a role fails, the batch shell marks the attempt as stopping, then sends SIGTERM to every task's
+    processes one at a time: a program may die of it before its wrapper gets its own, and is recorded as
+    stopped by it, not as failing with exit code 143. Without the mark of its own attempt (none, or an earlier
+    attempt's), a signal exit is the program's own."""
+    if mark is not None:
+        (tmp_path / "stopping").write_text(mark + "\n")
+    proc = run_wrapper(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    assert proc.returncode == 143, proc.stderr
+    status = read_status(tmp_path / "r" / "0.status")
+    assert status is not None and (status.exit_code, status.signal or "-") == (143, recorded)
+
+
 # -- a task that failed with a GPU fault on its node keeps later attempts off the node (issue 25) -------------
 
 def _gpu_task(tmp_path: Path, code: str, after: str, after_code: int, gpus: str = "0,1"

@@ -119,6 +119,8 @@ the kernel's OOM killer ended a replica on a node it shares, keeps the app off t
                         attempt fails (exit 1) even when its tasks exit 0 on the warning
     cancel              written by ``cancel`` before it warns: the warning is a cancel's (removed when no
                         scancel follows, and as each attempt starts)
+    stopping            the attempt whose tasks the batch shell is stopping (a role failed, or stalled): a
+                        task that dies of that SIGTERM before its wrapper gets its own is recorded as stopped
 
 Not carried over: ``min_replicas`` (Slurm allocates all ``num_replicas`` nodes; torchrun's own
 ``--nnodes min:max`` still works inside them), ``port_map`` (nodes of one job reach each other freely) and

@@ -16,6 +16,9 @@ cluster's (a preemption, a lost node), spends ``max_preemptions`` and never ``ma
 ``describe``). A restart after ``NODE_FAIL``/``BOOT_FAIL``, or after the node's OOM killer ended a replica
 (:data:`REPLICA_WRAPPER` records it in ``oom_nodes``), keeps the app off that node
 (:func:`_avoid_failed_nodes`); ``stall_timeout`` starts a watcher beside the sruns (:data:`STALL_WATCHER`).
+A role that ends while Slurm preempts the job (``PreemptTime`` set: after the job's ``--signal`` was sent,
+Slurm's preemption sends the tasks SIGTERM at once) is not the app's failure: the script waits for Slurm to
+end the attempt at the ``GraceTime``'s end and requeue the job.
 """
 
 from __future__ import annotations
@@ -319,6 +322,10 @@ if [ -n "$helper" ]; then  # the helper and its sleep end with the task, before 
   kill "$helper" 2>/dev/null
   wait "$helper" 2>/dev/null
 fi
+if [ "$rc" -gt 128 ] && [ "$sig" = - ] && [ "$(cat "$TSM_JOB_DIR/stopping" 2>/dev/null)" = "$attempt" ]; then
+  # the batch shell was stopping every task when the command died of a signal: that stop's, not its own
+  sig=$(kill -l "$((rc - 128))" 2>/dev/null) || sig=TERM
+fi
 if [ "$rc" = 137 ] && [ "$sig" = - ]; then
   tsm_oom
   if [ "${REPLY% *}" -gt "${oom0% *}" ] 2>/dev/null && [ "${REPLY#* }" = "${oom0#* }" ] && [ "${oom0#* }" != - ]; then
@@ -347,6 +354,17 @@ exit "$rc"
 #: requeue while the failed role has retries left, record the exit code.
 _WAIT_LOOP = r"""_tsm_failed=
 _tsm_grace=
+_tsm_preempting=
+_tsm_stop_all() {
+  # the mark first: a task that dies of the SIGTERM before its wrapper gets its own (Slurm signals a step's
+  # processes one at a time) is told apart from one that failed by itself; then SIGTERM to every step of
+  # every role (not to this script); after the grace period a SIGTERM to each srun still running makes it
+  # kill its step outright
+  echo "$TSM_ATTEMPT" >"$TSM_JOB_DIR/stopping"
+  scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null
+  (sleep "$TSM_KILL_GRACE"; for p in "${_tsm_pid[@]}"; do kill -TERM "$p" 2>/dev/null; done) &
+  _tsm_grace=$!
+}
 while :; do
   _tsm_alive=0
   for i in "${!_tsm_pid[@]}"; do
@@ -357,14 +375,19 @@ while :; do
     fi
     wait "${_tsm_pid[$i]}"
     _tsm_rc[$i]=$?
-    if [ "${_tsm_rc[$i]}" -ne 0 ] && [ -z "$_tsm_failed" ]; then
+    if [ "${_tsm_rc[$i]}" -ne 0 ] && [ -z "$_tsm_failed" ] && [ -z "$_tsm_preempting" ] && _tsm_preempted; then
+      # Slurm is preempting the job: once its own --signal was sent (a time limit's warning, which Slurm may
+      # send up to 30 s early), a preemption sends SIGTERM to the tasks at once and requeues the job at the
+      # end of the partition's GraceTime. Ending this script now would end the job as failed, never requeued
+      _tsm_preempting=1
+      echo "tsm: role ${_tsm_role[$i]} ended (srun exit code ${_tsm_rc[$i]}) as Slurm preempts the job; waiting for Slurm to requeue it" >&2
+      [ -n "$_tsm_timer" ] && kill "$_tsm_timer" 2>/dev/null  # the requeue is Slurm's now
+      _tsm_timer=
+    fi
+    if [ "${_tsm_rc[$i]}" -ne 0 ] && [ -z "$_tsm_failed" ] && [ -z "$_tsm_preempting" ]; then
       _tsm_failed=$i
       echo "tsm: role ${_tsm_role[$i]} failed (srun exit code ${_tsm_rc[$i]}); stopping the other roles" >&2
-      # SIGTERM to every step of every role (not to this script); after the grace period a SIGTERM to
-      # each srun still running makes it kill its step outright.
-      scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null
-      (sleep "$TSM_KILL_GRACE"; for p in "${_tsm_pid[@]}"; do kill -TERM "$p" 2>/dev/null; done) &
-      _tsm_grace=$!
+      _tsm_stop_all
     fi
   done
   [ "$_tsm_alive" = 0 ] && break
@@ -374,6 +397,10 @@ done
 [ -n "$_tsm_grace" ] && kill "$_tsm_grace" 2>/dev/null
 [ -n "$_tsm_timer" ] && kill "$_tsm_timer" 2>/dev/null
 [ -n "$_tsm_watch" ] && kill "$_tsm_watch" 2>/dev/null
+if [ -n "$_tsm_preempting" ]; then
+  # Slurm ends this run at the end of the grace time (SIGTERM to this script) and requeues the job
+  while :; do sleep 600; done
+fi
 [ -n "$_tsm_stalled" ] && [ -z "$_tsm_failed" ] && _tsm_failed=0
 if [ -z "$_tsm_failed" ]; then
   echo 0 >"$TSM_JOB_DIR/exit"
@@ -685,8 +712,13 @@ def _lifecycle_lines(opts: SlurmOptions, warn: str | None, roles: int = 1, retri
         "  exit 1",
         "fi",
         *_avoid_failed_nodes(opts, roles, retries),
-        "_tsm_timer=",
+        "_tsm_timer= _tsm_job=",
         "_tsm_watch= _tsm_stalled= _tsm_cause= _tsm_no_requeue=",
+        "_tsm_preempted() {  # whether Slurm is preempting the job (it clears PreemptTime when it requeues it)",
+        '  _tsm_job=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null)',
+        "  case $_tsm_job in *PreemptTime=None* | '') return 1 ;; *PreemptTime=*) return 0 ;; esac",
+        "  return 1",
+        "}",
         'rm -f -- "$TSM_JOB_DIR/stalled"',
         "_tsm_on_wake() {",
         "  _tsm_on_timer",
@@ -703,6 +735,8 @@ def _lifecycle_lines(opts: SlurmOptions, warn: str | None, roles: int = 1, retri
             '  if [ -n "$_tsm_timer" ] && ! kill -0 "$_tsm_timer" 2>/dev/null; then',
             "    _tsm_timer=",
             f'    [ -f "$TSM_JOB_DIR/{CANCEL_MARK}" ] && return 0  # cancelled meanwhile: never requeue',
+            "    # the cause is written now, not at the warning: a preemption meanwhile is Slurm's requeue",
+            '    echo time_limit >"$TSM_JOB_DIR/requeue_cause"',
             '    echo requeued >"$TSM_JOB_DIR/exit"',
             '    scontrol requeue "$SLURM_JOB_ID" && sleep 600 # Slurm ends this run of the job now',
             "  fi",
@@ -715,8 +749,7 @@ def _lifecycle_lines(opts: SlurmOptions, warn: str | None, roles: int = 1, retri
         f'  if [ -f "$TSM_JOB_DIR/{CANCEL_MARK}" ]; then',
         "    _tsm_why=cancel",
         "  else",
-        '    _tsm_job=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null)',
-        "    case $_tsm_job in *PreemptTime=None* | '') ;; *PreemptTime=*) _tsm_why=preemption ;; esac",
+        "    _tsm_preempted && _tsm_why=preemption",
         "  fi",
     ]
     relay = relay_signal(warn)
@@ -735,7 +768,6 @@ def _lifecycle_lines(opts: SlurmOptions, warn: str | None, roles: int = 1, retri
         body += [
             f'  if [ "$_tsm_why" = limit ] && [ "$_tsm_preemptions" -lt {budget} ]; then',
             f'    echo "tsm: requeueing at the time limit (preemption $((_tsm_preemptions + 1)) of {budget})" >&2',
-            '    echo time_limit >"$TSM_JOB_DIR/requeue_cause"',
             "    # Slurm may send the warning late (it checks limits periodically): requeue 5 s before the job's",
             "    # EndTime, else warn_before - 5 s after the warning",
             f"    _tsm_left={wait}",
@@ -912,9 +944,7 @@ def _stall_handler(opts: SlurmOptions, warn: str | None) -> list[str]:
         *(["    _tsm_no_requeue=1"] if opts.on_stall == "fail" else []),
         *warning,
         '    echo "tsm: stalled: stopping every task" >&2',
-        '    scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null',
-        '    (sleep "$TSM_KILL_GRACE"; for p in "${_tsm_pid[@]}"; do kill -TERM "$p" 2>/dev/null; done) &',
-        "    _tsm_grace=$!",
+        "    _tsm_stop_all",
         "  fi",
         "}",
     ]
@@ -931,7 +961,8 @@ NODE_ERROR = "node_error"
 #: Every file tsm, the batch script and its replicas' wrapper write at the top of a job directory (what
 #: ``remove`` deletes there, locally and on a login node; the replicas' files are in the role directories).
 JOB_FILES = ("job.sbatch", "batch.out", "exit", "restarts", "job_id", "app.json", "submit_token", "failures",
-             "moves", "requeue_cause", "last_exit", "excluded", "oom_nodes", "stalled", CANCEL_MARK, NODE_ERROR)
+             "moves", "requeue_cause", "last_exit", "excluded", "oom_nodes", "stalled", "stopping", CANCEL_MARK,
+             NODE_ERROR)
 
 
 def max_moves(opts: SlurmOptions, retries: int = 0) -> int:
