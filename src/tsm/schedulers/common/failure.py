@@ -44,17 +44,22 @@ def structured_error(
     })
 
 
+def signal_name(number: int) -> str | None:
+    """``SIGTERM`` for 15: the name of a signal number, None when it names none."""
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return None
+
+
 def _signal_of(rep: ReplicaStatus) -> str | None:
     """The signal that ended ``rep``: named in its error (``killed by SIGTERM``) or a negative exit code."""
     if rep.error_msg.startswith("killed by "):
         return rep.error_msg.split()[-1]
     if rep.exit_code is not None and rep.exit_code < 0:
-        import signal
-
-        try:
-            return signal.Signals(-rep.exit_code).name
-        except ValueError:
-            return None
+        return signal_name(-rep.exit_code)
     return None
 
 

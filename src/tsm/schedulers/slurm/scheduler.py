@@ -35,7 +35,7 @@ from tsm.schedulers.api import (
     TrialState,
 )
 from tsm.schedulers.common.errors import cli_message
-from tsm.schedulers.common.failure import failure_of
+from tsm.schedulers.common.failure import failure_of, signal_name
 from tsm.schedulers.common.files import make_private_dirs, read_text, rmdir, unlink, write_private
 from tsm.schedulers.common.logs import (
     check_replica,
@@ -97,16 +97,6 @@ def _index_dir() -> Path:
     from tsm.store import tsm_home
 
     return tsm_home() / "slurm" / "index"
-
-
-def _signal_name(number: int) -> str:
-    """``TERM`` for 15: the name of a signal number, without ``SIG`` (the number itself when it names none)."""
-    import signal
-
-    try:
-        return signal.Signals(number).name.removeprefix("SIG")
-    except ValueError:
-        return str(number)
 
 
 class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorkspaces, SweepNative):
@@ -557,7 +547,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
             # signals a cancelled step's processes one at a time, so a task may die of the SIGTERM before its
             # wrapper gets its own: the wrapper then saw no signal, but the job was cancelled
             rs.state = AppState.CANCELLED
-            rs.error_msg = f"stopped by SIG{f.signal or _signal_name((f.exit_code or 0) - 128)} (exit code {f.exit_code})"
+            number = (f.exit_code or 0) - 128
+            name = f"SIG{f.signal}" if f.signal else signal_name(number) or f"SIG{number}"
+            rs.error_msg = f"stopped by {name} (exit code {f.exit_code})"
         else:
             rs.state = AppState.FAILED
             rs.error_msg = f"exited with code {f.exit_code}"

@@ -375,7 +375,8 @@ while :; do
     fi
     wait "${_tsm_pid[$i]}"
     _tsm_rc[$i]=$?
-    if [ "${_tsm_rc[$i]}" -ne 0 ] && [ -z "$_tsm_failed" ] && [ -z "$_tsm_preempting" ] && _tsm_preempted; then
+    [ "${_tsm_rc[$i]}" -ne 0 ] && [ -z "$_tsm_failed" ] && [ -z "$_tsm_preempting" ] || continue
+    if _tsm_preempted; then
       # Slurm is preempting the job: once its own --signal was sent (a time limit's warning, which Slurm may
       # send up to 30 s early), a preemption sends SIGTERM to the tasks at once and requeues the job at the
       # end of the partition's GraceTime. Ending this script now would end the job as failed, never requeued
@@ -383,8 +384,7 @@ while :; do
       echo "tsm: role ${_tsm_role[$i]} ended (srun exit code ${_tsm_rc[$i]}) as Slurm preempts the job; waiting for Slurm to requeue it" >&2
       [ -n "$_tsm_timer" ] && kill "$_tsm_timer" 2>/dev/null  # the requeue is Slurm's now
       _tsm_timer=
-    fi
-    if [ "${_tsm_rc[$i]}" -ne 0 ] && [ -z "$_tsm_failed" ] && [ -z "$_tsm_preempting" ]; then
+    else
       _tsm_failed=$i
       echo "tsm: role ${_tsm_role[$i]} failed (srun exit code ${_tsm_rc[$i]}); stopping the other roles" >&2
       _tsm_stop_all
