@@ -103,6 +103,17 @@ def test_concurrent_writers_lose_nothing(tsm_home: Path) -> None:
         assert store.query("SELECT COUNT(*) FROM apps")[0][0] == 300
 
 
+def test_write_says_how_many_rows_its_statements_changed(tsm_home: Path) -> None:
+    """A conditional UPDATE's effect is known from the write itself (the supervisor's registration uses it)."""
+    row = ("h", "local", "s", "a", "n", 0, 0.0, 0.0, None, None)
+    with Store() as store:
+        assert store.write([(APP_SQL, row), (APP_SQL, ("h2", *row[1:]))]) == 2
+        assert store.write([("UPDATE apps SET state=1 WHERE handle=? AND state=0", ("h",))]) == 1
+        assert store.write([("UPDATE apps SET state=1 WHERE handle=? AND state=0", ("h",))]) == 0  # taken already
+        assert store.write([("UPDATE apps SET state=2 WHERE handle IN ('h', 'h2', 'nope')", ())]) == 2
+        assert store.write([("SELECT 1", ())]) == 0  # no change, not -1
+
+
 # -- faults: full and read-only disks, locks held by dead or stuck processes, crashes mid-write ----------
 # These use real tmpfs mounts (root), real SQLite files and real processes killed with real signals.
 

@@ -61,15 +61,32 @@ class History:
         state: AppState = AppState.SUBMITTED,
     ) -> None:
         """Record a just-launched app (replacing any older row with the same handle)."""
+        self.store.write([self.add_statement(handle, scheduler, session, app_id, app, cfg, state)])
+
+    @staticmethod
+    def add_statement(
+        handle: str,
+        scheduler: str,
+        session: str,
+        app_id: str,
+        app: AppDef | None,
+        cfg: Mapping[str, Any],
+        state: AppState = AppState.SUBMITTED,
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The ``(sql, params)`` of :meth:`add`, for a writer that records the app in the same transaction."""
         now = time.time()
-        self.store.write([(
+        return (
             "INSERT OR REPLACE INTO apps (handle, scheduler, session, app_id, name, state, created, updated, spec, cfg) "
             "VALUES (?,?,?,?,?,?,?,?,?,?)",
             (
                 handle, scheduler, session, app_id, app.name if app else app_id, int(state), now, now,
                 json.dumps(app.to_dict()) if app else None, json.dumps(dict(cfg), default=str),
             ),
-        )])
+        )
+
+    def shares(self, store: Any) -> bool:
+        """Whether ``store`` is this history's database (so one transaction can write both)."""
+        return bool(getattr(store, "path", None) == self.store.path)
 
     def set_state(self, handle: str, state: AppState) -> None:
         """Record ``state`` for ``handle`` (a no-op when it is already recorded or the app is not in the history)."""

@@ -390,18 +390,24 @@ class Store:
                 time.sleep(min(delay * (1 + random.random()), left))
                 delay = min(delay * 2, 0.2)
 
-    def write(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        """Run ``(sql, params)`` statements in one transaction, waiting while another process writes."""
+    def write(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
+        """Run ``(sql, params)`` statements in one transaction, waiting while another process writes.
+
+        Returns the number of rows the statements changed (what a conditional ``UPDATE`` needs to know
+        whether it took effect, without a second query).
+        """
         if self.read_only:
             self._reopen_for_writing()
         conn = self.conn
 
-        def run() -> None:
+        def run() -> int:
             conn.execute("BEGIN IMMEDIATE")
             try:
+                changed = 0
                 for sql, params in statements:
-                    conn.execute(sql, params)
+                    changed += max(conn.execute(sql, params).rowcount, 0)
                 conn.execute("COMMIT")
+                return changed
             except BaseException:
                 if conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
@@ -409,7 +415,7 @@ class Store:
                 raise
 
         try:
-            self._retry(run)
+            return self._retry(run)
         except sqlite3.Error as e:
             raise StoreError(self._describe(e)) from e
 

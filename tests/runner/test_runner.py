@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,6 +95,26 @@ def test_backends_and_run_opts(runner: Runner) -> None:
 
 
 # -- launch ------------------------------------------------------------------------------------------------
+def test_a_local_launch_writes_its_record_and_the_history_in_one_transaction(runner: Runner,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run()`` on the local scheduler costs the caller one store write: the app's rows and the history's."""
+    from tsm.store import Store
+
+    writes: list[list[str]] = []
+    real = Store.write
+
+    def counting(self: Store, statements: Any) -> int:
+        writes.append([sql.split(" (")[0] for sql, _ in statements])
+        return real(self, statements)
+
+    monkeypatch.setattr(Store, "write", counting)
+    handle = runner.run(sh_app("once", "true"), "local")
+    assert writes == [["INSERT INTO local_apps", "INSERT INTO local_replicas", "INSERT OR REPLACE INTO apps"]], writes
+    monkeypatch.setattr(Store, "write", real)
+    assert runner.wait(handle, wait_interval=0.05).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+    assert [a.app_handle for a in runner.list()] == [handle]  # the history has it, as before
+
+
 def test_dryrun_then_schedule_unchanged(runner: Runner) -> None:
     info = runner.dryrun(sh_app("dry", "echo from-dryrun"), "local", {"grace_period": 1.5})
     assert isinstance(info, AppDryRunInfo)

@@ -24,7 +24,7 @@ import pytest
 from testutil import HANG, assert_all_end, procs_with, py, sleep_marker, wait_all_gone, wait_until
 from tsm.runner.api import get_runner
 from tsm.schedulers.api import Stream
-from tsm.schedulers.local import _os
+from tsm.schedulers.local import _os, spawn
 from tsm.schedulers.local.scheduler import LocalScheduler
 from tsm.specs import AppDef, AppState, Role
 
@@ -201,10 +201,11 @@ def test_launcher_killed_inside_run_leaves_nothing_unrecorded(tsm_home: Path, fi
 
 DIES_BEFORE_SUPERVISOR = """
     import os, signal, sys
+    from tsm.schedulers.local import spawn
     from tsm.schedulers.local.scheduler import LocalScheduler
     from tsm.specs import AppDef, Role
-    # crash exactly between recording the app and starting its supervisor
-    LocalScheduler._spawn_supervisor = lambda self, req: os.kill(os.getpid(), signal.SIGKILL)
+    # crash exactly between recording the app and starting its supervisor (connected to the launcher)
+    spawn.start_supervisor = lambda sched, req, conn: os.kill(os.getpid(), signal.SIGKILL)
     LocalScheduler("crash").submit(AppDef("early", [Role("r", entrypoint="touch", args=[sys.argv[1]])]), {})
 """
 
@@ -226,7 +227,8 @@ def test_launcher_dead_before_the_supervisor_started(sched: LocalScheduler, tmp_
     assert "before its supervisor started" in desc.msg
     assert all(r.state == AppState.CANCELLED for r in desc.roles_statuses[0].replicas)
     # the late supervisor (its request was written before the crash) sees the cancellation and stops
-    sched._spawn_supervisor(SimpleNamespace(app_id=row["app_id"], app_dir=row["app_dir"]))  # type: ignore[arg-type]
+    late = SimpleNamespace(app_id=row["app_id"], app_dir=row["app_dir"], queue={})
+    spawn.start_supervisor(sched, late, spawn.connect())  # type: ignore[arg-type]
     assert sched.describe(row["app_id"]).state == AppState.CANCELLED  # type: ignore[union-attr]
     wait_all_gone(procs_with(row["app_dir"]))  # the supervisor and its watchdog exit right after
     assert not ran.exists()

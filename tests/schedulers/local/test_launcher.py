@@ -83,8 +83,11 @@ def test_first_app_starts_a_launcher_and_the_next_is_forked_by_it(sched: LocalSc
                                                                     warm: int) -> None:
     app_id = sched.submit(counting_app(tmp_path, "second", 30), {})
     assert parent_of(watchdog(sched, app_id)) == warm  # forked, not spawned by this process
-    with open(f"/proc/{watchdog(sched, app_id)}/cmdline", "rb") as f:
-        assert sched._app_row(app_id)["app_dir"].encode() in f.read()  # ps names the app, as for a spawned one
+    def named() -> bool:  # ps names the app, as for a spawned one (the watchdog learns it beside the
+        with open(f"/proc/{watchdog(sched, app_id)}/cmdline", "rb") as f:  # registration, not before it)
+            return sched._app_row(app_id)["app_dir"].encode() in f.read()
+
+    wait_until(named, "the watchdog's command line naming the app", timeout=HANG)
     mode = os.stat(launcher.launcher_dir(str(tsm_home()))).st_mode & 0o777
     assert mode == 0o700 and os.stat(sock_path()).st_uid == os.getuid()
     wait_until((tmp_path / "second").exists, "the replica's run", timeout=HANG)
@@ -240,3 +243,37 @@ def test_a_caller_with_other_process_settings_gets_them_not_the_launchers(sched:
     r = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=HANG)
     assert r.stdout.strip() == "SUCCEEDED", r
     assert out.read_text() == str([cpu])  # the launcher (all CPUs) would have given the replica its own set
+
+
+def test_a_standbys_rehearsal_leaves_nothing_behind(sched: LocalScheduler, warm: int) -> None:
+    """While it waits, each standby runs its request path once on nothing (``launcher._rehearse``): no app
+    folder, socket, record or history row may come of it."""
+    wait_until(lambda: len(standby_of(warm)) == 2 * launcher.POOL, "the launcher's standbys", timeout=HANG)
+    home = tsm_home()
+    ldir = Path(launcher.launcher_dir(str(home)))
+    assert sorted(p.name for p in ldir.iterdir()) == sorted(f"{key()}.{ext}" for ext in ("lock", "log", "sock"))
+    assert not (home / "local" / ".rehearsal").exists()
+    assert sched.store.query("SELECT app_id, state, sup_pid FROM local_apps WHERE app_id IN ('', '.rehearsal')") == []
+    assert (ldir / f"{key()}.log").read_text() == ""  # nothing failed in it either
+
+
+def test_a_request_that_never_comes_is_refused_and_the_next_caller_is_served(sched: LocalScheduler,
+                                                                             tmp_path: Path, warm: int) -> None:
+    """A caller connects (as ``schedule`` does before it writes the app) and never sends its request: the standby
+    that took the connection gives up after the ack timeout and waits again; nothing is started, and the
+    callers after it are served by standbys, not by spawning."""
+    wait_until(lambda: len(standby_of(warm)) == 2 * launcher.POOL, "the launcher's standbys", timeout=HANG)
+    apps_before = {p.name for p in (tsm_home() / "local").iterdir()}
+    silent = launcher.connect(str(tsm_home()))
+    assert silent is not None
+    try:
+        first = sched.submit(counting_app(tmp_path, "meanwhile"), {})  # the other standby takes it
+        assert parent_of(watchdog(sched, first)) == warm
+        time.sleep(launcher.ACK_TIMEOUT + 0.5)
+        again = sched.submit(counting_app(tmp_path, "after"), {})
+        assert parent_of(watchdog(sched, again)) == warm
+    finally:
+        silent.close()
+    for app_id in (first, again):
+        assert sched.wait(app_id, timeout=HANG).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+    assert {p.name for p in (tsm_home() / "local").iterdir()} - apps_before == {first, again}  # nothing else

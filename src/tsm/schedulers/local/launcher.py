@@ -16,17 +16,22 @@ The key. ``<key>`` hashes the interpreter, the folder tsm is imported from and t
 time of every source file a supervisor runs (:func:`code_key`). After an upgrade the caller asks for another
 key, so a launcher from an older tsm, left running, is never asked to fork a supervisor of the wrong code.
 
-A request (:func:`ask`). The caller connects, checks that the launcher runs as its own user
-(``SO_PEERCRED``), and sends the app folder, its open-file limits and, as ``SCM_RIGHTS``, the write end of
-the pipe on which the supervisor says it is ready (``R``). No fork happens then: the launcher keeps
-:data:`POOL` *standbys* ready, each a watchdog and under it a supervisor forked before anyone asked
-(:func:`_fork_standby`), the supervisor waiting on the launcher's socket with the store already open. A
-standby supervisor accepts the connection itself (the first to wake takes it), checks the caller's
-credentials (another uid never makes it start anything), answers ``F``, takes the caller's environment and
-open-file limits from the request and runs :func:`supervisor.run_app <tsm.schedulers.local.supervisor.run_app>`,
-exactly the code a spawned supervisor runs; once its caller has the ``R`` it tells the launcher, which forks
-the next standby then, off the caller's critical path. Its watchdog learns the app folder through a pipe
-and watches it as a spawned watchdog does. Both are in a session of their own, so apps outlive the launcher.
+A request (:func:`connect`, then :func:`send`). The caller connects before it writes the app's files and
+record, checks that the launcher runs as its own user (``SO_PEERCRED``), and once they are written sends the
+app folder, its open-file limits, whether the app queues and, as ``SCM_RIGHTS``, the write end of the pipe on
+which the supervisor says it is ready (``R``). No fork happens then: the launcher keeps :data:`POOL`
+*standbys* ready, each a watchdog and under it a supervisor forked before anyone asked
+(:func:`_fork_standby`), the supervisor waiting on the launcher's socket with the store open and its request
+path run once on nothing (:func:`_rehearse`). A connection wakes one standby supervisor (``EPOLLEXCLUSIVE``),
+which accepts it and checks the caller's credentials and process settings while the caller writes (another
+uid never makes it start anything), then takes the request, answers ``F``, and registers the app in the
+store before it builds anything else (:func:`supervisor.register
+<tsm.schedulers.local.supervisor.register>`): the caller's ``R`` costs a store write, and reading the request,
+taking the caller's environment and open-file limits and the supervisor's set-up come after it, in
+:func:`supervisor.run_app <tsm.schedulers.local.supervisor.run_app>`, exactly the code a spawned supervisor
+runs. Then it tells its watchdog the app folder (the watchdog watches it as a spawned watchdog does) and
+the launcher that it was taken (the launcher forks the next standby). Both are in a session of their own,
+so apps outlive the launcher.
 
 Never a single point of failure. Any answer but ``F`` within :data:`ACK_TIMEOUT` (no launcher, a dead one, a
 stopped one, a refusal) makes the caller spawn the supervisor as before. The one race left, a stopped
@@ -34,7 +39,8 @@ standby that resumes and takes the request after the caller gave up, is harmless
 caller is still connected (it hangs up when it gives up), and a second supervisor of the same app can only
 lose the registration (``sup_pid IS NULL AND state=SUBMITTED``) and exit without touching the app (its
 socket is bound under a name of its own and renamed to ``sock`` only once registered). When the launcher
-ends, even by SIGKILL, the pipe its idle standbys watch closes and they leave.
+ends, even by SIGKILL, the pipe its idle standbys watch closes and they leave. (A standby that is stopped
+while it waits can still be the one a connection wakes; its caller then spawns after the timeout.)
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ import time
 TYPE_CHECKING = False  # keeps typing out of the supervisor's start-up
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from typing import Any
 
 #: Standby supervisors a launcher keeps ready: two, so a request that comes while the launcher forks the
 #: next one (submissions back to back, a sweep) finds one waiting.
@@ -135,30 +142,41 @@ def process_context(pid: int) -> tuple[object, ...]:
     and namespaces of the caller are kept exactly as if it had spawned the supervisor itself. Raises OSError
     when the process is gone or unreadable (the caller then spawns).
     """
-    with open(f"/proc/{pid}/status", "rb") as f:
-        status = tuple(ln for ln in f.read().splitlines() if ln.startswith(_STATUS_KEYS))
-    with open(f"/proc/{pid}/cgroup", "rb") as f:
-        cgroup = f.read()
-    with open(f"/proc/{pid}/limits", "rb") as f:  # every rlimit but the open-file one, which is sent along
-        limits = tuple(ln for ln in f.read().splitlines() if not ln.startswith(b"Max open files"))
-    with open(f"/proc/{pid}/oom_score_adj", "rb") as f:
-        oom = f.read()
-    ns = tuple(os.readlink(f"/proc/{pid}/ns/{n}") for n in _NAMESPACES if os.path.exists(f"/proc/{pid}/ns/{n}"))
-    return status, cgroup, limits, oom, ns, os.getpriority(os.PRIO_PROCESS, pid)
+    proc = f"/proc/{pid}/"
+    status = tuple(ln for ln in _read(proc + "status").splitlines() if ln.startswith(_STATUS_KEYS))
+    # every rlimit but the open-file one, which is sent along
+    limits = tuple(ln for ln in _read(proc + "limits").splitlines() if not ln.startswith(b"Max open files"))
+    ns = []
+    for n in _NAMESPACES:
+        with contextlib.suppress(FileNotFoundError):  # a namespace type this kernel lacks
+            ns.append(os.readlink(f"{proc}ns/{n}"))
+    return (status, _read(proc + "cgroup"), limits, _read(proc + "oom_score_adj"), tuple(ns),
+            os.getpriority(os.PRIO_PROCESS, pid))
+
+
+def _read(path: str) -> bytes:
+    """The whole of a small ``/proc`` file (one unbuffered descriptor: a standby reads six per request)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = b""
+        while chunk := os.read(fd, 65536):
+            data += chunk
+        return data
+    finally:
+        os.close(fd)
 
 
 # -- the caller's side -----------------------------------------------------------------------------------------
 _key_cache: dict[tuple[str, str], str] = {}
 
 
-def ask(home: str, app_dir: str, ready_w: int) -> socket.socket | None:
-    """Send this user's launcher a request for the supervisor of ``app_dir``; the connection, or None.
+def connect(home: str) -> socket.socket | None:
+    """Connect to this user's launcher for the supervisor of an app about to be written; the connection, or None.
 
-    The launcher's standby supervisor answers ``F`` on the connection once it took the request (then its
-    ``R`` comes on ``ready_w``'s pipe); the caller waits for both at once (:mod:`.spawn`). None, or a
-    connection that closes without ``F`` within :data:`ACK_TIMEOUT`, means "spawn it yourself": launchers
-    disabled, none running for this code, not this user's, dead, stopped or refusing. ``ready_w`` stays the
-    caller's to close either way.
+    Called before the app's files and record are written (:meth:`LocalScheduler.schedule
+    <tsm.schedulers.local.scheduler.LocalScheduler.schedule>`): a standby wakes, accepts and checks the caller
+    (:func:`_take`) while the caller writes them, on another core, and then waits for :func:`send`. None means
+    "spawn it yourself": launchers disabled, none running for this code, or not this user's.
     """
     if not enabled():
         return None
@@ -177,18 +195,33 @@ def ask(home: str, app_dir: str, ready_w: int) -> socket.socket | None:
         finally:
             if dfd is not None:
                 os.close(dfd)
-        if _peer_uid(sock) != os.getuid():
-            sock.close()
-            return None
-        import resource
+        if _peer_uid(sock) == os.getuid():
+            return sock
+    except OSError:
+        pass
+    sock.close()
+    return None
 
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        msg = f"{soft} {hard} ".encode() + os.fsencode(app_dir)
-        socket.send_fds(sock, [msg], [ready_w])
-        return sock
+
+def send(sock: socket.socket, app_dir: str, ready_w: int, queued: bool) -> bool:
+    """Ask the launcher on ``sock`` (from :func:`connect`) for the supervisor of ``app_dir``; False: spawn it.
+
+    The request is the caller's open-file limits, whether the app waits in the resource queue (its first
+    state), the app folder and, as ``SCM_RIGHTS``, ``ready_w``: the write end of the pipe on which the
+    supervisor says ``R`` once registered. The standby answers ``F`` on the connection once it took the
+    request; the caller waits for both at once (:mod:`.spawn`). A connection that closes without ``F``
+    within :data:`ACK_TIMEOUT` also means "spawn it yourself". ``ready_w`` stays the caller's to close; on
+    False ``sock`` is closed here.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        socket.send_fds(sock, [f"{soft} {hard} {int(queued)} ".encode() + os.fsencode(app_dir)], [ready_w])
+        return True
     except OSError:
         sock.close()
-        return None
+        return False
 
 
 # -- the launcher's side ---------------------------------------------------------------------------------------
@@ -409,18 +442,34 @@ def _watch(sup: int, app_r: int) -> int:
 
 
 def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, home: str) -> None:
-    """The standby supervisor: take one valid request from the launcher's socket, then run that app. Never returns."""
+    """The standby supervisor: take one valid request from the launcher's socket, then run that app. Never returns.
+
+    Everything that does not depend on the app is done while it waits (the store opened, this process's
+    context and both start times read). Once it took a request it registers the app before it builds the
+    supervisor: the caller's ``R`` costs one store write, and the rest (reading the request, the caller's
+    environment, the supervisor's set-up) runs after the caller has its answer. The signals the supervisor
+    handles are blocked until its handlers are in place (:meth:`SupervisorState._setup
+    <tsm.schedulers.local.state.SupervisorState._setup>` unblocks them): one that comes in between is
+    delivered then, never lost to its default action.
+    """
     import select
+    import signal
 
     code = 0
     try:
+        from tsm.schedulers.local import _os, supervisor
+        from tsm.schedulers.local.state import HANDLED, bind_listener
         from tsm.store import Store
 
         store = Store()  # opened while waiting: one step less once a request comes
         mine = process_context(os.getpid())  # read while waiting too: a request compares the caller's to it
-        poller = select.poll()
-        poller.register(listener, select.POLLIN)
-        poller.register(quit_r, select.POLLIN)
+        ids = supervisor.process_ids()
+        _rehearse(store, home, mine, ids)
+        # Exclusive: a connection wakes one waiting standby, not every one (the others would only find
+        # nothing to accept, on the cores the caller and the taken standby need).
+        poller = select.epoll()
+        poller.register(listener, select.EPOLLIN | select.EPOLLEXCLUSIVE)
+        poller.register(quit_r, select.EPOLLIN)
         taken = None
         while taken is None:
             events = dict(poller.poll())
@@ -435,35 +484,35 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
                 taken = _take(conn, home, mine)
             if taken is None:
                 conn.close()
+        poller.close()
         listener.close()
         os.close(quit_r)
-        app_dir, ready_w, limits = taken
+        app_dir, ready_w, limits, queued = taken
         with contextlib.suppress(OSError):
             conn.sendall(b"F")
         conn.close()
-        from tsm.schedulers.local import _os, supervisor
-
-        _os.set_cmdline(sys.executable, "-m", "tsm.schedulers.local.supervisor", app_dir, str(ready_w))
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+        signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
         log = os.open(os.path.join(app_dir, "supervisor.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         os.dup2(log, 2)
         os.close(log)
+        own = bind_listener(app_dir)
+        if not supervisor.register(store, app_dir, queued, ids, ready_w, own[1]):
+            return  # cancelled first, or another supervisor has it (its caller gave up on this one)
+        # The watchdog watches this app from now on (told after the R: its start would compete with this
+        # process for the cores. Should this process die before the write, the watchdog leaves, and a
+        # reader records the app FAILED as for any app whose supervisor and watchdog are both gone.)
         os.write(app_w, os.fsencode(app_dir))
         os.close(app_w)
-        watchdog = os.getppid()
+        try:  # taken: the launcher forks the next standby now, after the caller's critical path
+            with contextlib.suppress(OSError):  # the launcher is gone: nothing to tell
+                os.write(taken_w, _TAKEN.pack(ids[2]))
+        finally:
+            os.close(taken_w)
+        _os.set_cmdline(sys.executable, "-m", "tsm.schedulers.local.supervisor", app_dir)
+        import resource
 
-        def taken_told() -> None:
-            """Tell the launcher this standby is taken, once its caller has its answer: the next standby is
-            forked after the caller's critical path, not during it (another one is ready meanwhile)."""
-            try:
-                with contextlib.suppress(OSError):  # the launcher is gone: nothing to tell
-                    os.write(taken_w, _TAKEN.pack(watchdog))
-            finally:
-                os.close(taken_w)
-
-        code = supervisor.run_app(app_dir, ready_w, take_env=True, store=store, on_ready=taken_told)
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+        code = supervisor.run_app(app_dir, -1, take_env=True, store=store, listener=own)
     except BaseException:  # noqa: BLE001 - a forked child never returns into the launcher's loop
         import traceback
 
@@ -474,12 +523,52 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
         os._exit(code)
 
 
-def _take(conn: socket.socket, home: str, own: tuple[object, ...]) -> tuple[str, int, tuple[int, int]] | None:
-    """Read and check one request: ``(app_dir, ready pipe, open-file limits)``, or None to refuse it.
+def _rehearse(store: Any, home: str, own: tuple[object, ...], ids: tuple[int, int | None, int, int | None]) -> None:
+    """Run, once and on nothing, the code a taken standby runs between its caller's request and its ``R``.
+
+    A standby is a fresh fork of the launcher: the first run of any code in it faults in a private copy of
+    every page whose objects it touches (a reference count is a write), a few microseconds a page, and
+    SQLite compiles the registration statement on its first use. Done here, while it waits, that is off the
+    caller's critical path; the pages would be copied anyway once the standby runs its app. What it runs:
+    :func:`_take` and the answers on a request it sends itself over a socket pair (for the app folder
+    ``.rehearsal``, which no app id names; nothing is created for it), the listener's bind (in the
+    launcher's own folder, removed at once) and the registration's ``UPDATE`` for the app id "" (no app has
+    it: nothing changes). Measured: <figures>. Best effort: a failure here changes nothing.
+    """
+    from tsm.schedulers.local import supervisor
+    from tsm.schedulers.local.state import bind_listener
+
+    with contextlib.suppress(Exception):
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        r, w = os.pipe()
+        try:
+            socket.send_fds(a, [b"0 0 0 " + os.fsencode(os.path.join(home, "local", ".rehearsal"))], [w])
+            taken = _take(b, home, own)
+            if taken is not None:
+                b.sendall(b"F")
+                os.write(taken[1], b"R")
+                os.close(taken[1])
+        finally:
+            for end in (a, b):
+                end.close()
+            for fd in (r, w):
+                os.close(fd)
+    with contextlib.suppress(Exception):
+        listener, path = bind_listener(launcher_dir(home))
+        listener.close()
+        os.unlink(path)
+    with contextlib.suppress(Exception):
+        supervisor.take_row(store, "", False, ids)
+
+
+def _take(conn: socket.socket, home: str,
+          own: tuple[object, ...]) -> tuple[str, int, tuple[int, int], bool] | None:
+    """Read and check one request: ``(app_dir, ready pipe, open-file limits, queued)``, or None to refuse it.
 
     Refused: another user's process (before anything is read), a caller whose :func:`process_context`
-    differs from this process's (``own``), an app folder outside ``$TSM_HOME/local``,
-    limits this process cannot give, or a caller that already hung up (it gave up waiting and spawned one).
+    differs from this process's (``own``), an app folder outside ``$TSM_HOME/local``, limits this process
+    cannot give, a request that does not come within :data:`ACK_TIMEOUT` of the connection, or a caller
+    that already hung up (it gave up waiting and spawned one).
     """
     conn.setblocking(True)
     conn.settimeout(ACK_TIMEOUT)
@@ -489,13 +578,13 @@ def _take(conn: socket.socket, home: str, own: tuple[object, ...]) -> tuple[str,
         return None  # the caller's affinity, cgroup, limits, ... differ from ours: it spawns its own supervisor
     msg, fds, _, _ = socket.recv_fds(conn, 8192, 1)
     try:
-        soft, hard, raw = msg.split(b" ", 2)
+        soft, hard, queued, raw = msg.split(b" ", 3)
         app_dir = os.fsdecode(raw)
         limits = (int(soft), int(hard))
         import resource
 
         mine = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        ok = (len(fds) == 1 and os.path.isabs(app_dir) and os.path.normpath(app_dir) == app_dir
+        ok = (len(fds) == 1 and queued in (b"0", b"1") and os.path.isabs(app_dir) and os.path.normpath(app_dir) == app_dir
               and os.path.basename(app_dir) not in ("", ".", "..")
               and os.path.dirname(app_dir) == os.path.join(home, "local"))
         if ok and (mine == resource.RLIM_INFINITY or (limits[1] != resource.RLIM_INFINITY and limits[1] <= mine)):
@@ -506,7 +595,7 @@ def _take(conn: socket.socket, home: str, own: tuple[object, ...]) -> tuple[str,
                 gone = False
             if not gone:
                 ready_w = fds.pop()
-                return app_dir, ready_w, limits
+                return app_dir, ready_w, limits, queued == b"1"
     except ValueError:
         pass
     finally:

@@ -14,7 +14,7 @@ import os
 import select
 import signal
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -247,11 +247,37 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
         Files come first and the record second, so a failure (a full or read-only disk, a store error)
         leaves neither half behind: what was created is removed and the error says what to fix.
         """
+        return self.schedule_recording(dryrun_info)
+
+    def schedule_recording(self, dryrun_info: AppDryRunInfo[LocalRequest],
+                           also: Callable[[str], tuple[str, tuple[Any, ...]]] | None = None) -> str:
+        """:meth:`schedule`, with ``also(app_id)``'s statement written in the transaction of the app's record.
+
+        The runner passes its history's row (:meth:`tsm.history.History.add_statement`), so a launch costs
+        one store write, not two; the row is there whether or not the supervisor then starts (an app that
+        could not start is recorded FAILED with the reason, and the history lists it).
+        """
         req = dryrun_info.request
         req.base_env = dict(os.environ)
         if os.path.lexists(req.app_dir):
             raise SubmissionError(f"{req.app_dir} already exists: app ids are unique, so something else wrote it")
         created = [d for d in (req.app_dir, req.log_dir) if not os.path.lexists(d)]
+        from tsm.schedulers.local import spawn
+
+        # A launcher's standby checks this caller while the files and the record are written (spawn.py).
+        conn = spawn.connect()
+        try:
+            self._write(req, created, also)
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        spawn.start_supervisor(self, req, conn)
+        return req.app_id
+
+    def _write(self, req: LocalRequest, created: list[str],
+               also: Callable[[str], tuple[str, tuple[Any, ...]]] | None = None) -> None:
+        """Write the app's request file and its store record (the files first; nothing is left on failure)."""
         try:
             _os.makedirs_private(req.app_dir)
             _os.makedirs_private(req.log_dir)
@@ -278,13 +304,13 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
                     "INSERT INTO local_replicas (app_id, role, idx, state) VALUES (?,?,?,?)",
                     (req.app_id, role.name, rep.idx, int(AppState.SUBMITTED)),
                 ))
+        if also is not None:
+            stmts.append(also(req.app_id))
         try:
             self.store.write(stmts)
         except BaseException:
             self._undo(created)
             raise
-        self._spawn_supervisor(req)
-        return req.app_id
 
     @staticmethod
     def _undo(created: list[str]) -> None:
@@ -293,12 +319,6 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
 
         for d in created:
             shutil.rmtree(d, ignore_errors=True)
-
-    def _spawn_supervisor(self, req: LocalRequest) -> None:
-        """Start the app's supervisor (forked by the launcher, else spawned) and wait until it is ready."""
-        from tsm.schedulers.local.spawn import start_supervisor
-
-        start_supervisor(self, req)
 
     # -- queries -----------------------------------------------------------------------------------
     def _app_row(self, app_id: str) -> Any:

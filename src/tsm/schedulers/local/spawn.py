@@ -38,11 +38,20 @@ READY_TIMEOUT = 30.0
 SPAWN_CODE = "import sys; sys.path.insert(0, sys.argv.pop(1)); from tsm.schedulers.local.supervisor import main; sys.exit(main())"
 
 
-def start_supervisor(sched: LocalScheduler, req: LocalRequest) -> None:
-    """Start the supervisor of ``req`` and return once it is ready; record and raise when it cannot start."""
+def connect() -> socket.socket | None:
+    """This user's launcher, connected before the app is written (:func:`launcher.connect`); None: spawn."""
+    return launcher.connect(str(tsm_home()))
+
+
+def start_supervisor(sched: LocalScheduler, req: LocalRequest, sock: socket.socket | None) -> None:
+    """Start the supervisor of ``req`` and return once it is ready; record and raise when it cannot start.
+
+    ``sock``: the launcher's connection from :func:`connect` (None: spawn the supervisor).
+    """
     r, w = os.pipe()
     try:
-        sock = launcher.ask(str(tsm_home()), req.app_dir, w)
+        if sock is not None and not launcher.send(sock, req.app_dir, w, bool(req.queue)):
+            sock = None
     finally:
         os.close(w)
     proc = None
@@ -94,42 +103,35 @@ def start_supervisor(sched: LocalScheduler, req: LocalRequest) -> None:
 
 
 def _wait(r: int, sock: socket.socket, deadline: float) -> bytes:
-    """Wait for the launcher's ``F`` and the supervisor's first byte at once; b"" when the launcher did not take it.
+    """Wait for the supervisor's first byte on the ready pipe; b"" when the launcher did not take the request.
 
-    One wake-up when both come close together (the usual case). Returns the byte read from the ready pipe
-    (``R``, ``C``, ``EOF``) once ``F`` came, or b"" to spawn: the connection closed without ``F``, or no
-    ``F`` within :data:`launcher.ACK_TIMEOUT` (the connection is closed then, so a launcher that resumes
-    later sees the caller gone and starts nothing). Past ``deadline`` after ``F``: b"?" (it did not start).
+    The caller wakes once in the usual case, for ``R`` (or ``C``): only a standby that took the request
+    writes either. The launcher's ``F`` on ``sock`` (the request was taken) is read only when that byte is
+    late (none within :data:`launcher.ACK_TIMEOUT`) or the pipe ended without one (``EOF``: every copy of its
+    write end is closed; a standby that refuses a request closes the copy it was sent). No ``F`` then means
+    "spawn it yourself" (b""; ``sock`` is closed, so a standby that resumes later sees the caller gone and
+    starts nothing); after ``F`` the byte read is returned, ``EOF``, or b"?" past ``deadline``.
     """
-    acked = False
-    end = time.monotonic() + launcher.ACK_TIMEOUT
     poller = select.poll()
     poller.register(r, select.POLLIN)
-    poller.register(sock, select.POLLIN)
     try:
-        while True:
-            left = (deadline if acked else end) - time.monotonic()
-            if left <= 0:
-                return b"?" if acked else b""
-            events = dict(poller.poll(ms(left)))
-            if sock.fileno() in events and not acked:
-                acked = _ack(sock)
-                if not acked:
-                    return b""
-                poller.unregister(sock)
-            if r in events:
-                byte = os.read(r, 1) or b"EOF"
-                if not acked:  # the F may be in the socket already: the supervisor says F before R
-                    acked = _ack(sock)
-                return byte if acked else b""
+        if poller.poll(ms(min(launcher.ACK_TIMEOUT, deadline - time.monotonic()))):
+            byte = os.read(r, 1) or b"EOF"
+            return byte if byte != b"EOF" or _taken(sock) else b""
+        if not _taken(sock):
+            return b""
+        while (left := deadline - time.monotonic()) > 0:
+            if poller.poll(ms(left)):
+                return os.read(r, 1) or b"EOF"
+        return b"?"
     finally:
         sock.close()
 
 
-def _ack(sock: socket.socket) -> bool:
-    """Whether the launcher's answer on ``sock`` is ``F`` (waiting up to the ack timeout for it)."""
+def _taken(sock: socket.socket) -> bool:
+    """Whether the launcher's answer on ``sock`` is ``F`` (already there: it comes before the ready byte)."""
     try:
-        sock.settimeout(launcher.ACK_TIMEOUT)
+        sock.setblocking(False)
         return sock.recv(1) == b"F"
     except OSError:
         return False

@@ -144,10 +144,15 @@ def _exit_reason(code: int) -> str:
     return f"exited with code {code}"
 
 
+#: The signals the supervisor handles (its loop reads them from its wakeup socket).
+HANDLED = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 class SupervisorState:
     """The state of one app's supervisor, its process set-up and its notes; the loop is :class:`Supervisor`."""
 
-    def __init__(self, req: dict[str, Any], ready_fd: int, store: Any = None) -> None:
+    def __init__(self, req: dict[str, Any], ready_fd: int, store: Any = None,
+                 listener: tuple[socket.socket, str] | None = None) -> None:
         from tsm.store import Store
 
         self.req = req
@@ -160,6 +165,9 @@ class SupervisorState:
         # memory in every one of a hundred supervisors.
         self.store.conn.execute("PRAGMA cache_size=-64")
         self.ready_fd = ready_fd
+        # (socket, name it was bound at) of a supervisor that registered before it was built (a launcher's
+        # standby: see launcher.py); None: bound in _setup and registered by ``run``
+        self.bound = listener
         self.roles: dict[str, RoleState] = {}
         self.replicas: list[Replica] = []
         for role in req["roles"]:
@@ -227,27 +235,14 @@ class SupervisorState:
         self.sig_r.setblocking(False)
         self.sig_w.setblocking(False)
         signal.set_wakeup_fd(self.sig_w.fileno(), warn_on_full_buffer=False)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in HANDLED:
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         _clean_signals()
         self.signals: list[int] = []
         self.sel.register(self.sig_r, selectors.EVENT_READ, "signal")
 
-        # Bound at a name of its own; ``run`` renames it to ``sock`` once this supervisor is registered, so
-        # a second supervisor of the same app (which loses the registration) never takes or removes it.
-        sock_path = self.sock_tmp = os.path.join(self.app_dir, f"sock.{os.getpid()}")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(sock_path)
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        addr, dfd = _os.unix_address(sock_path)
-        try:
-            self.listener.bind(addr)
-        finally:
-            if dfd is not None:
-                os.close(dfd)
-        self.listener.listen(128)
-        self.listener.setblocking(False)
+        self.listener, self.sock_tmp = self.bound or bind_listener(self.app_dir)
         self.sel.register(self.listener, selectors.EVENT_READ, "accept")
         # One descriptor held back so a connection can be refused even when the table is full.
         self.spare_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
@@ -274,6 +269,28 @@ class SupervisorState:
             os.write(2, f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n".encode(errors="replace"))
 
 
+def bind_listener(app_dir: str) -> tuple[socket.socket, str]:
+    """The supervisor's listening socket, bound in ``app_dir`` at a name of its own; (socket, that name).
+
+    :func:`~tsm.schedulers.local.supervisor.register` renames it to ``sock`` once this process is the app's
+    registered supervisor, so a second supervisor of the same app (which loses the registration) never takes
+    or removes the app's socket, and a client sees no socket or a listening one.
+    """
+    sock_path = os.path.join(app_dir, f"sock.{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(sock_path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    addr, dfd = _os.unix_address(sock_path)
+    try:
+        listener.bind(addr)
+    finally:
+        if dfd is not None:
+            os.close(dfd)
+    listener.listen(128)
+    listener.setblocking(False)
+    return listener, sock_path
+
+
 #: Signals a replica must start with at their default action although the caller ignored them: SIGPIPE is
 #: ignored here on purpose (``Popen`` restores it in the replica), SIGKILL and SIGSTOP cannot be changed.
 _KEEP = frozenset({signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE})
@@ -288,8 +305,10 @@ def _clean_signals() -> None:
     installs no ``KeyboardInterrupt`` when it starts with SIGINT ignored). The supervisor's own handlers
     are set before this and stay.
     """
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    for sig in signal.valid_signals():
-        if sig not in _KEEP and signal.getsignal(sig) == signal.SIG_IGN:
+    import _signal  # type: ignore[import-not-found]  # C module: no enum per signal (~0.3 ms per supervisor)
+
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
+    for sig in _signal.valid_signals():
+        if sig not in _KEEP and _signal.getsignal(sig) == _signal.SIG_IGN:
             with contextlib.suppress(OSError, ValueError):
-                signal.signal(sig, signal.SIG_DFL)
+                _signal.signal(sig, _signal.SIG_DFL)
