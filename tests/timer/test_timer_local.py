@@ -182,6 +182,63 @@ def test_sixteen_clients_lose_nothing(queue_and_server: tuple[Any, timer.LocalTi
     assert srv.get_expired_timers(float("inf")) == {}
 
 
+def test_a_flood_of_requests_is_applied_a_bounded_round_at_a_time() -> None:
+    """Requests queued faster than the server applies them are applied a bounded round at a time, so its
+    counters (what a benchmark or a caller watching ``stats`` sees) move while it works: a round that drained
+    up to 100,000 requests before applying any showed no progress for seconds, which the timer benchmark
+    read as requests lost."""
+    from tsm.timer import local_timer
+
+    q = CTX.Queue()
+    srv = timer.LocalTimerServer(q, max_interval=60, daemon=True)
+    flood = 3 * local_timer._DRAIN_MAX
+    for i in range(flood):  # releases of scopes never armed: each is one request to apply, none arms a timer
+        q.put(timer.TimerRequest(os.getpid(), f"s{i}", -1))
+    seen: set[int] = set()
+
+    def done() -> bool:
+        n = srv.stats["requests"]
+        seen.add(n)
+        return n >= flood
+
+    srv.start()
+    try:
+        wait_until(done, "the whole flood", timeout=WAIT * 4)
+    finally:
+        srv.stop()
+    assert srv.stats["requests"] == flood
+    assert len([n for n in seen if 0 < n < flood]) >= 10, sorted(seen)
+
+
+def _refuse() -> None:
+    raise RuntimeError("this object cannot be unpickled")
+
+
+class Unreadable:
+    """Pickled fine by a client, refused when the server unpickles it."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_refuse, ())
+
+
+def test_a_round_takes_what_the_queue_holds_keeping_order_and_dropping_the_unreadable() -> None:
+    """The fast path of a round (``_take_ready``) gives the items in queue order and drops one it cannot
+    unpickle without losing those around it, as ``Queue.get`` one at a time does."""
+    from tsm.timer import local_timer
+
+    q = CTX.Queue()
+    for i in range(50):
+        q.put(("item", i))
+    q.put(Unreadable())
+    q.put(("item", 50))
+    time.sleep(0.2)  # the queue's feeder thread has written them to the pipe
+    out: list[Any] = []
+    assert local_timer._take_ready(q, 1000, out)
+    assert [x for x in out if x is not local_timer._UNREADABLE] == [("item", i) for i in range(51)]
+    assert out[50] is local_timer._UNREADABLE
+    assert q.empty()
+
+
 def test_stop_is_prompt_and_clean() -> None:
     q = CTX.Queue()
     srv = timer.LocalTimerServer(q, max_interval=3600)
