@@ -19,6 +19,7 @@ import struct
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ctypes
+    import socket
     from collections.abc import Iterator
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -323,6 +324,30 @@ def unix_address(path: str) -> tuple[str, int | None]:
         return path, None
     dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     return f"/proc/self/fd/{dfd}/{os.path.basename(path)}", dfd
+
+
+def listen_unix(path: str, kind: int = 0) -> socket.socket:
+    """A non-blocking Unix stream socket bound at ``path`` (of any length, see :func:`unix_address`), listening.
+
+    ``kind`` is or'ed into the socket type (``SOCK_CLOEXEC``). Shared by the launcher's and each
+    supervisor's socket.
+    """
+    import socket  # noqa: F811 - at run time only here: `tsm status` never opens a socket
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | kind)
+    try:
+        addr, dfd = unix_address(path)
+        try:
+            listener.bind(addr)
+        finally:
+            if dfd is not None:
+                os.close(dfd)
+        listener.listen(128)
+    except BaseException:
+        listener.close()
+        raise
+    listener.setblocking(False)
+    return listener
 
 
 def makedirs_private(path: str) -> None:

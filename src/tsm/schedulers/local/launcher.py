@@ -319,15 +319,7 @@ def serve(home: str, pkg: str) -> int:
         return 0
     path = os.path.join(ldir, key + ".sock")
     tmp = os.path.join(ldir, f"{key}.{os.getpid()}.tmp")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    addr, dfd = _os.unix_address(tmp)
-    try:
-        listener.bind(addr)
-    finally:
-        if dfd is not None:
-            os.close(dfd)
-    listener.listen(128)
-    listener.setblocking(False)
+    listener = _os.listen_unix(tmp, socket.SOCK_CLOEXEC)
     os.rename(tmp, path)  # atomic: a caller sees no socket or a listening one
     ino = os.stat(path).st_ino
     idle = float(os.environ.get("TSM_LAUNCHER_IDLE") or IDLE)

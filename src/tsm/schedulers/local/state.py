@@ -279,15 +279,7 @@ def bind_listener(app_dir: str) -> tuple[socket.socket, str]:
     sock_path = os.path.join(app_dir, f"sock.{os.getpid()}")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(sock_path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    addr, dfd = _os.unix_address(sock_path)
-    try:
-        listener.bind(addr)
-    finally:
-        if dfd is not None:
-            os.close(dfd)
-    listener.listen(128)
-    listener.setblocking(False)
+    listener = _os.listen_unix(sock_path)
     return listener, sock_path
 
 
