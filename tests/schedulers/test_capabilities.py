@@ -17,6 +17,7 @@ from tsm.schedulers.api import (
     EventWait,
     MultiReplicaLogs,
     SizedPlacement,
+    StoreRecords,
     SweepNative,
 )
 from tsm.schedulers.common.factory import UnknownSchedulerParamError, scheduler_params
@@ -25,7 +26,7 @@ from tsm.workspace.api import WorkspaceBuilder
 SRC = Path(__file__).resolve().parents[2] / "src" / "tsm"
 
 CAPABILITIES = (BatchedViews, DetailedViews, MultiReplicaLogs, SizedPlacement, DirectoryWorkspaces, EventWait,
-                WorkspaceBuilder, SweepNative)
+                WorkspaceBuilder, SweepNative, StoreRecords)
 
 
 def _classes() -> dict[str, type]:
@@ -41,7 +42,7 @@ def _classes() -> dict[str, type]:
 
 #: What each builtin backend declares (and so what the runner, the views and the CLI will ask of it).
 DECLARED = {
-    "local": {DetailedViews, BatchedViews, MultiReplicaLogs, DirectoryWorkspaces, EventWait},
+    "local": {DetailedViews, BatchedViews, MultiReplicaLogs, DirectoryWorkspaces, EventWait, StoreRecords},
     "slurm": {BatchedViews, DirectoryWorkspaces, SweepNative},
     "docker": {BatchedViews, WorkspaceBuilder},
     "kubernetes": {BatchedViews, WorkspaceBuilder},

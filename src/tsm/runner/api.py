@@ -26,7 +26,8 @@ It keeps TorchX's contract, so code written against ``torchx.runner`` runs after
 
 The runner asks schedulers what they can do by the capabilities they declare (:mod:`tsm.schedulers.api`):
 ``SizedPlacement`` (a role needs a resource), ``DirectoryWorkspaces``/``WorkspaceBuilder`` (how a workspace
-ships), ``EventWait`` (no polling interval); never by their name or signature.
+ships), ``EventWait`` (no polling interval), ``StoreRecords`` (the history row joins the record's write);
+never by their name or signature.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from tsm.runner.params import (  # re-exported: where callers found them before
     scheduler_params_from_env as scheduler_params_from_env,
 )
 from tsm.schedulers import DEFAULT_SCHEDULER
-from tsm.schedulers.api import EventWait, ListAppResponse, Scheduler, SizedPlacement, Stream
+from tsm.schedulers.api import EventWait, ListAppResponse, Scheduler, SizedPlacement, StoreRecords, Stream
 from tsm.specs.api import AppDef, AppDryRunInfo, AppState, AppStatus
 from tsm.specs.handles import app_handle_template, make_app_handle, parse_app_handle
 from tsm.specs.runopts import CfgVal, runopts
@@ -267,22 +268,22 @@ class Runner:
             sched = self._scheduler(scheduler)
             # A scheduler whose records live in tsm's own store (the local one) writes the history's row in
             # the transaction of its own record: one store write less on the way to run()'s return.
-            recording = getattr(sched, "schedule_recording", None)
-            if recording is not None and self.history.shares(getattr(sched, "store", None)):
+            recorded = False
+            if isinstance(sched, StoreRecords) and self.history.shares(sched.store):
                 def history_row(app_id: str) -> tuple[str, tuple[Any, ...]]:
                     return self.history.add_statement(make_app_handle(scheduler, self._name, app_id), scheduler,
                                                       self.session_name, app_id, dryrun_info.app, dryrun_info.cfg)
 
-                app_id = recording(dryrun_info, history_row)
+                app_id = sched.schedule_recording(dryrun_info, history_row)
+                recorded = True
             else:
-                recording = None
                 app_id = sched.schedule(dryrun_info)
             ctx.set(app_id=app_id)
             handle = make_app_handle(scheduler, self._name, app_id)
             if dryrun_info.app is not None:
                 self._apps[handle] = dryrun_info.app
             try:
-                if recording is None:
+                if not recorded:
                     self.history.add(handle, scheduler, self.session_name, app_id, dryrun_info.app, dryrun_info.cfg)
             except StoreError as e:
                 # The app runs: losing its handle would be worse than a missing history line.

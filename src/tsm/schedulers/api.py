@@ -19,6 +19,7 @@ signature, never a backend's name:
 :class:`DirectoryWorkspaces`  roles run in a directory: the runner ships a workspace as a snapshot directory
 ``WorkspaceBuilder``        (:mod:`tsm.workspace.api`) builds its own workspaces (an image): the runner calls it
 :class:`EventWait`          ``wait`` reacts to an event (no polling): ``poll_interval`` is not used
+:class:`StoreRecords`       keeps its records in tsm's store: the runner's history row joins the record's write
 ==========================  =====================================================================================
 
 **Factories.** ``create_scheduler(session_name, **kwargs)`` takes only the keywords its backend documents; any
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -359,6 +360,24 @@ class EventWait:
     """
 
     __slots__ = ()
+
+
+class StoreRecords(abc.ABC):
+    """Capability: the backend keeps its apps' records in tsm's own store (its ``store``, a
+    :class:`tsm.store.Store`), so the runner's history row can be written in the same transaction.
+
+    The runner calls :meth:`schedule_recording` instead of ``schedule`` when its history uses that store: one
+    store write per launch, not two.
+    """
+
+    __slots__ = ()
+
+    store: Any
+
+    @abc.abstractmethod
+    def schedule_recording(self, dryrun_info: AppDryRunInfo[Any],
+                           also: Callable[[str], tuple[str, tuple[Any, ...]]] | None = None) -> str:
+        """``schedule``, with ``also(app_id)``'s ``(sql, params)`` written in the transaction of the app's record."""
 
 
 @dataclass(frozen=True)

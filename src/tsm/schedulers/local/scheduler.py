@@ -27,6 +27,7 @@ from tsm.schedulers.api import (
     ListAppResponse,
     MultiReplicaLogs,
     Scheduler,
+    StoreRecords,
     Stream,
 )
 from tsm.schedulers.common.failure import structured_error
@@ -86,12 +87,14 @@ _TERMINAL = tuple(int(s) for s in AppState if s.is_terminal)
 _TERMINAL_SQL = "(" + ", ".join(map(str, _TERMINAL)) + ")"
 
 
-class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, DirectoryWorkspaces, EventWait):
+class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, DirectoryWorkspaces, EventWait,
+                     StoreRecords):
     """Runs apps as local processes under a detached supervisor; the default scheduler.
 
     Capabilities: :class:`~tsm.schedulers.local.view.LocalViews` (``DetailedViews``: two store queries per
     view refresh), ``MultiReplicaLogs`` (``log_iter_many``), ``DirectoryWorkspaces`` (roles run in a
-    directory), ``EventWait`` (the supervisor tells ``wait``). Not ``SizedPlacement``: replicas run on this
+    directory), ``EventWait`` (the supervisor tells ``wait``), ``StoreRecords`` (its records are in tsm's store:
+    the runner's history row is written with them). Not ``SizedPlacement``: replicas run on this
     machine whatever their size, so a role without a resource is fine here.
     """
 
