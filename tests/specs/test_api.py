@@ -406,3 +406,17 @@ def test_apply_returns_substituted_copy() -> None:
     assert role.resource.capabilities["c"] == "${app_id}"
     # other fields carry over
     assert out.name == "r" and out.resource.capabilities == {"c": "changed"}
+
+
+def test_command_substitutes_what_apply_does_in_the_command_and_env_and_copies_nothing_else() -> None:
+    role = Role(
+        "r",
+        entrypoint="${img_root}/bin/run",
+        args=["--app", "${app_id}", "--rank", "${replica_id}", "$${rank0_env}", "$OTHER"],
+        env={"ID": "${app_id}", "KEEP": "${other}"},
+    )
+    applied = VALUES.apply(role)
+    entrypoint, args, env = VALUES.command(role)
+    assert (entrypoint, args, env) == (applied.entrypoint, applied.args, applied.env)
+    assert args is not role.args and env is not role.env  # new containers: the role is left as it was
+    assert role.args[1] == "${app_id}" and role.env["ID"] == "${app_id}"

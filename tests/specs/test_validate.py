@@ -329,6 +329,26 @@ def test_size_limits_count_bytes_not_characters() -> None:
     _fails(_app(_role(env={"E": "x" * (MAX_ARG_BYTES - 1)})), "role 'trainer': env entry 'E'=... is 131072 bytes")
 
 
+def test_check_exec_size_counts_the_inherited_environment_as_the_merged_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``inherit=True`` gives what ``{**os.environ, **env}`` gives: the same bytes, the overridden entries once,
+    a caller entry with non-UTF-8 bytes counted as bytes, and a caller entry no program can take refused by name."""
+    import os
+
+    from tsm.specs.validate import MAX_ARG_BYTES, check_exec_size
+
+    monkeypatch.setenv("TSM_T_SHARED", "caller's longer value")
+    monkeypatch.setenv("TSM_T_ONLY", "x")
+    monkeypatch.setitem(os.environb, b"TSM_T_BYTES", b"\xff\xfe")  # not UTF-8: one byte each, as exec passes them
+    overrides = {"TSM_T_SHARED": "mine", "TSM_T_NEW": "\u00e9", "\udcff": "a name only bytes can spell"}
+    argv = ["true", "--x"]
+    assert check_exec_size("r", argv, overrides, inherit=True) == check_exec_size("r", argv, {**os.environ, **overrides})
+    assert check_exec_size("r", argv, {}, inherit=True) == check_exec_size("r", argv, dict(os.environ))
+    monkeypatch.setenv("TSM_T_HUGE", "y" * MAX_ARG_BYTES)
+    with pytest.raises(InvalidAppError, match=r"role 'r': env\['TSM_T_HUGE'\] is 131082 bytes long"):
+        check_exec_size("role 'r'", argv, {}, inherit=True)
+    assert check_exec_size("r", argv, {"TSM_T_HUGE": "small"}, inherit=True) > 0  # overridden: never passed
+
+
 def test_check_exec_size_counts_the_environment() -> None:
     from tsm.specs.validate import check_exec_size, exec_limit
 

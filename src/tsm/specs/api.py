@@ -472,8 +472,17 @@ class macros:  # noqa: N801 (a namespace, spelled as users write it)
             """Replace the macros in ``arg``; any other ``$`` text is left exactly as it was."""
             if "${" not in arg:
                 return arg
-            values = asdict(self)
+            values = vars(self)  # the fields, read as they are (asdict would copy them for each string)
             return _MACRO_RE.sub(lambda m: str(values[m.group(1)]), arg)
+
+        def command(self, role: Role) -> tuple[str, list[str], dict[str, str]]:
+            """``role``'s entrypoint, args and env with the macros substituted, the role left as it was.
+
+            What :meth:`apply` gives for those three, without the deep copy of the whole role: a
+            scheduler that builds its replicas' commands from them needs no more (the local one's dry run).
+            """
+            return (self.substitute(role.entrypoint), [self.substitute(a) for a in role.args],
+                    {k: self.substitute(v) for k, v in role.env.items()})
 
         def apply(self, role: Role) -> Role:
             """Return a copy of ``role`` with macros substituted in entrypoint, args, env and metadata."""

@@ -181,15 +181,17 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
             python = replica_python(role.env, opts.python)  # the one rule: tsm.schedulers.common.interpreter
             # Unless ${replica_id} is in what a replica runs with, every replica's command is the same and
             # its environment differs only in TSM_REPLICA_ID (and CUDA_VISIBLE_DEVICES): the macros are
-            # applied once per role, not once per replica (a deep copy of the role each), and the exec size
-            # is counted once (a replica over the limit is still checked in full, so the error is the same).
-            # 256 replicas: about half the dry run (issue 26).
+            # applied once per role, not once per replica, and the exec size is counted once (a replica over
+            # the limit is still checked in full, so the error is the same). 256 replicas: about half the dry
+            # run (issue 26). Only the command and env are substituted (Values.command): no copy of the role.
             plain = not any("replica_id" in text for text in (role.entrypoint, *role.args, *role.env.values()))
-            shared = macros.Values(img_root=img_root, app_id=app_id, replica_id="0").apply(role) if plain else None
+            shared = macros.Values(img_root=img_root, app_id=app_id, replica_id="0").command(role) if plain else None
             size0 = None
             for i in range(role.num_replicas):
-                r = shared or macros.Values(img_root=img_root, app_id=app_id, replica_id=str(i)).apply(role)
-                env = dict(r.env)
+                entrypoint, args, role_env = (
+                    shared or macros.Values(img_root=img_root, app_id=app_id, replica_id=str(i)).command(role)
+                )
+                env = dict(role_env)
                 env.update({
                     "TSM_APP_ID": app_id,
                     "TSM_ROLE_NAME": role.name,
@@ -202,13 +204,13 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
                 env.setdefault("PYTHONUNBUFFERED", "1")
                 if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
                     env["TORCHX_RANK0_HOST"] = env["TSM_RANK0_HOST"]
-                env["PATH"] = replica_path(path_prefix, r.env.get("PATH"), python)
+                env["PATH"] = replica_path(path_prefix, role_env.get("PATH"), python)
                 if (role.name, i) in gpus:
                     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
-                cmd = [*python_entrypoint(r.entrypoint, img_root, python), *r.args]
+                cmd = [*python_entrypoint(entrypoint, img_root, python), *args]
                 # what the supervisor will exec: the caller's environment under the replica's own
                 if size0 is None or size0 + len(str(i)) - 1 > exec_limit():
-                    size = check_exec_size(f"role '{role.name}' replica {i}", cmd, {**os.environ, **env})
+                    size = check_exec_size(f"role '{role.name}' replica {i}", cmd, env, inherit=True)
                     if plain and i == 0 and not gpus:
                         size0 = size
                 rreq.replicas.append(LocalReplicaRequest(i, cmd, img_root, env))

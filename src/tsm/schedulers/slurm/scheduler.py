@@ -158,10 +158,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
             # the command itself, given the env.
             env_pairs = [f"{k}={v}" for k, v in role.env.items()]
             wrapper = ["bash", "-c", REPLICA_WRAPPER, "tsm-replica", role.name, str(role.num_replicas), "0"]
-            check_exec_size(
-                f"role '{role.name}'", [*wrapper, *env_pairs, role.entrypoint, *role.args], os.environ
-            )
-            check_exec_size(f"role '{role.name}'", [role.entrypoint, *role.args], {**os.environ, **role.env})
+            check_exec_size(f"role '{role.name}'", [*wrapper, *env_pairs, role.entrypoint, *role.args], {}, inherit=True)
+            check_exec_size(f"role '{role.name}'", [role.entrypoint, *role.args], role.env, inherit=True)
         SlurmOptions.from_cfg(cfg)  # refuses bad values before the app's own checks are paid for
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[SlurmBatchRequest]:
