@@ -142,28 +142,18 @@ def process_context(pid: int) -> tuple[object, ...]:
     and namespaces of the caller are kept exactly as if it had spawned the supervisor itself. Raises OSError
     when the process is gone or unreadable (the caller then spawns).
     """
+    from tsm.schedulers.local._os import read_proc
+
     proc = f"/proc/{pid}/"
-    status = tuple(ln for ln in _read(proc + "status").splitlines() if ln.startswith(_STATUS_KEYS))
+    status = tuple(ln for ln in read_proc(proc + "status").splitlines() if ln.startswith(_STATUS_KEYS))
     # every rlimit but the open-file one, which is sent along
-    limits = tuple(ln for ln in _read(proc + "limits").splitlines() if not ln.startswith(b"Max open files"))
+    limits = tuple(ln for ln in read_proc(proc + "limits").splitlines() if not ln.startswith(b"Max open files"))
     ns = []
     for n in _NAMESPACES:
         with contextlib.suppress(FileNotFoundError):  # a namespace type this kernel lacks
             ns.append(os.readlink(f"{proc}ns/{n}"))
-    return (status, _read(proc + "cgroup"), limits, _read(proc + "oom_score_adj"), tuple(ns),
+    return (status, read_proc(proc + "cgroup"), limits, read_proc(proc + "oom_score_adj"), tuple(ns),
             os.getpriority(os.PRIO_PROCESS, pid))
-
-
-def _read(path: str) -> bytes:
-    """The whole of a small ``/proc`` file (one unbuffered descriptor: a standby reads six per request)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = b""
-        while chunk := os.read(fd, 65536):
-            data += chunk
-        return data
-    finally:
-        os.close(fd)
 
 
 # -- the caller's side -----------------------------------------------------------------------------------------
