@@ -256,7 +256,7 @@ def children(pid: int) -> list[int]:
 
     A single-threaded process (the link count of its ``task`` folder is its threads plus two) has one such
     file, read without listing the folder: a cancel of 10,000 replicas looks at each one's children, and
-    the listing was half of that (0.36 → 0.13 s for 10,000 ``sleep`` s).
+    the listing was half of that (0.36 → 0.13 s for 10,000 ``sleep`` processes).
     """
     out: list[int] = []
     task = f"/proc/{pid}/task"
