@@ -487,9 +487,7 @@ class macros:  # noqa: N801 (a namespace, spelled as users write it)
         def apply(self, role: Role) -> Role:
             """Return a copy of ``role`` with macros substituted in entrypoint, args, env and metadata."""
             role = copy.deepcopy(role)
-            role.entrypoint = self.substitute(role.entrypoint)
-            role.args = [self.substitute(a) for a in role.args]
-            role.env = {k: self.substitute(v) for k, v in role.env.items()}
+            role.entrypoint, role.args, role.env = self.command(role)
             role.metadata = _substitute_tree(role.metadata, self.substitute)
             return role
 

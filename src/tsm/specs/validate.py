@@ -203,7 +203,7 @@ def validate_role(role: Role) -> None:
             )
         # each part named in its own error, the names built only for one; the limit holds for "K=V" too
         key_size = exec_bytes(k, partial(_role_env_name, where, "env name {}", k))
-        value_size = exec_bytes(v, partial(_role_env_name, where, "env[{}]", k))
+        value_size = exec_bytes(v, partial(_env_entry, where, k))
         if key_size + value_size - 1 > MAX_ARG_BYTES:
             exec_bytes(f"{k}={v}", partial(_role_env_name, where, "env entry {}=...", k))  # raises
         size += key_size + value_size  # "K=V" and its NUL
