@@ -159,7 +159,7 @@ def measure(name: str, sched: Any, n: int) -> dict[str, Any]:
 
 def local_baselines(n: int, pids: list[int], sched: Any, logs_id: str) -> dict[str, float]:
     """What the machine itself takes for the same work: N spawns, N /proc reads, N file reads, N kills."""
-    row = sched._app_row(logs_id)  # noqa: SLF001 - where the log files are
+    row = sched.app_row(logs_id)  # where the log files are
     t0 = time.perf_counter()
     procs = [subprocess.Popen(["sleep", "600"]) for _ in range(n)]
     submit = time.perf_counter() - t0

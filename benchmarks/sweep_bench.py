@@ -50,14 +50,15 @@ def true(i: int = 0) -> AppDef:
 
 def bench_sweep(trials: int, parallel: int, workdir: Path) -> str:
     from tsm import get_runner
+    from tsm.sweep import run_sweep, sweep_wait
     from tsm.sweep.state import SweepState, parse_sweep_handle
 
     (workdir / "true_component.py").write_text(COMPONENT)
     comp = f"{workdir / 'true_component.py'}:true"
     start = time.perf_counter()
     with get_runner() as runner:
-        handle = runner.run_sweep(comp, {"i": list(range(trials))}, scheduler="local", parallel=parallel)
-        status = runner.sweep_wait(handle)
+        handle = run_sweep(runner, comp, {"i": list(range(trials))}, scheduler="local", parallel=parallel)
+        status = sweep_wait(handle)
     wall = time.perf_counter() - start
     state = SweepState.open(parse_sweep_handle(handle))
     meta = state.meta()

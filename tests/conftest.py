@@ -17,6 +17,7 @@ def tsm_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     home = tmp_path_factory.mktemp("tsm_home")
     monkeypatch.setenv("TSM_HOME", str(home))
     monkeypatch.setenv("TSM_LAUNCHER_IDLE", "5")  # one launcher per test home: don't let them linger
+    monkeypatch.setenv("TSM_CLI_SERVER_IDLE", "5")  # nor a command server (a home's second read within a minute)
     monkeypatch.setenv("TSM_KEEPER_IDLE", "5")  # nor the keepers of the Docker and Kubernetes tests' homes,
     monkeypatch.setenv("TSM_KEEPER_GIVE_UP", "60")  # even one whose engine the test removed (a private dockerd)
     return home
@@ -57,6 +58,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="write the outcome and figures of tests marked reliability(...) to PATH as JSON",
     )
+    parser.addoption(
+        "--timings",
+        metavar="PATH",
+        default=None,
+        help="write each test's setup, call and teardown durations to PATH as JSON (tests/suites.py reads them)",
+    )
+
+
+# -- timings: what tests/suites.py ranks the slowest tests by -------------------------------------------
+# Recorded where the reports arrive: in the one process of a plain run, in the controller of a pytest-xdist run
+# (its workers send their reports there; a worker itself writes nothing).
+_timings: list[dict[str, Any]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _timings.append({"nodeid": report.nodeid, "when": report.when, "duration": round(report.duration, 3),
+                     "outcome": report.outcome})
 
 
 @dataclass
@@ -128,3 +146,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     path = session.config.getoption("--reliability-report")
     if path:
         Path(path).write_text(json.dumps(_rows, indent=1) + "\n")
+    timings = session.config.getoption("--timings")
+    if timings and not hasattr(session.config, "workerinput"):  # an xdist worker: its controller writes them
+        Path(timings).parent.mkdir(parents=True, exist_ok=True)
+        Path(timings).write_text(json.dumps(_timings) + "\n")

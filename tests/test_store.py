@@ -78,6 +78,35 @@ def test_home_that_is_a_file(tsm_home: Path, monkeypatch: pytest.MonkeyPatch) ->
         tsm_home_fn()
 
 
+@pytest.mark.reliability(
+    "a TSM_HOME another user made first, or may write to, is refused",
+    expect="a home owned by another uid, or writable by group or others (a guessed name under /tmp), raises one "
+    "StoreError saying what to do; nothing is written in it",
+    group="Security",
+)
+def test_a_home_that_is_not_the_users_alone_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    monkeypatch.setenv("TSM_HOME", str(shared))
+    for mode in (0o777, 0o775, 0o1777, 0o757):
+        shared.chmod(mode)
+        with pytest.raises(StoreError, match="writable by other users.*chmod go-w"):
+            tsm_home_fn()
+        r = subprocess.run([sys.executable, "-m", "tsm.cli.main", "list"], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, **CHILD_ENV})
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and "writable by other users" in r.stderr, r
+    assert list(shared.iterdir()) == []
+    shared.chmod(0o755)  # readable by others is the owner's choice; the files in it stay private
+    assert tsm_home_fn() == shared
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        monkeypatch.setenv("TSM_HOME", str(theirs))
+        with pytest.raises(StoreError, match="belongs to uid 65534"):
+            tsm_home_fn()
+
+
 def tsm_home_fn() -> Path:
     return tsm_home()
 
@@ -625,3 +654,67 @@ def test_damaged_main_file(tsm_home: Path, damage: str) -> None:
     message = _one_line(info.value)
     assert f"state store {db} is damaged" in message and "move it aside" in message
     _assert_one_line_error(_tsm("list"), f"state store {re.escape(str(db))} is damaged")
+
+
+@pytest.mark.reliability(
+    "a full $TSM_HOME leaves the controls in the user's hands",
+    expect="with an app running and no space left: tsm list and tsm status show it, tsm cancel stops it "
+    "(exit 0, every process gone); an error that must happen says the disk is full",
+    group="Faults",
+)
+def test_reads_and_cancel_work_on_a_full_disk(tmpfs: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    home = tmpfs("8m")
+    monkeypatch.setenv("TSM_HOME", str(home))
+    started = tmp_path / "pid"
+    code = f"import os, time\nopen({str(started)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)"
+    r = _tsm("run", "--detach", "utils.python", "-c", code)
+    assert r.returncode == 0, r
+    handle = r.stdout.split()[-1]
+    from testutil import wait_until
+
+    wait_until(lambda: started.exists() and started.read_text() != "", "the replica's start", timeout=60)
+    pid = int(started.read_text())
+    filler = _fill(home)  # nothing read the app since its launch: its history row still says SUBMITTED
+    try:
+        r = _tsm("list")
+        assert r.returncode == 0 and handle in r.stdout and "RUNNING" in r.stdout and not r.stderr, r
+        r = _tsm("status", handle)
+        assert r.returncode == 0 and "RUNNING" in r.stdout and not r.stderr, r
+        r = _tsm("cancel", handle)
+        assert r.returncode == 0 and "Traceback" not in r.stderr and "full" in r.stderr, r
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 0)
+            raise AssertionError(f"the replica {pid} still runs after tsm cancel")
+        r = _tsm("run", "utils.echo")  # what cannot work on a full disk says so
+        _assert_one_line_error(r, "no space left|disk is full")
+    finally:
+        filler.unlink()
+    r = _tsm("wait", handle)  # once there is room, the outcome is recorded
+    assert "CANCELLED" in r.stdout, r
+
+
+def test_a_dead_supervisor_is_reported_on_a_full_disk(tmpfs: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    """A reader that finds an app's supervisor and watchdog gone records it FAILED; on a full disk it still says so."""
+    home = tmpfs("8m")
+    monkeypatch.setenv("TSM_HOME", str(home))
+    r = _tsm("run", "--detach", "utils.sh", "--", "sleep", "600")
+    assert r.returncode == 0, r
+    handle = r.stdout.split()[-1]
+    app_id = handle.rsplit("/", 1)[1]
+    with Store() as store:
+        row = store.query("SELECT sup_pid, watchdog_pid FROM local_apps WHERE app_id=?", (app_id,))[0]
+    for pid in (row["watchdog_pid"], row["sup_pid"]):  # the watchdog first: nobody records how they died
+        os.kill(pid, signal.SIGKILL)
+    from testutil import wait_all_gone
+
+    wait_all_gone([row["watchdog_pid"], row["sup_pid"]])
+    filler = _fill(home)
+    try:
+        r = _tsm("status", handle)
+        assert r.returncode == 0 and "FAILED" in r.stdout and "supervisor died" in r.stdout, r
+    finally:
+        filler.unlink()
+    r = _tsm("status", handle)  # with room again, the reader records it
+    assert "FAILED" in r.stdout, r

@@ -26,11 +26,48 @@ def test_torchx_names_are_tsm_modules_here_and_in_child_processes(tmp_path: Path
         "from torchx.schedulers.local_scheduler import LocalScheduler\n"
         "from torchx.specs import AppDef\n"
         "print(torchx is tsm, a is b, AppDef.__module__, sys.argv[1:])\n"
-        "subprocess.run([sys.executable, '-c', 'import torchx.runner.api as r; print(r.__name__)'], check=True)\n"
+        "subprocess.run([sys.executable, '-c', 'import torchx.runner.config as r; print(r.__name__)'], check=True)\n"
     )
     out = run(["-m", "tsm.torchx_alias", "-c", code, "x", "y"], tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["True True tsm.specs.api ['x', 'y']", "tsm.runner.api"]
+    assert out.stdout.splitlines() == ["True True tsm.specs.api ['x', 'y']", "tsm.runner.config"]
+
+
+def test_a_torchx_path_the_wing_has_is_the_wings_module(tmp_path: Path) -> None:
+    code = (
+        "import torchx.runner, torchx.runner.api as r, torchx.runner.config as c, torchx.specs as s, tsm.specs\n"
+        "import torchx.specs.finder as f, torchx.schedulers.local_scheduler as ls, tsm.schedulers.local_scheduler as st\n"
+        "print(r.__name__, c.__name__, f.__name__, ls.__name__)\n"
+        "print(torchx.runner.Runner is r.Runner, s.AppDef is tsm.specs.AppDef, st.LocalScheduler is ls.LocalScheduler)\n"
+    )
+    out = run(["-m", "tsm.torchx_alias", "-c", code], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "tsm.compat.torchx.runner.api tsm.runner.config tsm.compat.torchx.specs.finder "
+        "tsm.compat.torchx.schedulers.local_scheduler",
+        "True True True",
+    ]
+
+
+def test_a_torchx_folder_that_is_no_package_supplies_what_tsm_lacks(tmp_path: Path) -> None:
+    # a program's own files at TorchX paths (TorchX's tests, their fixtures): read from the folder
+    mine = tmp_path / "mine" / "torchx" / "specs" / "test"
+    mine.mkdir(parents=True)
+    (mine / "__init__.py").write_text("")
+    (mine / "helper.py").write_text("from torchx.specs import AppDef\nNAME = AppDef.__module__\n")
+    code = "from torchx.specs.test.helper import NAME; import torchx.specs.test as t; print(NAME, t.__name__)"
+    out = run(["-m", "tsm.torchx_alias", "-c", code], tmp_path, PYTHONPATH=str(tmp_path / "mine"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "tsm.specs.api torchx.specs.test"
+    # a real torchx (a package) is never read for a name tsm lacks, even when shadowed
+    real = tmp_path / "site" / "torchx" / "specs" / "test"
+    real.mkdir(parents=True)
+    (real.parent.parent / "__init__.py").write_text("")
+    (real / "__init__.py").write_text("")
+    (real / "helper.py").write_text("NAME = 'real'\n")
+    out = run(["-m", "tsm.torchx_alias", "--shadow", "-c", "import torchx.specs.test.helper"], tmp_path,
+              PYTHONPATH=str(tmp_path / "site"))
+    assert out.returncode == 1 and "No module named 'torchx.specs.test'" in out.stderr
 
 
 def test_scripts_and_modules_run_as_main(tmp_path: Path) -> None:
@@ -79,7 +116,7 @@ def test_install_and_uninstall_in_process() -> None:
 
         import tsm.specs
 
-        assert ts is tsm.specs
+        assert ts.AppDef is tsm.specs.AppDef  # torchx.specs is TorchX's face of the package
     finally:
         torchx_alias.uninstall()
         for name in [n for n in sys.modules if n == "torchx" or n.startswith("torchx.")]:

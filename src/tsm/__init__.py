@@ -12,8 +12,6 @@ Names are imported on first use so ``import tsm`` stays fast and never loads a s
 
 from __future__ import annotations
 
-import importlib
-
 TYPE_CHECKING = False  # avoids importing typing at start-up; type checkers treat it as True
 
 __version__ = "0.1.0"
@@ -35,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "BindMount": "tsm.specs.mounts",
     "VolumeMount": "tsm.specs.mounts",
     "DeviceMount": "tsm.specs.mounts",
+    "Environment": "tsm.specs.environment",
     "named_resources": "tsm.specs.named_resources",
     "is_terminal": "tsm.specs.api",
     "macros": "tsm.specs.api",
@@ -72,6 +71,8 @@ def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tsm' has no attribute {name!r}")
+    import importlib  # here, not at the top: every `tsm` command imports this package, most need no name of it
+
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
@@ -117,6 +118,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         is_terminal as is_terminal,
         macros as macros,
     )
+    from tsm.specs.environment import Environment as Environment
     from tsm.specs.handles import make_app_handle as make_app_handle, parse_app_handle as parse_app_handle
     from tsm.specs.mounts import (
         BindMount as BindMount,

@@ -6,7 +6,9 @@ Catch :class:`TsmError` to handle anything tsm reports; catch a leaf to act on o
     ├── UsageError                 a command-line value the parser could not check (CLI exit code 2)
     ├── InvalidAppError            the AppDef breaks a rule (names the role and the field)
     ├── InvalidRunOptionError      a run option is unknown, missing or of the wrong type
+    │   ├── RunOptionDefaultError  a scheduler declared an option with a default of another type (a TypeError)
     │   └── ConfigError            a config file is unreadable or has a bad key (names the file)
+    │       └── ConfigFileNotFoundError  $TORCHXCONFIG names no file (a FileNotFoundError)
     ├── MalformedAppHandleError    an app handle is not ``scheduler://session/app_id``
     ├── UnknownAppError            no scheduler knows the handle (or it is gone)
     ├── UnknownSchedulerError      no scheduler is registered under that name
@@ -20,7 +22,10 @@ Catch :class:`TsmError` to handle anything tsm reports; catch a leaf to act on o
     ├── SchedulerError             a scheduler could not do what was asked
     │   ├── SchedulerUnavailableError  its system or client library is not there (says what to install)
     │   ├── SubmissionError            the scheduler refused the request
-    │   └── AppStillRunningError       the app still runs, so it cannot be removed (cancel it first)
+    │   │   └── EnvBuildError          a lockfile environment could not be built (``detail``: uv's own words)
+    │   ├── AppStillRunningError       the app still runs, so it cannot be removed (cancel it first)
+    │   ├── ReplicaNotRunningError     no live replica to exec into, dump or reach: ended, or not started yet
+    │   └── IncompleteRemovalError     some apps were removed, others not (``removed``, ``failed``: why)
     ├── StoreError                 the state store under $TSM_HOME cannot be read or written
     └── TimerError                 an expiration timer request was refused or could not be delivered
 
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
     from typing import Any
 
 
@@ -62,8 +67,16 @@ class InvalidRunOptionError(TsmError, ValueError):
     """A run option is unknown, required but missing, or of the wrong type."""
 
 
+class RunOptionDefaultError(InvalidRunOptionError, TypeError):
+    """A scheduler declares a run option whose default is not of the option's type (TorchX raises TypeError)."""
+
+
 class ConfigError(InvalidRunOptionError):
     """A config file cannot be parsed or holds a bad section or key; the message names the file."""
+
+
+class ConfigFileNotFoundError(ConfigError, FileNotFoundError):
+    """The config file named (``$TORCHXCONFIG``) does not exist."""
 
 
 class MalformedAppHandleError(TsmError, ValueError):
@@ -74,8 +87,11 @@ class UnknownAppError(TsmError, LookupError):
     """No scheduler knows the app (never submitted, removed, or the scheduler forgot it)."""
 
 
-class UnknownSchedulerError(TsmError, LookupError):
-    """No scheduler is registered under the name asked for."""
+class UnknownSchedulerError(TsmError, KeyError, ValueError):
+    """No scheduler is registered under the name asked for (a KeyError and a ValueError, as TorchX raises either)."""
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
 
 
 class UnknownResourceError(TsmError, KeyError):
@@ -109,7 +125,7 @@ class AppStatusError(TsmError):
     """An app ended other than SUCCEEDED; ``status`` is its :class:`~tsm.specs.AppStatus`."""
 
     def __init__(self, status: Any, *args: object, handle: str | None = None, scheduler: str | None = None) -> None:
-        super().__init__(*(args or (f"app did not succeed: {getattr(status, 'state', status)}",)),
+        super().__init__(*(args or (f"job did not succeed: {getattr(status, 'state', status)}",)),
                          handle=handle, scheduler=scheduler)
         self.status = status
 
@@ -130,8 +146,31 @@ class SubmissionError(SchedulerError):
     """The scheduler refused the request it was given."""
 
 
+class EnvBuildError(SubmissionError):
+    """A role's lockfile environment could not be built; ``detail`` keeps the installer's full message."""
+
+    def __init__(self, *args: object, detail: str = "", **kw: str | None) -> None:
+        super().__init__(*args, **kw)
+        self.detail = detail
+
+
 class AppStillRunningError(SchedulerError):
     """The app has not ended, so its state and logs cannot be removed; cancel it first."""
+
+
+class ReplicaNotRunningError(SchedulerError):
+    """The replica ``tsm exec``/``stack``/``port-forward`` names has no live process: its app (or the replica)
+    ended, or it has not started yet (CLI exit code 4)."""
+
+
+class IncompleteRemovalError(SchedulerError):
+    """A removal did what it could: the apps in ``removed`` are gone, each in ``failed`` (handle -> why) is not."""
+
+    def __init__(self, *args: object, removed: Iterable[str] = (), failed: Mapping[str, str] | None = None,
+                 handle: str | None = None, scheduler: str | None = None) -> None:
+        super().__init__(*args, handle=handle, scheduler=scheduler)
+        self.removed = list(removed)
+        self.failed = dict(failed or {})
 
 
 class StoreError(TsmError, OSError):

@@ -5,12 +5,16 @@ The history is what ``tsm list`` shows across schedulers, what ``describe`` fall
 scheduler has forgotten an app (Slurm forgets old jobs), and what ``tsm rm --older-than`` walks.
 
 A row is written when an app is scheduled and updated whenever a later call learns a new state;
-states are kept as :class:`~tsm.specs.AppState` numbers. The store itself (locking, faults, the file
+states are kept as :class:`~tsm.specs.AppState` numbers. Those updates are made on read paths (``tsm
+list``, ``status``, ``wait``, ``cancel``) and are best effort: the row is a cache of what the scheduler
+knows, so a store that cannot take them (a full or read-only disk, a held lock) never takes a read or a
+cancel away. A launch's row and a removal are not: their errors are the caller's. The store itself (locking, faults, the file
 under ``$TSM_HOME``) is :class:`tsm.store.Store`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterable, Mapping
@@ -93,14 +97,18 @@ class History:
         self.set_states([(handle, state)])
 
     def set_states(self, changes: Iterable[tuple[str, AppState]]) -> None:
-        """Record several ``(handle, state)`` changes in one transaction."""
+        """Record several ``(handle, state)`` changes in one transaction, if the store takes it (best effort:
+        see the module docstring; the next read that learns the state records it)."""
+        from tsm.errors import StoreError
+
         now = time.time()
         statements = [
             ("UPDATE apps SET state=?, updated=? WHERE handle=? AND state != ?", (int(s), now, h, int(s)))
             for h, s in changes
         ]
         if statements:
-            self.store.write(statements)
+            with contextlib.suppress(StoreError):
+                self.store.write(statements)
 
     def mark_failed(self, handle: str) -> None:
         """Record that ``handle`` ended FAILED (the one place that spells it)."""

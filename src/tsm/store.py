@@ -26,6 +26,7 @@ import contextlib
 import errno
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -94,14 +95,26 @@ CREATE TABLE IF NOT EXISTS local_replicas (
 
 
 def tsm_home() -> Path:
-    """``$TSM_HOME`` (default ``~/.tsm``), created 0700 when missing."""
+    """``$TSM_HOME`` (default ``~/.tsm``), created 0700 when missing.
+
+    An existing one must be this user's and writable by nobody else: in a folder another user owns or may
+    write to (a guessable name under ``/tmp`` made first by someone else), that user could replace the
+    requests a supervisor runs, or the sockets tsm connects to. Such a home raises :class:`StoreError`.
+    """
     home = Path(os.environ.get("TSM_HOME") or Path.home() / ".tsm")
     try:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(home)
     except OSError as e:
         raise StoreError(f"cannot create TSM_HOME {home}: {e.strerror}; set TSM_HOME to a writable directory") from e
-    if not home.is_dir():
+    if not stat.S_ISDIR(st.st_mode):
         raise StoreError(f"TSM_HOME {home} is not a directory; set TSM_HOME to a directory")
+    if st.st_uid != os.geteuid():
+        raise StoreError(f"TSM_HOME {home} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); "
+                         "set TSM_HOME to a directory of yours")
+    if st.st_mode & 0o022:
+        raise StoreError(f"TSM_HOME {home} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}); "
+                         f"run chmod go-w {home}, or set TSM_HOME to a directory of yours alone")
     return home
 
 

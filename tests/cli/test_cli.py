@@ -142,7 +142,7 @@ def test_queries_import_only_what_they_use(argv: list[str]) -> None:
 
 
 def test_run_knows_the_workspace_metadata_key() -> None:
-    from tsm.cli.cmd_run import WORKSPACE_METADATA_KEY
+    from tsm.cli._launch import WORKSPACE_METADATA_KEY
     from tsm.workspace.api import METADATA_KEY
 
     assert WORKSPACE_METADATA_KEY == METADATA_KEY

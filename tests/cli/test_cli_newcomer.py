@@ -98,7 +98,7 @@ def test_status_line_counts_a_replica_running_once_its_first_line_is_out() -> No
 
 def test_every_workspace_kind_gets_the_launch_line() -> None:
     """Docker/Kubernetes (image) and Ray (working_dir) workspaces print the line local and Slurm print."""
-    from tsm.cli.cmd_run import WORKSPACE_METADATA_KEY, workspace_line
+    from tsm.cli._launch import WORKSPACE_METADATA_KEY, workspace_line
     from tsm.specs.api import AppDef, Role
 
     base = {"workspace": "/p", "snapshot": "/h/ws/abc", "files": 3, "bytes": 120, "digest": "ab" * 32}

@@ -66,6 +66,8 @@ def _nothing_submitted() -> None:
     (["--lr", "0.1", "--lr", "0.2"], "given twice"),
     ([], "give the space"),
     (["--batch", "32,big"], "big"),  # a value its parameter cannot take
+    (["--random", "3", "--batch", "big,32,64"], "big"),  # the first listed value too, in a random search
+    (["--random", "2", "--batch", ",".join(str(i) for i in range(1, 400)) + ",big"], "big"),  # past the 200 called
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_submitted(
     comp: str, words: list[str], why: str, capsys: pytest.CaptureFixture[str]
@@ -137,7 +139,7 @@ def test_sweep_end_to_end_show_sorted_and_list_folds_it(comp: str, tmp_path: Pat
     assert lines[1].split()[1:3] == ["0.01", "64"]  # the best trial first
     best_last = _tsm("sweep", "show", handle, "--sort=-loss", "--json", cwd=tmp_path)
     rows = json.loads(best_last.stdout)
-    assert [r["params"] for r in rows][0] == {"lr": "0.1", "batch": "32"}
+    assert [r["params"] for r in rows][0] == {"lr": 0.1, "batch": 32}  # typed as the component takes them
     assert all(r["state"] == "SUCCEEDED" and r["handle"].startswith("local://") for r in rows)
     listed = _tsm("list", cwd=tmp_path).stdout
     assert listed.count(handle) == 1 and "4 trials: 4 succeeded" in listed
@@ -189,3 +191,41 @@ def test_hostile_values_in_every_sweep_slot_are_one_line_and_submit_nothing(comp
                 failures.append(f"{argv!r}: exit {code}: {err[-300:]!r}")
     assert not failures, "\n".join(failures[:20])
     _nothing_submitted()
+
+
+ESCAPES = "\x1b[2J\x1b]0;owned\x07\r"
+
+RECORDS_ESCAPES = '''
+import sys
+from tsm import AppDef, Role
+
+CODE = """
+from tsm.tracker import AppRun
+esc = chr(27) + "[2J" + chr(27) + "]0;owned" + chr(7) + chr(13)
+AppRun.run_from_env().add_metadata(**{esc + "loss": "x" + esc})
+"""
+
+
+def train(lr: float = 0.1) -> AppDef:
+    """Records a metric whose name and value hold terminal escape sequences."""
+    return AppDef(name="train", roles=[Role(name="trainer", image="", entrypoint=sys.executable, args=["-c", CODE])])
+'''
+
+
+@pytest.mark.reliability(
+    "escape codes a sweep's trials recorded never reach the terminal",
+    expect="metric names and values with ESC/BEL/CR print escaped in tsm sweep show (--json keeps them as recorded)",
+    group="Hostile input",
+)
+def test_sweep_show_escapes_what_trials_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "esc.py").write_text(RECORDS_ESCAPES)
+    monkeypatch.chdir(tmp_path)
+    started = _tsm("sweep", "esc.py:train", "--lr", "0.1", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    handle = started.stdout.strip()
+    assert _tsm("sweep", "wait", handle, cwd=tmp_path).returncode == 0
+    shown = _tsm("sweep", "show", handle, cwd=tmp_path).stdout
+    assert "loss" in shown and "\\x1b[2J" in shown, shown
+    assert not any(c in shown for c in "\x1b\x07\r"), repr(shown)
+    rows = json.loads(_tsm("sweep", "show", handle, "--json", cwd=tmp_path).stdout)
+    assert rows[0]["metrics"] == {ESCAPES + "loss": "x" + ESCAPES}  # --json keeps the data as recorded

@@ -135,6 +135,11 @@ def test_every_subcommand_exits_by_the_table(workdir: Path) -> None:
         (["lint", str(workdir / "missing.py")], usage),
         (["tracker", "list"], ok_),
         (["tracker", "show", unknown], usage),
+        (["exec", running, "--", "true"], ok_), (["exec", running, "--", "sh", "-c", "exit 5"], 5),  # its own code
+        (["exec", ok, "--", "true"], _exits.NOT_RUNNING), (["exec", f"{running}/nosuch/0", "--", "true"], usage),
+        (["exec", unknown, "--", "true"], usage), (["stack", ok], _exits.NOT_RUNNING), (["stack", unknown], usage),
+        (["stack", running], failed_),  # sh and sleep: no Python process to dump
+        (["port-forward", running, "x"], usage), (["port-forward", ok, "80"], _exits.NOT_RUNNING),
         (["cancel", unknown], usage),
         (["cancel", running], ok_),
         (["top", "--once"], ok_),
@@ -143,6 +148,11 @@ def test_every_subcommand_exits_by_the_table(workdir: Path) -> None:
         (["sweep", "list"], ok_),
         (["sweep", "status", "sweep://default/nosuch-00000000"], usage),
         (["sweep", "--parallel", "0", "utils.echo", "--msg", "a,b"], usage),
+        (["env", "list"], ok_),
+        (["env", "show", "0000"], usage),
+        (["env", "gc", "--older-than", "never"], usage),
+        (["env"], usage),
+        (["dryrun", "--environment", str(workdir / "missing" / "uv.lock"), "utils.echo"], failed_),
         (["rm", ok], ok_),
     ]
     wrong = []

@@ -11,6 +11,8 @@ import uuid
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 import tsm.components.utils as utils
 from tsm.components.component_test_base import ComponentTestCase
 from tsm.specs.api import AppDef, AppState, Role
@@ -79,18 +81,46 @@ def test_validate_passes_good_components_and_fails_bad_ones(tmp_path: Path) -> N
     assert len(missing.failures) == 1 and "function 'nope' not found" in missing.failures[0][1]
 
 
-def test_each_test_runs_in_its_own_folder_which_is_removed() -> None:
+def test_each_test_has_a_scratch_folder_which_is_removed_and_keeps_the_working_directory() -> None:
     seen: dict[str, str] = {}
     before = os.getcwd()
 
     class UserTest(ComponentTestCase):
-        def test_dir_is_cwd(self) -> None:
+        def test_dir(self) -> None:
             seen["dir"] = self.test_dir
             seen["cwd"] = os.getcwd()
+            seen["exists"] = str(os.path.isdir(self.test_dir))
 
-    assert run_case(UserTest, "test_dir_is_cwd").wasSuccessful()
-    assert os.path.realpath(seen["cwd"]) == os.path.realpath(seen["dir"])
+    assert run_case(UserTest, "test_dir").wasSuccessful()
+    assert seen["cwd"] == before and seen["exists"] == "True"
     assert not os.path.exists(seen["dir"]) and os.getcwd() == before
+
+
+def script_component(script: str) -> AppDef:
+    """Runs a Python script named relative to the working directory.
+
+    Args:
+        script: the script
+    """
+    return AppDef("script", [Role("script", image="my_app:latest", entrypoint="python", args=[script])])
+
+
+def test_run_component_runs_a_script_relative_to_the_tests_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the README's example: the component names train.py, beside the test; the image is a container's name,
+    # which local_cwd (the default, TorchX's) ignores
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    monkeypatch.chdir(tmp_path)
+    got = {}
+
+    class UserTest(ComponentTestCase):
+        def test_train(self) -> None:
+            got["status"] = self.run_component(script_component, {"script": "train.py"}, timeout=60)
+
+    assert run_case(UserTest, "test_train").wasSuccessful()
+    status = got["status"]
+    assert status is not None and status.state == AppState.SUCCEEDED, status
 
 
 def test_run_component_returns_the_final_status() -> None:

@@ -590,3 +590,14 @@ def test_get_role_name_as_torchx() -> None:
     with pytest.raises(ValueError):
         get_role_name(None, None)
     assert _TORCH_DEBUG_FLAGS is TORCH_DEBUG_FLAGS
+
+
+def test_the_role_names_torch_under_the_key_the_schedulers_check() -> None:
+    """dist.ddp's role says its replicas import torch, under the kit's key (written out in dist.py: importing the
+    kit there would cost every component's start), so the local scheduler checks it at dry run."""
+    from tsm.components.dist import NEEDS_KEY
+    from tsm.schedulers.common.interpreter import NEEDS_KEY as KIT_KEY
+
+    assert NEEDS_KEY == KIT_KEY
+    [role] = ddp(script="train.py").roles
+    assert role.metadata[KIT_KEY] == "torch"

@@ -405,3 +405,12 @@ def test_get_components_and_get_builtin_source() -> None:
     assert source.startswith("def copy(src: str, dst: str") and "torchx-utils-copy" in source
     with pytest.raises(ComponentNotFoundError):
         get_builtin_source("utils.nope")
+
+
+def test_a_torchx_component_file_outside_the_alias_says_how_to_run_it(tmp_path: Path) -> None:
+    path = tmp_path / "torchx_comp.py"
+    path.write_text("import torchx.specs as specs\n\ndef train() -> specs.AppDef:\n    return specs.AppDef('t')\n")
+    with pytest.raises(ComponentImportError) as e:
+        get_component(f"{path}:train")
+    assert "No module named 'torchx'" in str(e.value)
+    assert "python -m tsm.torchx_alias -m tsm.cli.main run" in str(e.value) and "from torchx to tsm" in str(e.value)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import textwrap
 from pathlib import Path
 
@@ -11,9 +10,8 @@ import pytest
 import tsm.components.dist
 import tsm.components.utils
 from tsm.components import get_component, lint, materialize
-from tsm.components.linter import LintMessage, get_fn_docstring, validate
+from tsm.components.linter import LintMessage
 from tsm.errors import ComponentError, ComponentNotFoundError
-from tsm.specs.api import AppDef
 
 HEADER = "from typing import Dict, List, Optional, Union\nimport typing\nfrom tsm.specs.api import AppDef, Role\n\n"
 
@@ -232,56 +230,5 @@ def test_missing_function_is_a_message_not_an_exception(tmp_path: Path) -> None:
     assert (
         m.description == f"function 'god' not found in '{path}' (did you mean 'good'?); functions there: good"
     )
-    assert validate(path, "god") == [m]
 
 
-def test_validate_returns_errors_only(tmp_path: Path) -> None:
-    body = "def f(x, y: int = 1) -> AppDef:\n    return AppDef('a')\n"  # no docstring: a warning only
-    path = write(tmp_path, body)
-    assert [m.severity for m in lint(path, "f")] == ["warning", "error"]
-    [m] = validate(path, "f")
-    assert m.description.startswith("parameter 'x' has no type annotation")
-    assert validate(write(tmp_path, GOOD), "good") == []
-
-
-def test_get_fn_docstring() -> None:
-    def documented(a: str, b: int = 1) -> AppDef:
-        """Does a thing.
-
-        More words.
-
-        Args:
-            a: the a
-        """
-        raise AssertionError
-
-    def bare(x: str) -> AppDef:
-        raise AssertionError
-
-    assert get_fn_docstring(documented) == ("Does a thing.\n\nMore words.", {"a": "the a", "b": " "})
-    description, args = get_fn_docstring(bare)
-    assert description.startswith("bare ") and "docstring" in description
-    assert args == {"x": " "}
-
-
-def test_validate_with_custom_validators(tmp_path: Path) -> None:
-    from tsm.components.linter import ComponentFunctionValidator, LinterMessage
-
-    class NoLongNames(ComponentFunctionValidator):
-        def validate(self, app_specs_func_def: ast.FunctionDef) -> list[LinterMessage]:
-            if len(app_specs_func_def.name) > 3:
-                return [self._gen_linter_message("name too long", app_specs_func_def.lineno)]
-            return []
-
-    path = write(tmp_path, GOOD)
-    [m] = validate(path, "good", validators=[NoLongNames()])
-    assert (m.name, m.description, m.line, m.char, m.severity) == (
-        "NoLongNames",
-        "name too long",
-        6,
-        0,
-        "error",
-    )
-    assert validate(path, "good", validators=[]) == []
-    assert validate(path, "nope", validators=[NoLongNames()])[0].line == 0  # not found: still reported
-    assert LinterMessage(name="n", description="d", line=1, char=2).severity == "error"  # TorchX's keywords

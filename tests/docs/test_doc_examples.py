@@ -164,28 +164,38 @@ def blocks(doc: Path) -> list[Block]:
     return out
 
 
-def project(tmp: Path) -> Path:
-    """A project directory with every file the examples name."""
+def project(tmp: Path, doc: Path | None = None) -> Path:
+    """A project directory with every file the examples name: as ``doc`` shows it, if it shows it."""
     tmp.mkdir(parents=True, exist_ok=True)
+    shown = shown_files(doc) if doc is not None else {}
     for name, text in FILES.items():
-        if text is None:
-            text = readme_component()
+        text = shown.get(name) or text or readme_component()
         (tmp / name).write_text(text)
     return tmp
 
 
+def shown_files(doc: Path) -> dict[str, str]:
+    """The project files ``doc`` shows: Python examples that start with ``# <name>`` (one of :data:`FILES`)."""
+    out = {}
+    for b in blocks(doc):
+        source = str(b.example.parsed)
+        first = source.partition("\n")[0].removeprefix("# ").strip()
+        if b.language == "python" and first in FILES:
+            out[first] = source
+    return out
+
+
 def readme_component() -> str:
     """The README's ``my_components.py``, exactly as the README shows it."""
-    for b in blocks(ROOT / "README.md"):
-        source = str(b.example.parsed)
-        if b.language == "python" and source.startswith("# my_components.py"):
-            return source
-    raise AssertionError("README.md has no my_components.py example")
+    found = shown_files(ROOT / "README.md").get("my_components.py")
+    if found is None:
+        raise AssertionError("README.md has no my_components.py example")
+    return found
 
 
 def run_blocks(selected: list[Block], tmp: Path, env_extra: dict[str, str] | None = None) -> None:
     """Evaluate ``selected`` in order (Python in its document's namespace, shell in a project directory)."""
-    cwd = project(tmp)
+    cwd = project(tmp, selected[0].doc if selected else None)
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env_extra or {}))
     shell = Shell(cwd, env)
     failures = []
@@ -232,6 +242,16 @@ def test_every_example_is_runnable_or_explained() -> None:
             if b.engine is not None and b.engine not in ENGINES:
                 bad.append(f"{b.where}: unknown engine {b.engine!r}; one of {', '.join(ENGINES)}")
     assert not bad, "\n".join(bad)
+
+
+def test_getting_started_shows_the_train_py_its_examples_run() -> None:
+    """A newcomer copies the page: its Python example asserts on what ``train.py`` prints, so the page shows
+    that file, and the examples are run with it as shown (:func:`project`)."""
+    shown = shown_files(ROOT / "docs" / "getting-started.md")
+    assert "train.py" in shown, "docs/getting-started.md runs a train.py it never shows"
+    out = subprocess.run([sys.executable, "-c", shown["train.py"], "--lr", "0.1"], capture_output=True, text=True,
+                         timeout=HANG, check=True).stdout
+    assert out == "train --lr 0.1\n", out
 
 
 @pytest.mark.parametrize("doc", _runnable(None))

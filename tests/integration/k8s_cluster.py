@@ -66,7 +66,9 @@ def k8s_cluster() -> K8sCluster:
         sys.stderr.write(proc.stdout + proc.stderr)
         if proc.returncode != 0:
             unavailable(f"scripts/docker-up failed (exit {proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}")
-        proc = subprocess.run(["bash", str(K8S_UP)], capture_output=True, text=True, timeout=1800)
+        # k8s-up waits for a first build still running in the background (make k8s-build-bg), which on a busy
+        # machine may take well over half an hour: the limit is CI's own (90 min) less the time to report
+        proc = subprocess.run(["bash", str(K8S_UP)], capture_output=True, text=True, timeout=4800)
         sys.stderr.write(proc.stdout + proc.stderr)
         if proc.returncode != 0:
             unavailable(f"scripts/k8s-up failed (exit {proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}")

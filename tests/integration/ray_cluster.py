@@ -7,9 +7,12 @@ the head cannot start it skips saying why -- except under CI (``CI=true``), wher
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,6 +48,21 @@ def head_up() -> bool:
     return any(n.get("is_head_node") and n.get("state") == "ALIVE" for n in nodes)
 
 
+@contextlib.contextmanager
+def bringup_lock() -> Iterator[None]:
+    """Held while a session looks for the head and starts it: another session doing the same (a test run beside
+    this one) waits, then finds the head up, instead of its ``ray-down`` stopping the head just started."""
+    path = Path(tempfile.gettempdir()) / "tsm-ray-up.lock"
+    try:
+        f = open(path, "a")  # noqa: SIM115 (held for the block below)
+    except OSError:  # another user's lock file: go on without it
+        yield
+        return
+    with f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 @dataclass(frozen=True)
 class RayCluster:
     """The head the tests use and how long having it took."""
@@ -66,14 +84,16 @@ def ray_cluster() -> Iterator[RayCluster]:
         unavailable("ray is not installed (pip install 'tsm[ray]')")
     start = time.monotonic()
     started = False
-    if not head_up():
-        # what is left of a head that died (a GCS without its raylet) would refuse a new one: stop it first
-        subprocess.run(["bash", str(ROOT / "scripts" / "ray-down")], capture_output=True, timeout=120)
-        proc = subprocess.run(["bash", str(ROOT / "scripts" / "ray-up")], capture_output=True, text=True, timeout=300)
-        sys.stderr.write(proc.stdout + proc.stderr)
-        if proc.returncode != 0 or not head_up():
-            unavailable(f"scripts/ray-up failed (exit {proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}")
-        started = True
+    with bringup_lock():
+        if not head_up():
+            # what is left of a head that died (a GCS without its raylet) would refuse a new one: stop it first
+            subprocess.run(["bash", str(ROOT / "scripts" / "ray-down")], capture_output=True, timeout=120)
+            proc = subprocess.run(["bash", str(ROOT / "scripts" / "ray-up")], capture_output=True, text=True,
+                                  timeout=300)
+            sys.stderr.write(proc.stdout + proc.stderr)
+            if proc.returncode != 0 or not head_up():
+                unavailable(f"scripts/ray-up failed (exit {proc.returncode}): {(proc.stderr or proc.stdout)[-2000:]}")
+            started = True
     cluster = RayCluster(ADDRESS, started, time.monotonic() - start)
     _started.append(cluster)
     yield cluster

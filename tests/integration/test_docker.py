@@ -9,6 +9,7 @@ import json
 import subprocess
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -294,7 +295,7 @@ def test_gpus_are_refused_without_gpus(sched: DockerScheduler) -> None:
 # -- workspaces ------------------------------------------------------------------------------------------
 
 
-def _workspace_images() -> list[str]:
+def _all_workspace_images() -> list[str]:
     return docker("images", "--format", "{{.Repository}}:{{.Tag}}", "tsm-workspace").split()
 
 
@@ -303,7 +304,8 @@ def test_workspace_builds_once_and_rebuilds_on_change(docker_engine: DockerEngin
 
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "main.py").write_text(f"print('v1 {tmp_path.name}')\n")
+    token = uuid.uuid4().hex  # a workspace no earlier run (on this engine's image cache) can have built
+    (ws / "main.py").write_text(f"print('v1 {token}')\n")
     (ws / "big.bin").write_bytes(b"\0" * 1000)
     (ws / ".tsmignore").write_text("big.bin\n")
     (ws / "secret.txt").write_text("not for the image")
@@ -311,9 +313,14 @@ def test_workspace_builds_once_and_rebuilds_on_change(docker_engine: DockerEngin
     s = DockerScheduler("itest")
     runner = Runner("ws", scheduler_factories={"docker": lambda *a, **k: s})
     role = Role("r", image=PYTHON_IMAGE, entrypoint="python3", args=["main.py"], resource=SMALL)
+    mine: set[str] = set()  # the tags this test's dry runs name: other tests (other runs) build theirs meanwhile
+
+    def _workspace_images() -> list[str]:
+        return [tag for tag in _all_workspace_images() if tag in mine]
 
     def run() -> tuple[str, str]:
         info = runner.dryrun(AppDef("ws", [role]), "docker", workspace=str(ws))
+        mine.update(w for w in str(info).split() if w.startswith("tsm-workspace:"))
         handle = runner.schedule(info)
         status = runner.wait(handle, timeout=HANG)
         assert status is not None and status.state == AppState.SUCCEEDED, status
@@ -321,20 +328,20 @@ def test_workspace_builds_once_and_rebuilds_on_change(docker_engine: DockerEngin
         return str(info), "".join(s.log_iter(app_id, "r", 0))
 
     try:
-        before = set(_workspace_images())
+        before = set(_all_workspace_images())
         printed, out = run()
-        assert out == f"v1 {tmp_path.name}\n" and "workspace of role 'r': build" in printed
+        assert out == f"v1 {token}\n" and "workspace of role 'r': build" in printed
         built = set(_workspace_images()) - before
         assert len(built) == 1
         assert docker("run", "--rm", "--entrypoint", "ls", *built, "-A", "/workspace").split() == [".tsmignore", "main.py"]
         # .tsmignore kept big.bin out of the snapshot, .dockerignore kept secret.txt (and itself) out of the image
         builds = s.images.calls.get("build", 0)
         printed, out = run()  # unchanged: no build at all
-        assert "reuse (unchanged workspace, no build)" in printed and out == f"v1 {tmp_path.name}\n"
+        assert "reuse (unchanged workspace, no build)" in printed and out == f"v1 {token}\n"
         assert s.images.calls.get("build", 0) == builds and set(_workspace_images()) - before == built
-        (ws / "main.py").write_text("print('v2')\n")
+        (ws / "main.py").write_text(f"print('v2 {token}')\n")
         printed, out = run()
-        assert "workspace of role 'r': build" in printed and out == "v2\n"
+        assert "workspace of role 'r': build" in printed and out == f"v2 {token}\n"
         assert s.images.calls.get("build", 0) == builds + 1 and len(set(_workspace_images()) - before) == 2
     finally:
         s.cleanup(include_running=True, session="itest")
@@ -390,7 +397,7 @@ def test_logs_since_and_until(sched: DockerScheduler, removed: bool) -> None:
     assert sorted(lines.splitlines()) == sorted(["early", "early-err", "late", "late-err", "last"])
     # a window around the middle lines, from Docker's own timestamps of each line
     if removed:
-        snap = next((sched._dir(app_id).path / "logs").glob("*/attempt-0"))
+        snap = next((sched.app_dir(app_id).path / "logs").glob("*/attempt-0"))
         stamped = (snap / "stdout.ts").read_bytes() + (snap / "stderr.ts").read_bytes()
     else:
         stamped = sched.client.logs(f"{app_id}-r-0", True, True, timestamps=True)

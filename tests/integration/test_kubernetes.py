@@ -97,8 +97,18 @@ def backend(sched: KubernetesScheduler, k8s_cluster: K8sCluster, tmp_path: Path)
     return b
 
 
+#: Contract cases Kubernetes fails today, check -> reason; each a strict xfail, so a fix says so.
+KNOWN_FAILURES = {
+    "requeue_at_the_time_limit_spends_the_preemption_budget":
+        "the final status of an app requeued at its time limit says num_restarts=0 (the look counts the restarts "
+        "of the pods it keeps, the requeued try's only)",
+}
+
+
 @pytest.mark.parametrize("check", sorted(set(CHECKS) - REPLACED))
-def test_contract(backend: Backend, check: str, tmp_path: Path) -> None:
+def test_contract(backend: Backend, check: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if check in KNOWN_FAILURES:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[check]))
     fn = CHECKS[check]
     kwargs: dict[str, Any] = {"tmp_path": tmp_path} if "tmp_path" in fn.__code__.co_varnames else {}
     fn(backend, **kwargs)
@@ -274,13 +284,14 @@ def test_application_retries_recreate_every_job(sched: KubernetesScheduler, k8s_
     assert "".join(sched.log_iter(app_id, "b", 0)).endswith("b\n")
 
 
-def test_missing_image_fails_with_err_image_pull(sched: KubernetesScheduler) -> None:
+def test_missing_image_fails_with_err_image_pull_at_once(sched: KubernetesScheduler) -> None:
     role = Role("r", "tsm-test/no-such-image:404", "sh", resource=SMALL)
-    app_id = sched.submit(AppDef("noimage", [role]), {**CFG, "gang_timeout": 20.0})
+    app_id = sched.submit(AppDef("noimage", [role]), {**CFG, "gang_timeout": 3600.0})
     desc = ended(sched, app_id)
     assert desc.state == AppState.FAILED
-    assert "ImagePull" in desc.msg or "ErrImage" in desc.msg, desc.msg
-    assert "gang_timeout=20s" in desc.msg
+    # the kubelet's pull error, not the gang timeout (an hour): the image exists in no registry
+    assert "a replica cannot start: role 'r' replica 0: ErrImagePull" in desc.msg, desc.msg
+    assert "gang_timeout" not in desc.msg
     gone(app_id)
 
 

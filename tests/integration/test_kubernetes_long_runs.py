@@ -172,7 +172,7 @@ def test_a_failure_is_retried_though_nobody_looks(sched: KubernetesScheduler, k8
                 resource=Resource(cpu=0.5, memMB=128), max_retries=1, retry_policy=RetryPolicy.ROLE)
     app_id = sched.submit(AppDef("kk", [role]), {"request_fraction": 0.1})
     # the look that sees the app end deletes its objects and records its end: wait for that record
-    final_json = sched._dir(app_id).path / "final.json"
+    final_json = sched.app_dir(app_id).path / "final.json"
     deadline = time.monotonic() + HANG
     while not final_json.exists():
         assert time.monotonic() < deadline, [(p.attempt, p.phase) for p in map(from_json, sched.client.list_pods(app_id))]

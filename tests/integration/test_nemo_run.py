@@ -119,6 +119,59 @@ def test_nemo_run_local_experiment_succeeds_on_tsm(nemo_venv: Path, tmp_path: Pa
     assert any("sum=5" in p.read_text() for p in logs), [str(p) for p in logs]
 
 
+#: NeMo-Run's own classes on tsm's TorchX face, checked where its tests check TorchX's behaviour.
+BEHAVIOURS = textwrap.dedent(
+    """
+    import os, tempfile, time
+    from unittest import mock
+
+    from torchx.specs import MISSING, AppDef, AppState, Role, runopts
+    from nemo_run.core.execution.local import LocalExecutor
+    from nemo_run.core.tunnel.client import LocalTunnel
+    from nemo_run.run.torchx_backend.schedulers import local, slurm
+
+    # 1. an empty set of run options prints as TorchX prints it
+    assert str(runopts()) == "    (no run options)", repr(str(runopts()))
+
+    # 2. NeMo-Run's LocalScheduler subclass runs a role whose image is <MISSING> in the working directory
+    sched = local.create_scheduler(session_name="probe")
+    app = AppDef("probe", [Role("probe", image=MISSING, entrypoint="echo", args=["probe", "ran"])])
+    app_id = sched.schedule(sched._submit_dryrun(app, LocalExecutor(job_dir=tempfile.mkdtemp())))
+    deadline = time.monotonic() + 120
+    while not sched.describe(app_id).state.is_terminal and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+    # 3. describe of an app the scheduler knows answers, also from a new scheduler (NeMo-Run's saved job dirs)
+    desc = sched.describe(app_id)
+    assert desc is not None and desc.state == AppState.SUCCEEDED, desc
+    again = local.create_scheduler(session_name="probe").describe(app_id)
+    assert again is not None and again.state == AppState.SUCCEEDED, again
+    assert "".join(sched.log_iter(app_id, "probe")) == "probe ran\\n"
+
+    # 4. Slurm's log_iter yields the lines its log iterator gives, one by one, as TorchX's split_lines_iterator does
+    tunnel = LocalTunnel(job_dir=tempfile.mkdtemp())
+    with mock.patch.object(slurm, "_get_job_dirs", return_value={"42": (tempfile.mkdtemp(), tunnel, "log*")}), \\
+            mock.patch.object(slurm.SlurmTunnelScheduler, "_initialize_tunnel"), \\
+            mock.patch.object(slurm.TunnelLogIterator, "__iter__", return_value=iter(["first", "second\\n"])):
+        lines = list(slurm.create_scheduler(session_name="probe").log_iter("42", "trainer"))
+    assert lines == ["first", "second\\n"], lines
+    print("behaviours: ok")
+    """
+)
+
+
+def test_nemo_runs_classes_keep_torchxs_behaviour_on_tsm(nemo_venv: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "TSM_HOME": str(tmp_path / "tsm-home"), "NEMORUN_HOME": str(tmp_path / "nemo-home"),
+           "PYTHONPATH": ""}
+    env.pop("TSM_TORCHX_ALIAS", None)
+    proc = subprocess.run(
+        [str(nemo_venv / "bin" / "python"), "-m", "tsm.torchx_alias", "-c", BEHAVIOURS],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert proc.stdout.strip().endswith("behaviours: ok")
+
+
 def test_alias_refuses_a_real_torchx_unless_asked_to_shadow(nemo_venv: Path, tmp_path: Path) -> None:
     fake = tmp_path / "site" / "torchx"
     fake.mkdir(parents=True)

@@ -1,6 +1,10 @@
 """Issue 25 on the real Ray head of ``scripts/ray-up``: the driver's time limit (warning, then the stop, the
 app FAILED "time limit X reached"), a cancel that warns first, and each attempt told its attempt. Asserted
-from the recorded states and the replicas' own output."""
+from the recorded states and the replicas' own output.
+
+The time limits leave a replica 10 s to start before its warning: on a loaded machine a Ray actor and the
+program under it can take several seconds, and a warning sent before the program handles it is not one it
+can answer."""
 
 from __future__ import annotations
 
@@ -52,10 +56,10 @@ def lines(sched: Any, app_id: str) -> list[str]:
 
 def test_time_limit_warns_then_stops_and_fails(sched: Any) -> None:
     app = AppDef("tl", [role(WARNABLE, max_retries=2, retry_policy=RetryPolicy.APPLICATION)])
-    app_id = sched.submit(app, {"time_limit": "8s", "warn_signal": "USR1", "warn_before": "4s", "grace_period": 5})
+    app_id = sched.submit(app, {"time_limit": "14s", "warn_signal": "USR1", "warn_before": "4s", "grace_period": 5})
     final = sched.wait(app_id, timeout=HANG)
     assert final is not None and final.state == AppState.FAILED, final
-    assert final.msg == "time limit 8s reached"
+    assert final.msg == "time limit 14s reached"
     assert final.num_restarts == 0
     assert lines(sched, app_id) == ["up", "warned", "term"]
 
@@ -66,10 +70,10 @@ def test_the_warning_reaches_the_program_under_a_launcher_and_spares_the_launche
     wrapped = Role("w", entrypoint="bash", args=["-c", f'{PY} -c "$0"; echo "bash went on"', WARNABLE],
                    resource=Resource(cpu=0.5, memMB=100))
     app_id = sched.submit(AppDef("wrapped", [wrapped]),
-                          {"time_limit": "8s", "warn_signal": "USR1", "warn_before": "4s", "grace_period": 5})
+                          {"time_limit": "14s", "warn_signal": "USR1", "warn_before": "4s", "grace_period": 5})
     final = sched.wait(app_id, timeout=HANG)
     assert final is not None and final.state == AppState.FAILED, final
-    assert final.msg == "time limit 8s reached"
+    assert final.msg == "time limit 14s reached"
     assert lines(sched, app_id)[:2] == ["up", "warned"]
 
 

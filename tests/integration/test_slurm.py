@@ -117,7 +117,7 @@ def test_two_role_app_succeeds_with_env_and_logs_seen_from_anywhere(
     assert all(s["rank0_addr"] for s in seen.values())  # and it resolves
     assert seen["ps", 0]["env"]["TSM_NUM_REPLICAS"] == "1" and seen["ps", 0]["argv"] == ["ps"]
 
-    job_dir = Path(sched._job_dir(app_id, None) or "")
+    job_dir = Path(sched.job_dir(app_id) or "")
     assert (job_dir.stat().st_mode & 0o777) == 0o700
     for f in list(job_dir.glob("*")) + list(job_dir.glob("*/*")):
         assert (f.stat().st_mode & 0o077) == 0, f"{f} is readable by others"

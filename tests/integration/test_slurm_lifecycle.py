@@ -38,7 +38,7 @@ import pytest
 from testutil import MemoryCgroup, memory_cgroup_unavailable, wait_until
 from tsm.schedulers.api import Stream
 from tsm.schedulers.slurm import SlurmScheduler, create_scheduler
-from tsm.schedulers.slurm.parse import read_excluded
+from tsm.schedulers.slurm.jobdir import JobDir
 from tsm.specs.api import AppDef, AppState, Resource, Role
 
 from .conftest import SlurmCluster
@@ -152,7 +152,7 @@ def test_preempted_app_is_warned_then_restarts_as_a_preemption(high_jobs: list[s
     assert stdout_lines(sched, app_id, "w") == [
         "attempt 0 restarts 0 last None\n", "warned 0\n", "attempt 1 restarts 1 last preempted\n"
     ]
-    job_dir = sched._dir_and_app(app_id, None)[0]
+    job_dir = sched.job_dir(app_id)
     assert job_dir is not None
     assert not (job_dir / "failures").exists() and not (job_dir / "requeue_cause").exists()
     assert "tsm: the job is preempted: SIGUSR1 to every task" in (job_dir / "batch.out").read_text()
@@ -251,7 +251,7 @@ def test_cancel_warns_every_task_before_scancel(wrapped: bool) -> None:
         lines = list(sched.log_iter(app_id, "w", k, streams=Stream.STDOUT))
         tail = ["launcher 0\n"] if wrapped else []
         assert lines == ["ready\n", f"warned: saving {k}\n", *tail], lines  # warned once, had time to save
-    job_dir = sched._dir_and_app(app_id, None)[0]
+    job_dir = sched.job_dir(app_id)
     assert job_dir is not None
     assert "tsm: cancelled: SIGUSR1 to every task" in (job_dir / "batch.out").read_text()
 
@@ -358,7 +358,7 @@ def test_a_node_set_down_under_a_replica_is_a_preemption_and_the_retry_moves_off
         blocker = take_whole(other, high_jobs)
         fail_and_return(node, app_id)
         # the retry can only be given the failed node: it moves off it, and waits for the other one
-        job_dir = sched._dir_and_app(app_id, None)[0]
+        job_dir = sched.job_dir(app_id)
         assert job_dir is not None
         wait_until(slowly(lambda: (job_dir / "moves").exists() and job_field(app_id, "JobState") == "PENDING"
                           and job_field(app_id, "ExcNodeList") not in ("", "(null)")),
@@ -376,7 +376,7 @@ def test_a_node_set_down_under_a_replica_is_a_preemption_and_the_retry_moves_off
     assert lines == [f"attempt 0 last None on {node}\n", f"attempt 2 last preempted on {other}\n"], lines
     assert desc.num_restarts == 2, desc
     assert not (job_dir / "failures").exists() and (job_dir / "moves").read_text().strip() == "1"
-    excluded = read_excluded(job_dir)
+    excluded = JobDir(job_dir).excluded()
     assert len(excluded) == 1 and excluded[0].startswith(f"{node} NODE_FAIL"), excluded
     assert f"excluded nodes: {node} NODE_FAIL" in desc.msg, desc.msg
     batch = (job_dir / "batch.out").read_text()
@@ -406,7 +406,7 @@ def test_a_heterogeneous_app_moves_every_component_off_the_node_that_failed(high
         third = next(n for n in three if n not in (node, second))
         blocker = take_whole(third, high_jobs)
         fail_and_return(node, app_id)
-        job_dir = sched._dir_and_app(app_id, None)[0]
+        job_dir = sched.job_dir(app_id)
         assert job_dir is not None
         # Slurm requeued w's component only; p's ended (FAILED, JobLaunchFailure) and the job would wait for
         # ever: a look (here describe) requeues p's too
@@ -431,7 +431,7 @@ def test_a_heterogeneous_app_moves_every_component_off_the_node_that_failed(high
         assert len(lines[r]) == 2 and last[r][:4] == ["attempt", "2", "last", "preempted"], lines
     assert {last["w"][-1], last["p"][-1]} == {second, third}, lines  # off X, on the two nodes left
     assert (job_dir / "moves").read_text().strip() == "1" and not (job_dir / "failures").exists()
-    assert read_excluded(job_dir)[0].startswith(f"{node} NODE_FAIL"), read_excluded(job_dir)
+    assert JobDir(job_dir).excluded()[0].startswith(f"{node} NODE_FAIL"), JobDir(job_dir).excluded()
 
 
 # -- a replica the node's OOM killer ended ----------------------------------------------------------------
@@ -476,9 +476,9 @@ def test_a_replica_the_nodes_oom_killer_ended_is_retried_off_that_node() -> None
     assert lines[0] == f"attempt 0 last None on {first}\n", lines
     assert lines[-1].startswith("attempt ") and " last failed:137 on " in lines[-1], lines
     assert lines[-1].split()[-1] != first, lines  # off the node whose OOM killer ended attempt 0
-    job_dir = sched._dir_and_app(app_id, None)[0]
+    job_dir = sched.job_dir(app_id)
     assert job_dir is not None
-    assert read_excluded(job_dir) == [f"{first} OOM (the kernel's OOM killer ended w/0)"]
+    assert JobDir(job_dir).excluded() == [f"{first} OOM (the kernel's OOM killer ended w/0)"]
     assert f"excluded nodes: {first} OOM" in desc.msg, desc.msg
     assert f"tsm: w/0 was killed by the kernel's OOM killer on {first}" in stderr_text(sched, app_id, "w")
 
@@ -516,7 +516,7 @@ def test_a_silent_replica_is_stalled_warned_and_restarted_as_its_failure() -> No
     lines = stdout_lines(sched, app_id, "w")
     assert desc is not None and desc.state == AppState.SUCCEEDED, (desc, lines)
     assert lines == ["attempt 0 last None\n", "warned 0\n", "attempt 1 last stalled\n"], lines
-    job_dir = sched._dir_and_app(app_id, None)[0]
+    job_dir = sched.job_dir(app_id)
     assert job_dir is not None
     assert (job_dir / "failures").read_text().strip() == "1"  # a stall is the replica's own failure
     assert "tsm: replica w/0 stalled for 5s, last line: 'attempt 0 last None'" in (job_dir / "batch.out").read_text()
@@ -553,7 +553,7 @@ def test_a_stalled_replica_that_exits_0_on_the_warning_still_fails_the_app() -> 
     replica = desc.roles_statuses[0].replicas[0]
     assert replica.state == AppState.FAILED, replica
     assert replica.error_msg == "stalled for 5s, last line: 'attempt 0 last None'", replica
-    job_dir = sched._dir_and_app(app_id, None)[0]
+    job_dir = sched.job_dir(app_id)
     assert job_dir is not None and (job_dir / "exit").read_text().strip() == "1"
     assert not (job_dir / "failures").exists()  # on_stall=fail: never restarted, max_retries=1 or not
 
@@ -597,7 +597,7 @@ def test_a_time_limit_after_a_preemption_still_requeues(high_jobs: list[str]) ->
     finally:
         sched.cancel(app_id)
     lines = stdout_lines(sched, app_id, "w")
-    job_dir = sched._dir_and_app(app_id, None)[0]
+    job_dir = sched.job_dir(app_id)
     assert job_dir is not None
     batch = (job_dir / "batch.out").read_text()
     errors = list(sched.log_iter(app_id, "w", 0, streams=Stream.STDERR))

@@ -18,8 +18,8 @@ import pytest
 
 from testutil import wait_until
 from tsm.schedulers.common.ssh import SshConnection, SshHostKeyError, SshTarget, SshUnreachableError
-from tsm.schedulers.slurm import SlurmScheduler, create_scheduler, remote as remote_mod
-from tsm.schedulers.slurm.remote import Remote, RemoteRecord
+from tsm.schedulers.slurm import SlurmScheduler, create_scheduler, programs, ssh_host as ssh_mod
+from tsm.schedulers.slurm.ssh_host import RemoteRecord, SshHost
 from tsm.specs.api import AppDef, AppState, Role
 
 from .conftest import SshServer
@@ -140,22 +140,22 @@ def test_submission_whose_connection_dies_after_sbatch_is_not_repeated(
         'exec ssh "$@"\n'
     )
     wrapper.chmod(0o755)
-    opts = tuple(remote_mod.parse_ssh_options(ssh_server.options))
+    opts = tuple(ssh_mod.parse_ssh_options(ssh_server.options))
     key = (ssh_server.target, opts)
     conn = SshConnection(SshTarget.parse(ssh_server.target), opts, ssh=str(wrapper))
-    remote_mod._remotes[key] = Remote(conn)
+    ssh_mod._hosts[key] = SshHost(conn, ssh_server.target, opts)
     try:
         app = AppDef(name="once", roles=[bash_role("r", "echo once")])
         app_id = run_app(sched, app, ssh_server.cfg())
     finally:
-        del remote_mod._remotes[key]
+        del ssh_mod._hosts[key]
     assert marker.exists()  # the connection did "drop" after sbatch
     rec = RemoteRecord.load(app_id)
     assert rec is not None
     desc = sched.wait(app_id, timeout=120)
     assert desc is not None and desc.state == AppState.SUCCEEDED
     # exactly one job ran from that job directory
-    found = SshConnection(SshTarget.parse(ssh_server.target), opts).run(["sh", "-c", remote_mod.FIND])
+    found = SshConnection(SshTarget.parse(ssh_server.target), opts).run(["sh", "-c", programs.text("find.sh")])
     ids = {line.split("|")[0] for line in found.stdout.splitlines() if line.split("|")[-1] == rec.job_dir}
     assert ids == {rec.job_id}, found.stdout
 
@@ -171,7 +171,7 @@ def test_workspace_is_sent_once_and_a_one_file_edit_sends_one_file(
     (ws / "big.bin").write_bytes(os.urandom(100_000))
     (ws / "run").symlink_to("main.sh")
     app = lambda: AppDef(name="ws", roles=[bash_role("r", "bash run; cat pkg/data.txt; test ! -w main.sh && echo ro")])  # noqa: E731
-    rem = remote_mod.remote(ssh_server.target, ssh_server.options)
+    rem = ssh_mod.ssh_host(ssh_server.target, ssh_server.options)
 
     first = sched.submit(app(), ssh_server.cfg(), workspace=str(ws))
     assert [(r.files_sent, r.reused) for r in rem.last_ship] == [(3, False)]
@@ -229,5 +229,5 @@ def test_cancel_over_ssh_warns_every_task_before_scancel(sched: SlurmScheduler, 
         assert lines[0] == "ready\n" and lines.count(f"warned {k}\n") == 1, lines  # warned once, had time to end
     rec = RemoteRecord.load(app_id)
     assert rec is not None
-    batch = remote_mod.remote_of(rec).read(f"{rec.job_dir}/batch.out")
+    batch = ssh_mod.ssh_host(rec.target, rec.options).read(f"{rec.job_dir}/batch.out")
     assert b"tsm: cancelled: SIGUSR1 to every task" in batch

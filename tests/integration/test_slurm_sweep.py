@@ -20,6 +20,7 @@ import pytest
 
 from tsm import get_runner
 from tsm.specs.handles import parse_app_handle
+from tsm.sweep import run_sweep, sweep_status, sweep_trials, sweep_wait
 from tsm.sweep.results import read_metrics, rows, sort_rows
 from tsm.sweep.state import SweepState, parse_sweep_handle
 
@@ -71,12 +72,12 @@ def test_single_role_sweep_is_one_capped_job_array(
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     (tmp_path / "fit.py").write_text(COMPONENT)
     with get_runner("arraysweep") as runner:
-        handle = runner.run_sweep(
+        handle = run_sweep(runner,
             f"{tmp_path / 'fit.py'}:fit",
             {"lr": "0.1,0.05,0.01,0.005,0.001", "batch": "32,64", "tag": ["it's $HOME", "a `b` c"]},
             scheduler="slurm", parallel=4, metric="loss",
         )
-        trials = runner.sweep_list(handle)
+        trials = sweep_trials(handle)
         assert len(trials) == 20
         app_ids = [parse_app_handle(t.handle or "").app_id for t in trials]
         array_id = app_ids[0].partition("_")[0]
@@ -86,9 +87,9 @@ def test_single_role_sweep_is_one_capped_job_array(
         scontrol = subprocess.run(["scontrol", "show", "job", array_id], capture_output=True, text=True).stdout
         assert "ArrayTaskThrottle=4" in scontrol, scontrol
 
-        status = runner.sweep_wait(handle, timeout=HANG)
+        status = sweep_wait(handle, timeout=HANG)
         assert status.state == "SUCCEEDED", status.summary()
-        trials = runner.sweep_list(handle)
+        trials = sweep_trials(handle)
         for t in trials:
             assert t.state == "SUCCEEDED" and t.handle
             out = "".join(runner.log_lines(t.handle, "r0", 0))
@@ -128,7 +129,7 @@ def _task_spans(array_id: str, n: int) -> list[tuple[int, int]]:
 def _job_dir_of(app_id: str) -> str:
     from tsm.schedulers.slurm.scheduler import SlurmScheduler
 
-    found = SlurmScheduler._indexed_job_dir(app_id)
+    found = SlurmScheduler("sweep").job_dir(app_id)
     assert found is not None
     return str(found)
 
@@ -141,11 +142,11 @@ def test_multi_role_sweep_runs_through_the_controller(
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     (tmp_path / "fit.py").write_text(COMPONENT)
     with get_runner("hetsweep") as runner:
-        handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01"}, scheduler="slurm",
+        handle = run_sweep(runner, f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01"}, scheduler="slurm",
                                   parallel=1, args=["--roles", "2"], metric="loss")
-        status = runner.sweep_wait(handle, timeout=HANG)
+        status = sweep_wait(handle, timeout=HANG)
         assert status.state == "SUCCEEDED", status.summary()
-        trials = runner.sweep_list(handle)
+        trials = sweep_trials(handle)
     meta = _meta(handle)
     assert meta["native"] is False and "controller_pid" in meta
     for t in trials:
@@ -162,13 +163,13 @@ def test_cancelling_an_array_sweep_from_the_command_line_ends_every_trial(
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     (tmp_path / "fit.py").write_text(COMPONENT)
     with get_runner("cancelsweep") as runner:
-        handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.2,0.3,0.4,0.5,0.6"},
+        handle = run_sweep(runner, f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.2,0.3,0.4,0.5,0.6"},
                                   scheduler="slurm", parallel=2, args=["--sleep", "300"])
         for _ in range(120):  # until Slurm started the first two (an observation, not a timing)
-            if runner.sweep_status(handle).counts.get("RUNNING", 0) == 2:
+            if sweep_status(handle).counts.get("RUNNING", 0) == 2:
                 break
             time.sleep(0.5)
-        assert runner.sweep_status(handle).counts == {"RUNNING": 2, "SUBMITTED": 4}
+        assert sweep_status(handle).counts == {"RUNNING": 2, "SUBMITTED": 4}
     tsm = [sys.executable, "-m", "tsm.cli.main"]
     done = subprocess.run([*tsm, "sweep", "cancel", handle], capture_output=True, text=True, timeout=200)
     assert done.returncode == 0, done.stderr

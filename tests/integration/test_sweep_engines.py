@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tsm import get_runner
+from tsm.sweep import run_sweep, sweep_trials, sweep_wait
 from tsm.sweep.results import read_metrics, rows, sort_rows
 from tsm.sweep.state import SweepState, max_concurrent, parse_sweep_handle
 
@@ -76,11 +77,11 @@ def test_capped_grid_on_slurm_runs_each_trial_once_and_reads_back_metrics(
     markers = tmp_path / "markers"
     markers.mkdir()
     with get_runner("sweepit") as runner:
-        handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
+        handle = run_sweep(runner, f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
                                   scheduler="slurm", parallel=2, args=["--markers", str(markers)], metric="loss")
-        status = runner.sweep_wait(handle, timeout=HANG)
+        status = sweep_wait(handle, timeout=HANG)
         assert status.state == "SUCCEEDED", status.summary()
-        trials = runner.sweep_list(handle)
+        trials = sweep_trials(handle)
         assert all(t.handle and t.handle.startswith("slurm://sweepit/") for t in trials)
     assert max_concurrent(_events(handle)) <= 2
     assert sorted(len(p.read_text().splitlines()) for p in markers.iterdir()) == [1, 1, 1, 1]
@@ -96,10 +97,10 @@ def test_capped_grid_on_docker(docker_engine: object, tmp_path: Path) -> None:
 
     (tmp_path / "fit.py").write_text(DOCKER_COMPONENT.format(image=PYTHON_IMAGE))
     with get_runner("sweepit") as runner:
-        handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
+        handle = run_sweep(runner, f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
                                   scheduler="docker", parallel=2)
-        status = runner.sweep_wait(handle, timeout=HANG)
-        trials = runner.sweep_list(handle)
+        status = sweep_wait(handle, timeout=HANG)
+        trials = sweep_trials(handle)
         assert status.state == "SUCCEEDED", (status.summary(), [
             (t.params, t.state, t.msg, t.handle and _said(runner, t.handle)) for t in trials if t.state != "SUCCEEDED"])
         for t in trials:
@@ -126,8 +127,8 @@ def _check_trials(runner: object, handle: str, scheme: str) -> None:
     from tsm.runner.api import Runner
 
     assert isinstance(runner, Runner)
-    status = runner.sweep_wait(handle, timeout=HANG)
-    trials = runner.sweep_list(handle)
+    status = sweep_wait(handle, timeout=HANG)
+    trials = sweep_trials(handle)
     why = [(t.params, t.state, (runner.status(t.handle) or t).msg if t.handle else "") for t in trials]
     assert status.state == "SUCCEEDED", (status.summary(), why)
     assert len(trials) == 4
@@ -145,7 +146,7 @@ def test_capped_grid_on_ray(ray_cluster: object, tmp_path: Path, monkeypatch: py
     (tmp_path / "fit.py").write_text(SH_COMPONENT.format(image=""))
     address = ray_cluster.address
     with get_runner("sweepit") as runner:
-        handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
+        handle = run_sweep(runner, f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
                                   scheduler="ray", cfg={"address": address, "ship_cwd": False}, parallel=2)
         _check_trials(runner, handle, "ray")
 
@@ -156,7 +157,7 @@ def test_capped_grid_on_kubernetes(k8s_cluster: object, tmp_path: Path) -> None:
     image = k8s_cluster.python_image
     (tmp_path / "fit.py").write_text(SH_COMPONENT.format(image=image))
     with get_runner("sweepit") as runner:
-        handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
+        handle = run_sweep(runner, f"{tmp_path / 'fit.py'}:fit", {"lr": "0.1,0.01", "batch": "32,64"},
                                   scheduler="kubernetes", cfg={"request_fraction": 0.1, "gang_timeout": 120.0},
                                   parallel=2)
         _check_trials(runner, handle, "kubernetes")

@@ -1,11 +1,11 @@
-"""The views' batch hooks against the real engines: a tick of Slurm, Docker or Ray apps is one hook call.
+"""The views' batch hooks against the real engines: a tick of Slurm, Docker, Kubernetes or Ray apps is one hook call.
 
 Each test runs, through the runner (so the history holds them as ``tsm run`` would), an app of two sleeping
 replicas and an app of three replicas where replica 1 fails with exit code 3, and checks that:
 
 * a refresh makes exactly one ``view_snapshot`` call for the backend (:attr:`Snapshot.calls`), and the
   backend's own counter shows no per-replica (nor per-app status) call: one ``squeue`` (plus at most one
-  ``sstat``), one container list, one job list;
+  ``sstat``), one container list, one pod list (plus at most one pod-metrics list), one job list;
 * the failed replica is FAILED with its exit code and reason, the app FAILED naming it, and its siblings
   stopped because of it (not failed themselves);
 * usage is measured where the backend offers it (Slurm ``sstat``, Docker stats), n/a for Ray.
@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from integration.docker_engine import PYTHON_IMAGE, DockerEngine, docker_engine
+from integration.k8s_cluster import K8sCluster, k8s_cluster
 from integration.ray_cluster import RayCluster, ray_cluster
 from integration.slurm_cluster import SlurmCluster, slurm_cluster
 from tsm.runner.api import Runner, get_runner
@@ -32,7 +33,7 @@ from tsm.specs.api import AppDef, Resource, Role
 from tsm.views.snapshot import AppView, Snapshot, SnapshotCollector
 
 pytestmark = [pytest.mark.integration]
-__all__ = ["docker_engine", "ray_cluster", "slurm_cluster"]
+__all__ = ["docker_engine", "k8s_cluster", "ray_cluster", "slurm_cluster"]
 
 DEADLINE = 240.0
 #: replica 1 says why and fails; the others sleep (and use some memory, so usage has something to show)
@@ -156,6 +157,37 @@ def test_docker_tick_is_one_container_list(docker_engine: DockerEngine) -> None:
         finally:
             runner.cancel(ok)
             sched.cleanup(include_running=True, session="views")
+
+
+@pytest.mark.kubernetes
+def test_kubernetes_tick_is_one_pod_list(k8s_cluster: K8sCluster) -> None:
+    cfg = {"request_fraction": 0.1, "gang_timeout": 120.0, "grace_period": 2}
+    with get_runner("views") as runner:
+        def role(n: str, code: str, k: int) -> Role:
+            return Role(n, image=k8s_cluster.python_image, entrypoint="python3", args=["-c", code], num_replicas=k,
+                        resource=Resource(cpu=0.5, gpu=0, memMB=128))
+
+        ok = runner.run(AppDef("vok", [role("w", SLEEPING, 2)]), "kubernetes", cfg)
+        bad = runner.run(AppDef("vbad", [role("w", FAILING, 3)]), "kubernetes", cfg)
+        sched: Any = runner._scheduler("kubernetes")
+        try:
+            col = SnapshotCollector(runner=runner)
+            snap = _until(col, ok, bad, _settled)
+            assert not snap.errors
+            before = dict(sched.client.calls)
+            snap = col.refresh()
+            used = _delta(before, sched.client.calls)
+            assert snap.calls == {"store": 1, "kubernetes.view_snapshot": 1}, snap.calls
+            # the ended app answers from its final status (its objects are deleted): no call for it
+            assert used.get("list pods") == 1 and set(used) <= {"list pods", "list pod metrics"}, used
+            assert all(n == 1 for n in used.values()), used
+            b = snap.app(bad)
+            assert b is not None
+            _check_failure(b, last_line=False)
+            a = snap.app(ok)
+            assert a is not None and all(r.host for r in a.replicas), a.replicas  # each pod's IP
+        finally:
+            runner.cancel(ok)
 
 
 @pytest.mark.ray

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tsm.errors import ConfigError, UnknownSchedulerError
+from tsm.errors import ComponentNotFoundError, ConfigError, UnknownSchedulerError
 from tsm.runner import config as cfgmod
 from tsm.runner.api import get_runner
 from tsm.specs import AppDef, Resource, Role
@@ -150,10 +150,10 @@ def test_dump_writes_a_loadable_file(dirs: tuple[Path, Path]) -> None:
     out = io.StringIO()
     cfgmod.dump(out, schedulers=["local"])
     text = out.getvalue()
-    assert text.startswith("[local]\n") and "grace_period = " in text and "; " in text
+    assert text.startswith("[local]\n") and "grace_period = 10.0\n" in text and "log_dir = None\n" in text
     cfg: dict[str, object] = {}
     cfgmod.load("local", io.StringIO(text), cfg)
-    assert "grace_period" in cfg
+    assert cfg["grace_period"] == 10.0 and cfg["log_dir"] is None  # TorchX's "None" is no value
     with pytest.raises(UnknownSchedulerError):
         cfgmod.dump(io.StringIO(), schedulers=["nosuch"])
 
@@ -167,3 +167,20 @@ def test_a_broken_torchxconfig_names_the_file(dirs: tuple[Path, Path]) -> None:
 
 def test_constants() -> None:
     assert (cfgmod.CONFIG_FILE, cfgmod.ENV_TORCHXCONFIG, cfgmod.CONFIG_PREFIX_DELIM) == (".torchxconfig", "TORCHXCONFIG", ":")
+
+
+def test_cli_run_component_is_the_component_run_when_none_is_named(dirs: tuple[Path, Path]) -> None:
+    cwd, _ = dirs
+    with get_runner() as r, pytest.raises(ComponentNotFoundError, match=r"\[cli:run\] component"):
+        r.dryrun_component(None, [], "local")
+    (cwd / ".torchxconfig").write_text(INI)
+    assert cfgmod.load_config().default_component == "utils.echo"
+    with get_runner() as r:
+        info = r.dryrun_component(None, ["--msg", "hi"], "local")  # TorchX's `torchx run` with no component
+    assert info.app is not None and info.app.name == "echo" and info.app.roles[0].args == ["hi"]
+
+
+def test_lists_and_dicts_in_torchxs_form(dirs: tuple[Path, Path]) -> None:
+    cfg: dict[str, object] = {}
+    cfgmod.load("local", io.StringIO("[local]\nexclude_nodes = a;b\n"), cfg)
+    assert cfg["exclude_nodes"] == ["a", "b"]  # TorchX writes lists with ';'

@@ -156,9 +156,9 @@ def test_run_validates_the_app(runner: Runner) -> None:
 
 
 def test_run_options_are_checked(runner: Runner, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("WARNING", logger="tsm"):  # an undeclared key is ignored, and the warning names it
+    with caplog.at_level("WARNING", logger="tsm"):  # an undeclared key is passed on unchecked, the warning names it
         info = runner.dryrun(sh_app("x", "true"), "local", {"grace_perod": 1.0})
-    assert "grace_perod" not in info.cfg
+    assert info.cfg["grace_perod"] == 1.0 and info.cfg["grace_period"] == 10.0
     assert "unknown run option 'grace_perod' (did you mean 'grace_period'?)" in caplog.text
     with pytest.raises(InvalidRunOptionError, match="grace_period"):
         runner.dryrun(sh_app("x", "true"), "local", {"grace_period": "soon"})
@@ -199,6 +199,46 @@ def test_bad_option_in_tsm_toml_names_the_file(workdir: Path) -> None:
     (workdir / "tsm.toml").write_text("[scheduler.local]\ngrace_period = 'soon'\n")
     with get_runner() as r, pytest.raises(ConfigError, match="tsm.toml"):
         r.dryrun(sh_app("x", "true"))
+
+
+@pytest.mark.reliability(
+    "a project's config file cannot make tsm run a command through a kubeconfig",
+    expect="kubeconfig set in ./tsm.toml, [tool.tsm] or ./.torchxconfig is one ConfigError naming the file; "
+    "from the command line or the user's own file it is taken; the kubeconfig's exec plugin never runs",
+    group="Security",
+)
+def test_a_project_file_cannot_name_a_kubeconfig(workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("TORCHXCONFIG", raising=False)
+    marker = tmp_path / "ran"
+    evil = workdir / "kubeconfig"
+    evil.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        f"users: [{{name: u, user: {{exec: {{apiVersion: client.authentication.k8s.io/v1, command: touch, args: ['{marker}']}}}}}}]\n"
+    )
+    app = AppDef("x", [Role("r", image="img", entrypoint="true")])
+    files = {
+        "tsm.toml": f"[scheduler.kubernetes]\nkubeconfig = '{evil}'\n",
+        "pyproject.toml": f"[tool.tsm.scheduler.kubernetes]\nkubeconfig = '{evil}'\n",
+        ".torchxconfig": f"[kubernetes]\nkubeconfig = {evil}\n",
+    }
+    for name, text in files.items():
+        (workdir / name).write_text(text)
+        with get_runner() as r, pytest.raises(ConfigError, match=f"{name}.*'kubeconfig' can make this machine run"):
+            r.dryrun(app, "kubernetes")
+        cli = subprocess.run([sys.executable, "-m", "tsm.cli.main", "run", "--dryrun", "-s", "kubernetes",
+                              "utils.sh", "true"], capture_output=True, text=True, timeout=120)
+        assert cli.returncode != 0 and cli.stderr.count("\n") == 1 and "kubeconfig" in cli.stderr, cli
+        (workdir / name).unlink()
+    with get_runner() as r:  # the command line and the user's own file may name one
+        assert r.dryrun(app, "kubernetes", cfg={"kubeconfig": str(evil)}).cfg["kubeconfig"] == str(evil)
+    (home / ".torchxconfig").write_text(f"[kubernetes]\nkubeconfig = {evil}\n")
+    with get_runner() as r:
+        assert r.dryrun(app, "kubernetes").cfg["kubeconfig"] == str(evil)
+    assert not marker.exists()
 
 
 def test_default_scheduler_from_tsm_toml_did_you_mean(workdir: Path) -> None:

@@ -21,7 +21,14 @@ what it submitted) and listed in :data:`BACKENDS`; ``tests/schedulers/test_confo
   is refused at dry run with :class:`InvalidAppError` naming ``max_retries`` (never silently ignored);
 * ``run_opts`` are typed and documented, and a value of the wrong type is refused at dry run;
 * args and env values with shell metacharacters (the corpus of ``tests/hostile.py``) reach the replica
-  byte for byte, and none of them runs as shell.
+  byte for byte, and none of them runs as shell;
+* the lifecycle policy (:mod:`tsm.lifecycle.policy`) is enforced, in its words: a time limit ends the app
+  "time limit 1s reached" (the stopped replica's exit is not retried as its own failure); a requeue at the
+  limit spends ``max_preemptions``, never ``max_retries``, and past it the app fails "... (no preemptions
+  left: max_preemptions=1)"; the warning signal reaches the replica's handler before the limit; a stall
+  with ``on_stall=fail`` fails the app "... stalled for 1s, last line: 'working'" without a retry; a
+  failure is retried until ``max_retries`` is spent. A backend without the long-run options does not offer
+  them.
 
 Time bounds are generous guards against a hang (:data:`HANG`), never performance claims.
 """
@@ -43,6 +50,7 @@ import pytest
 
 import hostile
 from tsm.errors import InvalidAppError, InvalidRunOptionError, UnknownAppError
+from tsm.lifecycle import policy as lifecycle
 from tsm.runner.api import Runner
 from tsm.schedulers.api import Scheduler, Stream
 from tsm.schedulers.common.failure import KEYS as FAILURE_KEYS, parse_structured_error
@@ -68,6 +76,9 @@ class Backend:
     cfg: dict[str, Any] = field(default_factory=dict)
     #: False only for a test double that does not fill ``structured_error_msg`` (the in-memory fake)
     structured_errors: bool = True
+    #: it takes the long-run options (time limits in seconds, requeues, the preemption budget) and enforces
+    #: them as the lifecycle policy decides; False: it does not offer them at all
+    long_runs: bool = True
 
     def role(self, name: str, *args: str, **kw: Any) -> Role:
         """A role running ``python ARGS`` with a small resource."""
@@ -141,7 +152,7 @@ def _fake(tmp_path: Path) -> Iterator[Backend]:
         return info
 
     s._submit_dryrun = remember  # type: ignore[method-assign]
-    yield Backend("fake", s, "fake-0-0", check, retries=False, structured_errors=False)
+    yield Backend("fake", s, "fake-0-0", check, retries=False, structured_errors=False, long_runs=False)
     s.close()
 
 
@@ -392,6 +403,88 @@ def check_a_replica_starts_with_no_signal_blocked_or_ignored(backend: Backend) -
     assert _ended(backend, app_id) == AppState.SUCCEEDED
     out = [line.split() for line in backend.sched.log_iter(app_id, "r", 0) if line.strip()]  # one stream: Kubernetes
     assert ["0", "0"] in out, out
+
+
+# -- the lifecycle policy (tsm.lifecycle.policy): every backend that takes the long-run options enforces it ---
+
+#: a replica that reports its attempt and why the last one ended, then works (quietly) far past any limit here
+LONG = ("import os, time\n"
+        "print('attempt', os.environ.get('TSM_ATTEMPT'), 'last', repr(os.environ.get('TSM_LAST_EXIT')), flush=True)\n"
+        "time.sleep(600)\n")
+
+
+def _takes_long_runs(backend: Backend) -> bool:
+    """Whether the backend takes the long-run options; one that does not must not offer them (never ignored)."""
+    names = {name for name, _ in backend.sched.run_opts()}
+    if not backend.long_runs:
+        assert not names & {"time_limit", "requeue_on_time_limit", "max_preemptions"}, names
+    return backend.long_runs
+
+
+def check_time_limit_ends_the_app_with_the_policys_message(backend: Backend) -> None:
+    if not _takes_long_runs(backend):
+        return
+    app_id = backend.sched.submit(AppDef("limit", [backend.role("r", "-c", LONG)]), {**backend.cfg, "time_limit": "1s"})
+    desc = backend.sched.wait(app_id, timeout=HANG)
+    assert desc is not None and desc.state == AppState.FAILED, desc
+    assert desc.msg == lifecycle.time_limit_message(1.0), desc.msg
+    assert desc.num_restarts == 0, desc  # the stopped replica's exit is the limit's, never retried as its own
+
+
+def check_requeue_at_the_time_limit_spends_the_preemption_budget(backend: Backend) -> None:
+    if not _takes_long_runs(backend):
+        return
+    cfg = {**backend.cfg, "time_limit": "1s", "requeue_on_time_limit": True, "max_preemptions": 1}
+    app = AppDef("requeue", [backend.role("r", "-c", LONG, max_retries=0)])
+    app_id = backend.sched.submit(app, cfg)
+    desc = backend.sched.wait(app_id, timeout=HANG)
+    assert desc is not None and desc.state == AppState.FAILED, desc
+    assert desc.msg == lifecycle.budget_spent(lifecycle.time_limit_message(1.0), 1), desc.msg
+    assert desc.num_restarts == 1, desc  # one requeue (a preemption), max_retries=0 untouched
+
+
+#: a replica that says when it is warned (and keeps working), quiet otherwise
+WARNED = ("import signal, sys, time\n"
+          "signal.signal(signal.SIGUSR1, lambda s, f: print('warned', flush=True))\n"
+          "print('up', flush=True)\n"
+          "time.sleep(600)\n")
+
+
+def check_the_warning_comes_before_the_time_limit(backend: Backend) -> None:
+    if not _takes_long_runs(backend):
+        return
+    # the warning 10 s in: a replica that has not set its handler by then (a slow start: a Ray actor or a pod on a
+    # loaded machine) is not warned, by design (only a process that handles the signal gets it)
+    cfg = {**backend.cfg, "time_limit": "14s", "warn_signal": "USR1", "warn_before": "4s"}
+    app_id = backend.sched.submit(AppDef("warn", [backend.role("r", "-c", WARNED)]), cfg)
+    desc = backend.sched.wait(app_id, timeout=HANG)
+    assert desc is not None and desc.state == AppState.FAILED and desc.msg == lifecycle.time_limit_message(14.0), desc
+    out = [line.strip() for line in backend.sched.log_iter(app_id, "r", 0)]
+    assert "warned" in out, out  # the replica's own handler ran: warned, not ended by the signal
+
+
+def check_a_stall_fails_the_app_with_on_stall_fail(backend: Backend) -> None:
+    if not _takes_long_runs(backend):
+        return
+    code = "import time; print('working', flush=True); time.sleep(600)"
+    cfg = {**backend.cfg, "stall_timeout": "1s", "on_stall": "fail"}
+    app_id = backend.sched.submit(AppDef("stall", [backend.role("r", "-c", code, max_retries=1)]), cfg)
+    desc = backend.sched.wait(app_id, timeout=HANG)
+    assert desc is not None and desc.state == AppState.FAILED, desc
+    assert desc.msg.endswith("stalled for 1s, last line: 'working'"), desc.msg
+    assert desc.num_restarts == 0, desc  # on_stall=fail: no retry, whatever max_retries says
+
+
+def check_a_failure_is_retried_until_max_retries_then_fails(backend: Backend) -> None:
+    app = AppDef("fails", [backend.role("r", "-c", "raise SystemExit(3)", max_retries=1)])
+    if not backend.retries:
+        with pytest.raises(InvalidAppError, match="max_retries"):
+            backend.sched.submit_dryrun(app, backend.cfg)
+        return
+    app_id = backend.submit(app)
+    desc = backend.sched.wait(app_id, timeout=HANG)
+    assert desc is not None and desc.state == AppState.FAILED, desc
+    assert "exited with code 3" in desc.msg and desc.num_restarts == 1, desc
 
 
 #: Every check, by name; test_conformance.py runs each against each backend.

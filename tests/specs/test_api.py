@@ -167,6 +167,7 @@ def test_appdef_to_dict_is_json_ready_with_enum_names() -> None:
         "memMB": 2048,
         "capabilities": {"zone": "x"},
         "devices": {"efa": 1},
+        "tags": {},
     }
 
 

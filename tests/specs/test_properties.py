@@ -196,8 +196,10 @@ def test_resolve_returns_or_raises_invalid_run_option_error(cfg: dict[str, Any])
     except InvalidRunOptionError as e:
         assert str(e).startswith(("run option '", "unknown run option '"))
         return
-    # resolved: every declared option is present and of its type (or None when unset and optional)
-    assert set(out) == set(OPTION_NAMES)
+    # resolved: every declared option is present and of its type (or None when unset and optional); a key no
+    # option declares is passed on as given (one cfg may serve several schedulers)
+    assert set(out) == set(OPTION_NAMES) | set(cfg)
+    assert all(out[k] == v for k, v in cfg.items() if k not in OPTION_NAMES)
     for name, opt in opts:
         if out[name] is None:
             assert not opt.required

@@ -72,3 +72,15 @@ def test_random_search_is_seeded_and_stays_in_its_ranges() -> None:
     # log-uniform: about as many below 1e-2.5 as above
     low = sum(float(t["lr"]) < 10 ** -2.5 for t in a)
     assert 60 < low < 140
+
+
+def test_probes_take_every_listed_value_once_whatever_the_first_trial_holds() -> None:
+    from tsm.sweep.space import Choices, Uniform, probes
+
+    space = {"n": Choices(("bad", "1", "2", "1")), "lr": Uniform(0.0, 1.0), "opt": Choices(("sgd", "adam"))}
+    first = {"n": "2", "lr": "0.5", "opt": "adam"}  # a random search's first trial: not the first listed values
+    got = probes(space, first)
+    assert got == [{"n": "bad", "lr": "0.5", "opt": "adam"}, {"n": "1", "lr": "0.5", "opt": "adam"},
+                   {"n": "2", "lr": "0.5", "opt": "sgd"}]
+    seen = {(name, p[name]) for p in [first, *got] for name in ("n", "opt")}
+    assert seen == {("n", "bad"), ("n", "1"), ("n", "2"), ("opt", "sgd"), ("opt", "adam")}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tsm import get_runner
-from tsm.sweep import controller
+from tsm.sweep import controller, run_sweep, sweep_cancel, sweep_status, sweep_trials, sweep_wait
 from tsm.sweep.api import SweepStatus, sweep_metric
 from tsm.sweep.results import read_metrics, rows, sort_rows
 from tsm.sweep.state import (
@@ -47,13 +47,13 @@ def _until(what: str, check: object, limit: float = 60.0) -> None:
 def test_grid_of_12_never_runs_more_than_3_and_sorts_by_the_recorded_loss(train_component: tuple[str, Path]) -> None:
     comp, markers = train_component
     with get_runner() as runner:
-        handle = runner.run_sweep(comp, {"lr": "0.1,0.03,0.01", "batch": "16,32,64,128"}, scheduler="local",
+        handle = run_sweep(runner, comp, {"lr": "0.1,0.03,0.01", "batch": "16,32,64,128"}, scheduler="local",
                                   parallel=3, args=["--markers", str(markers), "--sleep", "0.2"], metric="loss")
         assert handle.startswith("sweep://default/train-")
-        status: SweepStatus = runner.sweep_wait(handle, timeout=240)
+        status: SweepStatus = sweep_wait(handle, timeout=240)
         assert status.state == "SUCCEEDED", status.summary()
         assert status.counts == {"SUCCEEDED": 12}
-        trials = runner.sweep_list(handle)
+        trials = sweep_trials(handle)
         # each trial is an ordinary app: its own handle, status through the runner
         for t in trials:
             st = runner.status(t.handle)
@@ -75,7 +75,7 @@ def test_grid_of_12_never_runs_more_than_3_and_sorts_by_the_recorded_loss(train_
 def test_killed_controller_resumes_and_runs_every_trial_exactly_once(train_component: tuple[str, Path]) -> None:
     comp, markers = train_component
     with get_runner() as runner:
-        handle = runner.run_sweep(comp, {"lr": "0.1,0.01", "batch": "16,32,64,128"}, scheduler="local", parallel=2,
+        handle = run_sweep(runner, comp, {"lr": "0.1,0.01", "batch": "16,32,64,128"}, scheduler="local", parallel=2,
                                   args=["--markers", str(markers), "--sleep", "0.5"])
     state = _state(handle)
     _until("a trial ended while others wait", lambda: state.counts().get("SUCCEEDED", 0) >= 1
@@ -94,7 +94,7 @@ def test_killed_controller_resumes_and_runs_every_trial_exactly_once(train_compo
     _until("the controller gone", lambda: not controller.alive(state.dir))
     assert state.meta()["state"] == "RUNNING"  # killed mid-sweep
     with get_runner() as runner:
-        status = runner.sweep_wait(handle, timeout=240)  # restarts the controller
+        status = sweep_wait(handle, timeout=240)  # restarts the controller
     assert status.state == "SUCCEEDED", status.summary()
     assert state.meta()["controller_pid"] != pid
     state.close()
@@ -121,7 +121,7 @@ def test_a_trial_left_launching_is_adopted_if_submitted_and_launched_once_if_not
         app = runner.component_app(comp, ["--lr", "0.1", *args])
         app.name = names[0]
         submitted = runner.run(app, "local")
-        status = runner.sweep_wait(str(handle), timeout=120)
+        status = sweep_wait(str(handle), timeout=120)
     assert status.state == "SUCCEEDED", status.summary()
     trials = state.trials()
     state.close()
@@ -132,9 +132,9 @@ def test_a_trial_left_launching_is_adopted_if_submitted_and_launched_once_if_not
 def test_max_failures_stops_launching_and_fails_the_sweep(train_component: tuple[str, Path]) -> None:
     comp, markers = train_component
     with get_runner() as runner:
-        handle = runner.run_sweep(comp, {"fail": "1,1,0,0,0", "batch": "32"}, scheduler="local", parallel=1,
+        handle = run_sweep(runner, comp, {"fail": "1,1,0,0,0", "batch": "32"}, scheduler="local", parallel=1,
                                   max_failures=2, args=["--markers", str(markers)])
-        status = runner.sweep_wait(handle, timeout=120)
+        status = sweep_wait(handle, timeout=120)
     assert status.state == "FAILED"
     assert "max_failures=2" in status.reason
     assert status.counts == {"FAILED": 2, "SKIPPED": 3}
@@ -144,11 +144,11 @@ def test_max_failures_stops_launching_and_fails_the_sweep(train_component: tuple
 def test_cancel_ends_running_trials_and_launches_nothing_more(train_component: tuple[str, Path]) -> None:
     comp, markers = train_component
     with get_runner() as runner:
-        handle = runner.run_sweep(comp, {"lr": "0.1,0.2,0.3,0.4,0.5"}, scheduler="local", parallel=2,
+        handle = run_sweep(runner, comp, {"lr": "0.1,0.2,0.3,0.4,0.5"}, scheduler="local", parallel=2,
                                   args=["--markers", str(markers), "--sleep", "60"])
         state = _state(handle)
         _until("two trials running", lambda: state.counts().get("RUNNING", 0) == 2)
-        status = runner.sweep_cancel(handle)
+        status = sweep_cancel(runner, handle)
         assert status.state == "CANCELLED"
         assert status.counts == {"CANCELLED": 2, "SKIPPED": 3}
         for t in state.trials():
@@ -160,19 +160,18 @@ def test_cancel_ends_running_trials_and_launches_nothing_more(train_component: t
 
 
 def test_handles_are_checked() -> None:
-    with get_runner() as runner:
-        for bad in ("sweep://", "sweep://a/B C", "local://default/x", "sweep://a/../../etc"):
-            with pytest.raises(MalformedSweepHandleError):
-                runner.sweep_status(bad)
-        with pytest.raises(UnknownSweepError):
-            runner.sweep_status("sweep://default/nope-00000000")
+    for bad in ("sweep://", "sweep://a/B C", "local://default/x", "sweep://a/../../etc"):
+        with pytest.raises(MalformedSweepHandleError):
+            sweep_status(bad)
+    with pytest.raises(UnknownSweepError):
+        sweep_status("sweep://default/nope-00000000")
 
 
 def test_state_is_private(train_component: tuple[str, Path]) -> None:
     comp, markers = train_component
     with get_runner() as runner:
-        handle = runner.run_sweep(comp, {"lr": "0.1"}, scheduler="local", args=["--markers", str(markers)])
-        runner.sweep_wait(handle, timeout=60)
+        handle = run_sweep(runner, comp, {"lr": "0.1"}, scheduler="local", args=["--markers", str(markers)])
+        sweep_wait(handle, timeout=60)
     d = sweep_dir(parse_sweep_handle(handle))
     assert d.stat().st_mode & 0o777 == 0o700
     for f in d.iterdir():
@@ -190,9 +189,9 @@ def test_a_component_function_is_swept_by_its_file_and_a_nested_one_is_refused(
     fn = get_component(comp).fn
     assert component_ref(fn) == comp
     with get_runner() as runner:
-        handle = runner.run_sweep(fn, {"lr": [0.1, 0.01]}, scheduler="local", parallel=2,
+        handle = run_sweep(runner, fn, {"lr": [0.1, 0.01]}, scheduler="local", parallel=2,
                                   args=["--markers", str(markers)])
-        assert runner.sweep_wait(handle, timeout=120).state == "SUCCEEDED"
+        assert sweep_wait(handle, timeout=120).state == "SUCCEEDED"
     assert sorted(_markers(markers)) == ["lr0.01-b32", "lr0.1-b32"]
 
     def nested(lr: float = 0.1) -> None: ...
@@ -231,8 +230,8 @@ def test_the_first_submissions_imports_are_not_raced_by_the_other_workers(tmp_pa
     (pkg / "mod.py").write_text("import racepkg\nVALUE = 1\n")
     (tmp_path / "fit.py").write_text(RACE_COMPONENT)
     with get_runner() as runner:
-        handle = runner.run_sweep(f"{tmp_path / 'fit.py'}:fit", {"which": "pkg,mod"}, scheduler="local",
+        handle = run_sweep(runner, f"{tmp_path / 'fit.py'}:fit", {"which": "pkg,mod"}, scheduler="local",
                                   parallel=2)
-        status = runner.sweep_wait(handle, timeout=120)
-        trials = runner.sweep_list(handle)
+        status = sweep_wait(handle, timeout=120)
+        trials = sweep_trials(handle)
     assert status.state == "SUCCEEDED", [(t.params, t.state, t.msg) for t in trials]

@@ -59,7 +59,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeNative:
     monkeypatch.setattr(Runner, "scheduler", lambda self, name: sched)
 
     def dryrun(self: Runner, app: Any, scheduler: str | None = None, cfg: Any = None, **kw: Any) -> Any:
-        return SimpleNamespace(app=app, cfg=cfg, request=[list(r.args) for r in app.roles])
+        return SimpleNamespace(app=app, cfg=dict(cfg or {}), request=[list(r.args) for r in app.roles],
+                               scheduler=scheduler or "local")
 
     monkeypatch.setattr(Runner, "dryrun", dryrun)
     started: list[object] = []
@@ -93,6 +94,8 @@ def test_a_native_scheduler_gets_every_trial_at_once_and_no_controller_starts(fa
     finally:
         state.close()
     assert api.resume(handle) is False  # nothing of ours to restart
+    with get_runner("nat") as runner:  # the runner recorded each trial as it records an app it scheduled
+        assert {r.handle for r in runner.history.recent(None)} == {f"local://nat/77_{i}" for i in range(3)}
 
 
 def test_status_and_show_follow_the_scheduler_and_the_sweep_ends_with_its_trials(fake: FakeNative) -> None:

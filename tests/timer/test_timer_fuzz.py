@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import tsm.timer as timer
 from testutil import spawn, wait_until
 from tsm.errors import TimerError
-from tsm.timer import socket_timer as proto
+from tsm.timer import _wire as proto
+from tsm.timer._core import MAX_EXPIRATION
 
 CTX = mp.get_context("fork")
 WAIT = 30.0
@@ -319,13 +320,13 @@ def test_any_bytes_leave_the_server_serving(
     good.send(True)
     assert good.recv() == (proto.ACK, 5)
     with sock_server._core.lock:
-        assert all(0 <= t[0] <= proto.MAX_EXPIRATION for t in sock_server._core.timers.values())
+        assert all(0 <= t[0] <= MAX_EXPIRATION for t in sock_server._core.timers.values())
 
 
 # -- the batch parser against a model (issue 19: many records per read, acquire+release pairs skipped) ----------
 SCOPES = [b"a", b"b", b"", b"\xff\xfe", "\u00e9t\u00e9".encode(), b"a" * 300]
 #: Valid far deadlines, releases (negative) and absurd values the server must refuse.
-EXPIRATIONS = [FAR, FAR + 1.5, 5e9, proto.MAX_EXPIRATION, -1.0, -math.inf, math.inf, math.nan, 1e308]
+EXPIRATIONS = [FAR, FAR + 1.5, 5e9, MAX_EXPIRATION, -1.0, -math.inf, math.inf, math.nan, 1e308]
 
 
 def batch_client(path: str, blob: bytes, cuts: list[int], conn: Any) -> None:
@@ -359,7 +360,7 @@ def model(records: list[tuple[int, int, int, bool, float]], pid: int) -> tuple[d
             continue
         if kind == proto.RELEASE or (kind == proto.ACQUIRE and exp < 0):
             table.pop(scope, None)
-        elif kind == proto.ACQUIRE and not exp <= proto.MAX_EXPIRATION:
+        elif kind == proto.ACQUIRE and not exp <= MAX_EXPIRATION:
             replies.append((proto.REFUSED, seq))
             continue
         elif kind == proto.ACQUIRE:
@@ -412,7 +413,7 @@ def check_against_model(
         assert sock_server.stats["refused"] - before["refused"] == refused
         applied = sum(1 for kind, *_ in records if kind != proto.PING) - sum(
             1 for kind, _si, _seq, other, exp in records if kind != proto.PING and (other or (
-                kind == proto.ACQUIRE and not exp <= proto.MAX_EXPIRATION))
+                kind == proto.ACQUIRE and not exp <= MAX_EXPIRATION))
         )
         assert sock_server.stats["requests"] - before["requests"] == applied
     finally:

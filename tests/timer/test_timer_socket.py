@@ -471,7 +471,7 @@ def test_in_process_table_api(servers: list[timer.SocketTimerServer], sock_path:
 def test_client_records_are_the_protocols_on_every_path(tmp_path: Path) -> None:
     """Repeated scopes go out as ready-made records (issue 19); byte for byte the records of the slow path,
     and the fast path refuses the same absurd values."""
-    from tsm.timer import socket_timer as proto
+    from tsm.timer import _wire as proto
 
     path = str(tmp_path / "raw.sock")
     lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -513,7 +513,7 @@ def test_client_records_are_the_protocols_on_every_path(tmp_path: Path) -> None:
 
 
 def _welcome_then_read(lsock: socket.socket, conn: Connection) -> None:
-    from tsm.timer import socket_timer as proto
+    from tsm.timer import _wire as proto
 
     s, _ = lsock.accept()
     s.sendall(proto._REP.pack(proto.WELCOME, 0, 0, 1))
@@ -525,7 +525,7 @@ def _welcome_then_read(lsock: socket.socket, conn: Connection) -> None:
 
 def test_client_keeps_few_ready_made_records(servers: list[timer.SocketTimerServer], sock_path: str) -> None:
     """Thousands of distinct scopes neither grow the client's record cache without bound nor lose a request."""
-    from tsm.timer import socket_timer as proto
+    from tsm.timer import _wire as proto
 
     srv = start(servers, sock_path)
     here, there = CTX.Pipe()

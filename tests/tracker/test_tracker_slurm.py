@@ -82,3 +82,80 @@ def test_slurm_job_records_and_its_child_slurm_job_is_linked_both_ways(runner: R
     assert tracker.metadata(child) == {"where": "slurm-child"}
     assert [s.source_run_id for s in tracker.sources(child)] == [parent]
     assert list(tracker.children(parent)) == [child]
+
+
+#: Attempt 0 logs step 0 and waits to be preempted; attempt 1 (after Slurm's requeue) logs step 1 and ends.
+PREEMPTED = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    import tsm.lifecycle as lc
+    out = Path(os.environ["OUT"])
+    step = lc.attempt()
+    import mlflow
+    run = mlflow.start_run()
+    mlflow.log_metric("loss", 1.0 - step / 2, step=step)
+    import wandb
+    wrun = wandb.init()
+    wrun.log({"w_loss": 1.0 - step / 2}, step=step)
+    wrun.finish()
+    (out / f"attempt-{step}").write_text(run.info.run_id + " " + wrun.id)
+    if step == 0:
+        while True:
+            time.sleep(0.5)
+    mlflow.end_run()
+    """
+)
+
+
+def test_a_preempted_slurm_replica_is_one_mlflow_run_and_one_wandb_id(
+    runner: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_uri: str
+) -> None:
+    import subprocess
+    import time
+
+    import mlflow
+
+    from tsm.tracker.attempts import wandb_run_id
+
+    monkeypatch.setenv("TSM_TRACKERS", "tsm,mlflow,wandb")
+    monkeypatch.setenv("TSM_TRACKER_MLFLOW_CONFIG", mlflow_uri)
+    out = tmp_path / "out"
+    out.mkdir()
+    wdir = tmp_path / "wandb"
+    env = {"OUT": str(out), "WANDB_MODE": "offline", "WANDB_DIR": str(wdir), "WANDB_CONFIG_DIR": str(wdir / "c"),
+           "WANDB_CACHE_DIR": str(wdir / "cache"), "WANDB_DATA_DIR": str(wdir / "d"), "WANDB_SILENT": "true",
+           "WANDB_DISABLE_GIT": "true", "WANDB_PROJECT": "tsm-test"}
+    wdir.mkdir()
+    app = AppDef("tpreempt", roles=[Role("w", entrypoint=sys.executable, args=["-c", PREEMPTED], env=env, max_retries=0,
+                                         resource=Resource(cpu=2, memMB=400))])
+    handle = runner.run(app, scheduler="slurm", cfg={"partition": "low", "max_preemptions": 1})
+    high: list[str] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "attempt-0").exists():
+            assert time.monotonic() < deadline, "the first attempt never logged"
+            time.sleep(0.2)
+        now = runner.status(handle)
+        assert now is not None
+        node = now.roles[0].replicas[0].hostname
+        proc = subprocess.run(["sbatch", "--parsable", "--partition=high", f"--nodelist={node}", "--ntasks=1",
+                               "--cpus-per-task=1", "--output=/dev/null", "--wrap=sleep 1"],
+                              capture_output=True, text=True, check=True)
+        high.append(proc.stdout.strip().split(";")[0])
+        status = runner.wait(handle, timeout=HANG * 4)
+    finally:
+        runner.cancel(handle)
+        if high:
+            subprocess.run(["scancel", *high], capture_output=True, check=False)
+    assert status is not None and status.state == AppState.SUCCEEDED, status
+    assert status.num_restarts == 1, status
+    seen = [(out / f"attempt-{i}").read_text().split() for i in (0, 1)]
+    client = mlflow.tracking.MlflowClient(mlflow_uri)
+    runs = client.search_runs(["0"], filter_string=f"tags.`tsm.app_handle` = '{handle}'")
+    assert len(runs) == 1 and [s[0] for s in seen] == [runs[0].info.run_id] * 2, (runs, seen)
+    assert [(m.step, m.value) for m in client.get_metric_history(runs[0].info.run_id, "loss")] == [(0, 1.0), (1, 0.5)]
+    wid = wandb_run_id(handle)
+    assert [s[1] for s in seen] == [wid, wid]
+    offline = sorted(p.name for p in (wdir / "wandb").glob("offline-run-*"))
+    assert len(offline) == 2 and all(n.endswith(f"-{wid}") for n in offline), offline

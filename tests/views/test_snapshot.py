@@ -255,3 +255,18 @@ def test_last_lines_are_read_once_after_the_end_and_forgotten_when_not_asked(tmp
     tails.prune()
     tails.prune()  # a tick that did not ask about it: forgotten
     assert tails.last(str(tmp_path)) == "rewritten"
+
+
+def test_an_ended_app_known_only_to_the_history_ran_until_its_end_was_recorded(runner: Runner) -> None:
+    """An app its scheduler no longer reports (gone, removed) shows the history's times: it does not keep running."""
+    now = time.time()
+    with Store() as s:
+        s.write([(
+            "INSERT INTO apps(handle, scheduler, session, app_id, name, state, created, updated) VALUES (?,?,?,?,?,?,?,?)",
+            (f"local://default/{name}", "local", "default", name, name, int(state), now - 600, now - 480),
+        ) for name, state in (("ended", AppState.FAILED), ("pending", AppState.PENDING))])
+    snap = SnapshotCollector(runner=runner).refresh()
+    ended, pending = (snap.app(f"local://default/{n}") for n in ("ended", "pending"))
+    assert ended is not None and pending is not None
+    assert ended.ended == pytest.approx(now - 480) and ended.duration(snap.taken) == pytest.approx(120)
+    assert pending.ended is None  # not ended: its duration runs on

@@ -4,8 +4,10 @@ plain-text fallback in a real process."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -24,7 +26,8 @@ from textual.widgets import DataTable, Log  # noqa: E402
 
 from tsm.views.top import ConfirmCancel, TopApp  # noqa: E402
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+#: Where the screenshot goes: docs/ with ``make screenshots``, else a scratch folder (as tests/views/browsing.py)
+DOCS = Path(os.environ.get("SCREENSHOTS_DIR") or Path(tempfile.gettempdir()) / f"tsm-screenshots-{os.getuid()}")
 
 
 def py(code: str, name: str = "r", replicas: int = 1) -> Role:
@@ -103,7 +106,7 @@ def test_keys_filters_log_pane_and_cancel_of_a_real_app(runner: Runner) -> None:
         await until(pilot, lambda: top.following == (alpha, "talker", 1) and "alpha line 1" in log_text(top),
                     "the log pane follows talker/1")
         await pilot.pause(1.0)  # a few ticks: sparklines and the log fill in
-        DOCS.mkdir(exist_ok=True)
+        DOCS.mkdir(parents=True, exist_ok=True)
         top.save_screenshot("top.svg", str(DOCS))
         top.query_one("#apps", DataTable).focus()
         await pilot.press("c")

@@ -1,9 +1,8 @@
-"""``tsm serve``'s sweep page: its API (token, Host check, 404), the page's security properties, and the page in
-headless Chromium filling its trials table and scatter charts live as a real local sweep's trials finish."""
+"""A sweep in ``tsm serve``: its API (token, Host check, 404), and the page in headless Chromium showing the sweep
+(its trials table and scatter charts, filled live as a real local sweep's trials finish) beside the list."""
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,10 +11,11 @@ from typing import Any
 import pytest
 
 from tsm.runner.api import Runner, get_runner
+from tsm.specs.api import AppDef, Role
+from tsm.sweep import run_sweep, sweep_trials, sweep_wait
 
 from .serving import auth, base, token, tsm_serve, wait_for
 
-STATIC = Path(__file__).resolve().parents[2] / "src" / "tsm" / "views" / "web" / "static"
 EVIL = '<img src=x onerror="window.__pwned=2"><b>b</b>'
 
 COMPONENT = '''
@@ -52,9 +52,9 @@ def sweep_url(url: str, handle: str) -> str:
 
 def test_sweep_api_and_page_keep_the_dashboards_guards(runner: Runner, component: str) -> None:
     httpx = pytest.importorskip("httpx")
-    handle = runner.run_sweep(component, {"lr": "0.1,0.01", "opt": f"sgd,{EVIL}"}, scheduler="local", parallel=2,
+    handle = run_sweep(runner, component, {"lr": "0.1,0.01", "opt": f"sgd,{EVIL}"}, scheduler="local", parallel=2,
                               metric="loss")
-    assert runner.sweep_wait(handle, timeout=120).state == "SUCCEEDED"
+    assert sweep_wait(handle, timeout=120).state == "SUCCEEDED"
     with tsm_serve() as url:
         api = f"{base(url)}api/sweeps/{urllib.parse.quote(handle, safe='')}"
         assert httpx.get(api).status_code == 401  # no token
@@ -71,30 +71,29 @@ def test_sweep_api_and_page_keep_the_dashboards_guards(runner: Runner, component
                             headers=auth(url))
         assert unknown.status_code == 404
         page = httpx.get(sweep_url(url, handle))
-        assert page.status_code == 200 and "static/sweep.js" in page.text
+        assert page.status_code == 200 and "static/app.js" in page.text  # the one page, opened on the sweep
         csp = page.headers["content-security-policy"]
         assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
         assert page.headers["x-frame-options"] == "DENY"
-    html = (STATIC / "sweep.html").read_text()
-    assert re.findall(r"<script[^>]*>", html) == ['<script src="static/sweep.js">']  # no inline script
-    assert not re.search(r"\son[a-z]+\s*=|style=", html, re.IGNORECASE)  # no inline handlers or styles
-    js = (STATIC / "sweep.js").read_text()
-    assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "eval(" not in js
 
 
 @pytest.mark.integration
 @pytest.mark.browser
-def test_sweep_page_shows_trials_and_a_chart_live_in_a_browser(browser: Any, runner: Runner, component: str) -> None:
+def test_a_sweep_beside_the_list_live_in_a_browser(browser: Any, runner: Runner, component: str) -> None:
     pytest.importorskip("selenium", reason="selenium is installed by `pip install -e .[test]`")
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    handle = runner.run_sweep(component, {"lr": "0.1,0.03,0.01", "opt": f"adam,{EVIL}"}, scheduler="local",
+    from .browsing import in_view, not_reloaded, route, screen, shot
+
+    handle = run_sweep(runner, component, {"lr": "0.1,0.03,0.01", "opt": f"adam,{EVIL}"}, scheduler="local",
                               parallel=2, metric="loss", args=["--sleep", "1.5"])
     with tsm_serve() as url:
-        browser.get(sweep_url(url, handle))
+        screen(browser)
+        browser.get(sweep_url(url, handle))  # the sweep's old address opens the page on it
         wait_for(lambda: browser.find_element(By.ID, "status").text.startswith("live"), what="page live")
         browser.execute_script("window.__loadedOnce = 42;")
+        assert route(browser) == f"#/sweep/{handle}" and "token=" not in browser.current_url
 
         def rows() -> list[list[str]]:
             return list(browser.execute_script(
@@ -108,7 +107,7 @@ def test_sweep_page_shows_trials_and_a_chart_live_in_a_browser(browser: Any, run
         assert {r[2] for r in rows()} == {"adam", EVIL}  # the parameter shown verbatim, as text
         heads = browser.execute_script(
             "return Array.from(document.querySelectorAll('#trials thead th')).map(c => c.textContent);")
-        assert heads[:6] == ["Trial", "lr", "opt", "State", "Duration", "loss"]
+        assert heads[:6] == ["Trial", "lr", "opt", "State", "Ran", "loss"]
         assert Select(browser.find_element(By.ID, "metric")).first_selected_option.text == "loss"
         charts = browser.execute_script(
             "return Array.from(document.querySelectorAll('#scatter figure'))"
@@ -120,4 +119,40 @@ def test_sweep_page_shows_trials_and_a_chart_live_in_a_browser(browser: Any, run
             "let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] === 0x15 && d[i+1] === 0x65 && d[i+2] === 0xc0) n++;"
             "return n;")
         assert painted > 20  # blue points drawn on the lr chart
+
+        # beside it, the list: the sweep's line, open, with its six trials under it
+        trials = [t.handle for t in sweep_trials(handle)]
+        listed = browser.execute_script(
+            "return Array.from(document.querySelectorAll('#apps tbody tr')).map(r => r.dataset.handle || r.dataset.sweep);")
+        at = listed.index(handle)
+        assert sorted(listed[at + 1:at + 7]) == sorted(trials)
+        assert "selected" in browser.find_element(By.CSS_SELECTOR, f'#apps tr.sweep[data-sweep="{handle}"]'
+                                                  ).get_attribute("class")
+        assert "6 succeeded" in browser.find_element(By.CSS_SELECTOR, f'#apps tr.sweep[data-sweep="{handle}"]').text
+        assert handle in [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "f-sweep")).options]
+        assert in_view(browser, "#sweep-title")
+        shot(browser, "serve-sweep")
+
+        # a trial's link opens its app; the back button comes back to the sweep
+        browser.find_element(By.CSS_SELECTOR, '#trials tbody tr[data-trial="0"] a').click()
+        wait_for(lambda: route(browser).startswith("#/app/") and "SUCCEEDED" in
+                 browser.find_element(By.ID, "detail-title").text, what="the trial's app")
+        assert route(browser).split("/app/")[1] in trials
+        browser.back()
+        wait_for(lambda: route(browser) == f"#/sweep/{handle}" and len(rows()) == 6, what="back to the sweep")
+
+        # the sweep filter: only its trials in the list
+        plain = runner.run(AppDef("plain", [Role("p", entrypoint="true")]), "local")
+        runner.wait(plain, timeout=60)
+        wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, f'#apps tr.app[data-handle="{plain}"]'),
+                 what="an app outside the sweep, listed")
+        Select(browser.find_element(By.ID, "f-sweep")).select_by_value(handle)
+        wait_for(lambda: not browser.find_elements(By.CSS_SELECTOR, f'#apps tr.app[data-handle="{plain}"]'),
+                 what="only the sweep's trials")
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#apps tr.app")) == 6 and "sweep=" in route(browser)
+        Select(browser.find_element(By.ID, "f-sweep")).select_by_value("none")
+        wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, f'#apps tr.app[data-handle="{plain}"]'),
+                 what="the app outside the sweep")
+        assert not browser.find_elements(By.CSS_SELECTOR, "#apps tr.sweep")
         assert browser.execute_script("return window.__loadedOnce === 42 && window.__pwned === undefined;")
+        assert not_reloaded(browser)

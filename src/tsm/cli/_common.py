@@ -1,17 +1,14 @@
-"""Helpers the subcommands share: cfg parsing, handle paths, time parsing, log streaming."""
+"""Helpers the subcommands share: handle paths, time parsing, printing replicas' logs."""
 
 from __future__ import annotations
 
 import re
-import signal
 import sys
-import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tsm.errors import (  # UsageError moved to tsm.errors; importing it from here keeps working
-    InvalidRunOptionError,
     MalformedAppHandleError,
     UsageError as UsageError,
     brief,
@@ -20,32 +17,6 @@ from tsm.errors import (  # UsageError moved to tsm.errors; importing it from he
 if TYPE_CHECKING:
     from tsm.cli._live import StatusLine
     from tsm.runner.api import Runner
-
-
-def parse_cfg(text: str | None) -> dict[str, str]:
-    """``-c k=v,k2=a,b`` -> ``{"k": "v", "k2": "a,b"}``: a piece without ``=`` continues the previous value."""
-    out: dict[str, str] = {}
-    last: str | None = None
-    for piece in (text or "").split(","):
-        if "=" in piece:
-            key, _, value = piece.partition("=")
-            key = key.strip()
-            if not key:
-                raise InvalidRunOptionError(f"-c: empty option name in {text!r}; use -c name=value,name2=value2")
-            out[key] = value.strip()
-            last = key
-        elif last is not None:
-            out[last] += "," + piece.strip()
-        elif piece.strip():
-            raise InvalidRunOptionError(f"-c: {piece!r} is not name=value; use -c name=value,name2=value2")
-    return out
-
-
-def add_cfg_args(parser: Any) -> None:
-    """``-s/--scheduler`` and ``-c/--cfg`` as run and dryrun take them."""
-    parser.add_argument("-s", "--scheduler", help="scheduler to use (default: config file's, else local)")
-    parser.add_argument("-c", "--cfg", help="run options: name=value,name2=value2 (see tsm runopts)")
-
 
 
 def split_handle_path(text: str) -> tuple[str, str | None, int | None]:
@@ -111,24 +82,6 @@ def parse_time(text: str | None, flag: str) -> datetime | None:
     return when
 
 
-def start_thread(target: Callable[..., None], *args: Any) -> threading.Thread:
-    """Start a daemon thread that never takes Ctrl-C, so SIGINT always wakes the main thread.
-
-    A process-wide SIGINT goes to any thread that does not block it; landing on a worker, it would
-    leave the main thread asleep in ``select``/``join`` and Ctrl-C would do nothing. The new thread
-    inherits a mask blocking SIGINT; the caller's own mask is restored at once.
-    """
-    can_mask = hasattr(signal, "pthread_sigmask")
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if can_mask else None
-    try:
-        t = threading.Thread(target=target, args=args, daemon=True)
-        t.start()
-    finally:
-        if old is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-    return t
-
-
 def stream_logs(
     runner: Runner,
     handle: str,
@@ -139,7 +92,7 @@ def stream_logs(
     live: StatusLine | None = None,
     **kwargs: Any,
 ) -> list[BaseException]:
-    """Print the lines of every ``(role, k)`` target, prefixed ``role/k`` when ``prefix``.
+    """Print the lines of every ``(role, k)`` target (:meth:`Runner.log_events`), prefixed ``role/k`` when ``prefix``.
 
     With ``live`` (an attached ``tsm run`` on a terminal), every line and marker goes through that
     status line, which steps out of the way of each one; the bytes written are the same.
@@ -147,88 +100,31 @@ def stream_logs(
     Where a replica's restarted attempt begins, a line ``--- attempt N ---`` goes to stderr (never into
     the output). A line that a follower ended at ``\\r`` (a progress bar redrawing itself) is printed
     with its ``\\r`` and no newline, so a terminal redraws it in place. Returns the errors met.
-
-    A scheduler that follows many replicas in one thread (``MultiReplicaLogs``, the local one) serves
-    every target with one reader: no thread, connection or open file per replica. Other schedulers
-    get one thread per replica, each with a runner of its own (a runner belongs to one thread).
     """
-    from tsm.runner.api import Runner
-    from tsm.schedulers.api import MultiReplicaLogs
-    from tsm.specs.handles import parse_app_handle
+    from tsm.errors import NotSupportedError
 
     write: Callable[[str], object] = out or (live.write_out if live is not None else sys.stdout.write)
     err: Callable[[str], object] = live.write_err if live is not None else sys.stderr.write
-    errors: list[BaseException] = []
-    own = Runner(runner.session_name)  # log reading needs no config; this one belongs to this thread
+    flush = sys.stdout.flush
     try:
-        parsed = parse_app_handle(handle)
-        sched = own.scheduler(parsed.scheduler)
-        if isinstance(sched, MultiReplicaLogs):
-            flush = sys.stdout.flush
-            events = sched.log_iter_many(parsed.app_id, targets, should_tail=tail, idle=flush if tail else None,
-                                         **kwargs)
-            for ev in events:
-                tag = f"{ev.role}/{ev.k} " if prefix else ""
-                if ev.marker:
-                    flush()  # what the replica printed before comes first
-                    err(f"{tag}--- attempt {ev.attempt} ---\n")
-                    sys.stderr.flush()
-                    continue
-                text = ev.text
-                write(tag + text if text.endswith(("\n", "\r")) else tag + text + "\n")
-            return errors
+        for ev in runner.log_events(handle, targets, should_tail=tail, idle=flush if tail else None, **kwargs):
+            tag = f"{ev.role}/{ev.k} " if prefix else ""
+            if ev.marker:
+                flush()  # what the replica printed before comes first
+                err(f"{tag}--- attempt {ev.attempt} ---\n")
+                sys.stderr.flush()
+                continue
+            text = ev.text
+            write(tag + text if text.endswith(("\n", "\r")) else tag + text + "\n")
+    except NotSupportedError as e:
+        if kwargs.get("attempt") is None:
+            return [e]
+        return [UsageError(f"--attempt: {e}")]
     except BaseException as e:  # noqa: BLE001 - reported by the caller
-        errors.append(e)
-        return errors
+        return [e]
     finally:
-        own.close()
-        sys.stdout.flush()
-    return _stream_logs_threads(runner, handle, targets, tail, prefix, write, **kwargs)
-
-
-def _stream_logs_threads(
-    runner: Runner,
-    handle: str,
-    targets: list[tuple[str, int]],
-    tail: bool,
-    prefix: bool,
-    write: Callable[[str], object],
-    **kwargs: Any,
-) -> list[BaseException]:
-    """:func:`stream_logs` for a scheduler without ``MultiReplicaLogs``: one thread and runner per replica."""
-    from tsm.runner.api import Runner
-
-    if kwargs.pop("attempt", None) is not None:
-        raise UsageError(f"--attempt: the scheduler of {handle} does not keep a replica's attempts apart")
-
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-
-    def pump(role: str, k: int) -> None:
-        tag = f"{role}/{k} " if prefix else ""
-        own = Runner(runner.session_name)  # log reading needs no config
-        try:
-            for line in own.log_lines(handle, role, k, should_tail=tail, **kwargs):
-                if not line.endswith("\n"):
-                    line += "\n"
-                with lock:
-                    write(tag + line)
-                    if tail:  # a follower shows each line as it comes, even through a pipe
-                        sys.stdout.flush()
-        except BaseException as e:  # noqa: BLE001 - reported by the caller
-            errors.append(e)
-        finally:
-            own.close()
-            with lock:
-                sys.stdout.flush()
-
-    if len(targets) == 1:
-        pump(*targets[0])
-        return errors
-    threads = [start_thread(pump, *t) for t in targets]
-    for t in threads:
-        t.join()
-    return errors
+        flush()
+    return []
 
 
 def replica_targets(runner: Runner, handle: str, role: str | None, k: int | None) -> list[tuple[str, int]]:

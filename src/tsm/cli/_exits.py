@@ -17,6 +17,7 @@ OK = 0
 FAILED = 1
 USAGE = 2
 TIMEOUT = 3
+NOT_RUNNING = 4
 INTERRUPTED = 130
 
 #: (code, meaning): printed by ``tsm --help`` and documented in the README's command-line section.
@@ -27,6 +28,8 @@ TABLE: tuple[tuple[int, str], ...] = (
     (USAGE, "the command line is wrong: unknown subcommand, flag or value, a malformed or unknown app "
             "handle, an unknown component, scheduler, resource, role or replica"),
     (TIMEOUT, "wait --timeout passed while the app is still running"),
+    (NOT_RUNNING, "exec, stack, port-forward: the replica is not running (its app ended, or it has not started "
+                  "yet); otherwise exec exits with the command's own code"),
     (INTERRUPTED, "interrupted by Ctrl-C (an attached run cancels its app first)"),
 )
 

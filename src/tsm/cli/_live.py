@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
+from tsm.runner.logs import start_thread as start_thread  # a thread that never takes Ctrl-C
+
 if TYPE_CHECKING:
     from tsm.specs.api import AppStatus
 
@@ -202,8 +204,6 @@ def step(label: str, stream: TextIO | None = None) -> Iterator[None]:
     if not enabled(stream):
         yield
         return
-    from tsm.cli._common import start_thread
-
     line = StatusLine(stream)
     stop = threading.Event()
     start = time.monotonic()

@@ -13,7 +13,7 @@ import re
 import sys
 
 from tsm.cli import _exits
-from tsm.cli.main import GLOBAL_FLAGS, SUBCOMMANDS, _one_line
+from tsm.cli._names import GLOBAL_FLAGS, SUBCOMMANDS, one_line as _one_line
 
 TYPE_CHECKING = False  # keeps typing (3 ms) out of start-up; type checkers treat it as True
 if TYPE_CHECKING:
@@ -104,7 +104,9 @@ def _check_single_values(parser: argparse.ArgumentParser | None, args: argparse.
     if parser is None:
         return
     for action in parser._actions:
-        if action.option_strings and action.nargs is None and getattr(args, action.dest, None) == []:
+        value = getattr(args, action.dest, None)
+        # a repeatable flag (``-c``, action="append") collects each value: one of them may be that empty list
+        if action.option_strings and action.nargs is None and (value == [] or (isinstance(value, list) and [] in value)):
             parser.error(f"argument {'/'.join(action.option_strings)}: expected a value ('--' is not one)")
 
 
@@ -147,7 +149,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     chosen = _chosen(argv) if argv is not None else None
     for name, text in SUBCOMMANDS.items():
         if argv is None or name == chosen:
-            importlib.import_module(f"tsm.cli.cmd_{name}").add_parser(sub)
+            importlib.import_module(f"tsm.cli.cmd_{name.replace('-', '_')}").add_parser(sub)
         else:  # its line in --help now, its (empty) parser only if argparse asks for it
             sub._choices_actions.append(sub._ChoicesPseudoAction(name, (), text))
             dict.__setitem__(lazy, name, None)

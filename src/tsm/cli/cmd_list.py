@@ -1,7 +1,8 @@
 """``tsm list [-s SCHEDULER] [--limit N | --all]``: recent apps launched through tsm, or one scheduler's apps.
 
 The list is capped (newest first, 200 by default) so a long history stays quick to show; when the cap cut
-it short, one line on stderr says so and how to see more, so no app is silently left out.
+it short, one line on stderr says so and how to see more, so no app is silently left out. A sweep is one
+line, where its own time puts it among the apps.
 """
 
 from __future__ import annotations
@@ -65,6 +66,25 @@ def launched_handles(runner: Any, scheduler: str, apps: list[Any]) -> list[Any]:
     return apps
 
 
+def newest(runner: Any, limit: int | None) -> list[Any]:
+    """The ``limit`` newest entries of tsm's history, and one more when there are more (None: all of them).
+
+    A sweep is one entry, its trials folded into it, placed by its own time among the apps whatever they
+    are; the history is read further until ``limit`` + 1 entries are known to be the newest.
+    """
+    from tsm.sweep import fold_list
+
+    if limit is None:
+        return fold_list(runner.list(None, limit=None))
+    fetch = limit + 1
+    while True:
+        rows = runner.list(None, limit=fetch)
+        entries = fold_list(rows, complete=len(rows) < fetch)
+        if len(rows) < fetch or len(entries) > limit:
+            return entries
+        fetch *= 4  # trials folded away: read further back
+
+
 def run(args: argparse.Namespace) -> int:
     from tsm.runner.api import get_runner
 
@@ -72,11 +92,8 @@ def run(args: argparse.Namespace) -> int:
     with get_runner(args.session) as runner:
         if args.scheduler:
             apps = launched_handles(runner, args.scheduler, runner.list(args.scheduler))
-        else:  # one more than shown tells whether the cap cut anything off
-            apps = runner.list(None, limit=None if limit is None else limit + 1)
-            from tsm.sweep import fold_list
-
-            apps = fold_list(apps)  # a sweep is one line, its trials folded into it
+        else:
+            apps = newest(runner, limit)
     capped = limit is not None and len(apps) > limit
     apps = apps[:limit] if limit is not None else apps
     if not apps:

@@ -1,7 +1,8 @@
 """``tsm rm HANDLE... | --older-than DAYS``: forget ended apps and delete their local state and logs.
 
 Nothing is deleted behind the user's back: only this command removes logs, and never those of an app
-that is still running.
+that is still running. A scheduler that cannot be reached stops nothing else: every other app is removed,
+then one line per app that was not says why (exit 1).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from typing import Any
 
 from tsm.cli import _exits
+from tsm.cli._names import one_line
 from tsm.errors import brief
 
 
@@ -35,7 +37,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tsm.errors import InvalidRunOptionError
+    from tsm.errors import IncompleteRemovalError, InvalidRunOptionError
     from tsm.runner.api import get_runner
     from tsm.specs.handles import parse_app_handle
 
@@ -43,13 +45,22 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidRunOptionError("say what to remove: HANDLE... or --older-than DAYS")
     for handle in args.handles:  # every handle checked before anything is removed
         parse_app_handle(handle)
+    failed: dict[str, str] = {}
     with get_runner(args.session) as runner:
-        removed = runner.remove(args.handles, older_than_days=args.older_than)
+        try:
+            removed = runner.remove(args.handles, older_than_days=args.older_than)
+        except IncompleteRemovalError as e:  # what could be removed was: say so, then what could not
+            removed, failed = e.removed, e.failed
     for handle in removed:
         sys.stdout.write(f"removed {handle}\n")
+    sys.stdout.flush()
+    for handle, why in failed.items():
+        sys.stderr.write(f"tsm: could not remove {handle}: {one_line(why)}\n")
+    if failed:
+        sys.stderr.write(f"error: {len(failed)} app(s) not removed (above); the others were\n")
+        return _exits.FAILED
     missing = [h for h in args.handles if h not in removed]
     if missing:  # a runner that skips unknown handles instead of raising: still exit 2, as everywhere
-        sys.stdout.flush()
         raise _exits.unknown_app(missing[0])
     if not removed:
         sys.stdout.write("nothing to remove\n")

@@ -9,11 +9,12 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from tsm.cli import _exits, _live
-from tsm.cli._common import add_cfg_args, parse_cfg, replica_targets, start_thread, stream_logs
+from tsm.cli._common import replica_targets, stream_logs
+from tsm.cli._launch import add_launch_args, component_help, dry_run, dryrun_text, snapshot_line
+from tsm.cli._live import start_thread
 
 
 def add_parser(sub: Any) -> None:
@@ -25,125 +26,12 @@ def add_parser(sub: Any) -> None:
         "everything after COMPONENT is the component's. `tsm run COMPONENT --help` shows the component's "
         "arguments.",
     )
-    add_cfg_args(p)
-    p.add_argument("--dryrun", action="store_true", help="print the request instead of submitting it")
+    add_launch_args(p)
+    p.add_argument("--dryrun", action="store_true", help="print the request instead of submitting it (as tsm dryrun)")
     p.add_argument("--detach", action="store_true", help="print the handle and return at once")
-    p.add_argument(
-        "--workspace", metavar="DIR", default=None,
-        help="ship DIR with the app: roles without an image run in a read-only snapshot of it, reused while "
-        "DIR is unchanged (default: $TSM_WORKSPACE, else none; --workspace '' for none)",
-    )
     p.add_argument("component", help="component name, e.g. utils.echo or ./my.py:train")
     p.add_argument("component_args", nargs=argparse.REMAINDER, help="the component's arguments")
     p.set_defaults(func=run)
-
-
-#: ``tsm.workspace.api.METADATA_KEY``, the role metadata a workspace snapshot leaves: written out because
-#: importing it loads the whole snapshot code, which a run without a workspace never needs
-#: (``tests/cli/test_cli.py`` checks the two agree).
-WORKSPACE_METADATA_KEY = "tsm.workspace"
-
-#: tsm run's and tsm dryrun's own flags: a component that rejects one of these was most likely given it
-#: by mistake after COMPONENT.
-_OWN_FLAGS = ("--detach", "--dryrun", "-s", "--scheduler", "-c", "--cfg", "--workspace")
-
-
-@contextlib.contextmanager
-def explain_misplaced_flags(command: str, component: str, component_args: list[str]) -> Iterator[None]:
-    """Add "this flag goes before COMPONENT" to a component's error about one of tsm's own flags.
-
-    ``tsm run utils.echo --detach`` hands ``--detach`` to the component (everything after COMPONENT is
-    its), which rejects it; the bare "unrecognized arguments" would not say why.
-    """
-    from tsm.errors import ComponentArgumentError, brief
-
-    try:
-        yield
-    except ComponentArgumentError as e:
-        message = str(e)
-        words = {w.partition("=")[0] for w in component_args}
-        own = _component_flags(component)
-        misplaced = [f for f in _OWN_FLAGS if f in words and f in message and f not in own]
-        if not misplaced:
-            raise
-        flag = misplaced[0]
-        raise ComponentArgumentError(
-            f"{message}; {flag} is an option of tsm {command}, and options of tsm {command} go before "
-            f"COMPONENT (everything after COMPONENT is the component's): tsm {command} {flag} "
-            f"{'VALUE ' if flag in ('-s', '--scheduler', '-c', '--cfg') else ''}{brief(component, 60)[1:-1]} ...",
-            usage=e.usage,
-        ) from None
-
-
-def workspace_line(app: Any) -> str | None:
-    """The line every launch with a workspace prints: the snapshot, its size and digest, and what it cost.
-
-    A directory snapshot (local, Slurm) says whether it was reused or what was copied; an image workspace
-    (Docker, Kubernetes) names the image and whether it is built or reused; Ray's names the job's
-    ``working_dir``. None when no role has a workspace.
-    """
-    from tsm.workspace.dir import workspace_summary
-
-    line = workspace_summary(app)
-    if line is not None:
-        return line
-    for role in app.roles:
-        meta = role.metadata.get(WORKSPACE_METADATA_KEY)
-        if not isinstance(meta, dict):
-            continue
-        try:
-            head = (f"workspace {meta['workspace']} -> {meta['snapshot']} ({int(meta['files'])} files, "
-                    f"{int(meta['bytes'])} bytes, sha256 {str(meta['digest'])[:12]})")
-        except (KeyError, TypeError, ValueError):
-            continue
-        if meta.get("docker_tag"):
-            what = f"image {meta['docker_tag']} " + ("to build" if meta.get("build") else "reused, nothing to build")
-        elif meta.get("ray_working_dir"):
-            what = "the Ray job's working_dir (uploaded once per content hash)"
-        else:
-            what = "snapshot ready"
-        used_by = [r.name for r in app.roles if isinstance(r.metadata.get(WORKSPACE_METADATA_KEY), dict)]
-        return f"{head}: {what} (roles: {', '.join(used_by)})"
-    return None
-
-
-def _component_flags(component: str) -> set[str]:
-    """The flags component ``component`` takes itself (``-c`` and ``--c`` for a parameter ``c``).
-
-    ``utils.python -c CODE`` is the component's own ``-c``: an error about it must not be explained as
-    tsm run's ``-c`` put after COMPONENT. Empty when the component cannot be looked up (its own error then
-    stands as it is).
-    """
-    import inspect
-
-    from tsm.components import get_component
-
-    try:
-        params = inspect.signature(get_component(component).fn).parameters
-    except Exception:  # noqa: BLE001 - only a hint depends on it
-        return set()
-    return {flag for name in params for flag in ((f"-{name}", f"--{name}") if len(name) == 1 else (f"--{name}",))}
-
-
-def component_help(name: str, command: str = "run") -> int:
-    """Print component ``name``'s help (``tsm run COMPONENT --help``); say that ``-h`` is not help where it is not."""
-    import inspect
-
-    from tsm.components import component_help as render, get_component
-
-    fn = get_component(name).fn
-    text = render(fn, prog=f"tsm {command} {name}")
-    try:
-        takes_h = "h" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        takes_h = False
-    if takes_h:
-        text = text.rstrip("\n") + (
-            "\n\nNote: -h is this component's -h option (a named resource in the builtins, as in TorchX),"
-            " not help; use --help.\n"
-        )
-    sys.stdout.write(text)
-    return 0
 
 
 class _HeldInterrupt:
@@ -185,32 +73,19 @@ class _HeldInterrupt:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tsm.cli.cmd_dryrun import request_text
     from tsm.components import wants_help
     from tsm.runner.api import get_runner
 
     if wants_help(args.component_args):
         return component_help(args.component)
-    cfg = parse_cfg(args.cfg)
     with get_runner(args.session) as runner:
-        runner.check_cfg(args.scheduler, cfg)  # -c names options of one scheduler: a typo is an error here
-        with explain_misplaced_flags("run", args.component, args.component_args):
-            workspace = os.environ.get("TSM_WORKSPACE") if args.workspace is None else args.workspace
-            building = workspace and not args.dryrun
-            with _live.step(f"snapshotting workspace {workspace}") if building else contextlib.nullcontext():
-                info = runner.dryrun_component(args.component, args.component_args, args.scheduler, cfg,
-                                               workspace=workspace or None)
-        snapshot_line = None
-        if info.app is not None and any(WORKSPACE_METADATA_KEY in r.metadata for r in info.app.roles):
-            # the snapshot code, imported only when there is a snapshot to describe
-            snapshot_line = workspace_line(info.app)
+        info = dry_run(runner, args, "run", building=not args.dryrun)
         if args.dryrun:
-            if snapshot_line:
-                sys.stdout.write(f"=== workspace ===\n{snapshot_line}\n")
-            sys.stdout.write(request_text(info))
+            sys.stdout.write(dryrun_text(info))
             return _exits.OK
-        if snapshot_line:
-            sys.stderr.write(f"tsm: {snapshot_line}\n")
+        line = snapshot_line(info)
+        if line:
+            sys.stderr.write(f"tsm: {line}\n")
         held = _HeldInterrupt()
         try:
             with _live.step("submitting"):

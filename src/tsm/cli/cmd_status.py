@@ -13,6 +13,7 @@ import sys
 from collections import deque
 
 from tsm.cli import _exits
+from tsm.util.text import escaped
 
 TYPE_CHECKING = False  # argparse and typing are for type checkers only: `tsm status` need not import them
 if TYPE_CHECKING:
@@ -40,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
         status = _exits.app_status(runner, args.handle)
         failure = failure_of(runner, args.handle, status)
     if args.json:
-        data = {"handle": args.handle, **status.to_dict(), "failure": failure}
+        # TorchX's keys (its AppStatus.to_json: state, num_restarts, roles, msg, structured_error_msg, url) and tsm's
+        data = {"handle": args.handle, **status.to_dict(), "url": status.ui_url, "failure": failure}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
         sys.stdout.write(f"{args.handle}\n{status.summary()}\n{format_failure(failure)}")
@@ -135,8 +137,10 @@ def format_failure(failure: dict[str, Any] | None) -> str:
     """The text form of :func:`failure_of`: a few lines after the status, or "" when nothing failed."""
     if failure is None or failure["replica"] is None:
         return ""
+    from tsm.util.text import printable
+
     how = f"killed by {failure['signal']}" if failure["signal"] else f"exit code {failure['exit_code']}"
-    lines = [f"Failed: {failure['replica']} ({how})" + (f": {failure['message']}" if failure["message"] else "")]
+    lines = [f"Failed: {failure['replica']} ({how})" + (f": {printable(failure['message'])}" if failure["message"] else "")]
     if failure["stderr_tail"]:
         lines.append(f"Last stderr lines of {failure['replica']}:")
         lines += [f"  | {_printable(line)}" for line in failure["stderr_tail"]]
@@ -145,4 +149,4 @@ def format_failure(failure: dict[str, Any] | None) -> str:
 
 def _printable(text: str) -> str:
     """A log line as the terminal should show it: control characters escaped, not acted on."""
-    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)
+    return escaped(text, keep="\t")

@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from tsm.cli import _exits
-from tsm.cli._common import add_cfg_args, parse_cfg
+from tsm.cli._launch import add_cfg_args, component_help, launch_cfg, request_text
 
 #: the verbs that take a sweep handle instead of a component
 VERBS = ("status", "wait", "cancel", "resume", "show", "list")
@@ -87,20 +87,16 @@ def run(args: argparse.Namespace) -> int:
     from tsm.sweep.api import plan_sweep, run_sweep
 
     if args.component_args in (["--help"], ["-h"]):  # the component's own parameters: what can be swept
-        from tsm.cli.cmd_run import component_help
-
         return component_help(args.component, command="sweep")
     axes, fixed = parse_axes(args.component_args)
     if not axes:
         raise UsageError(f"give the space after {args.component}: --PARAM VALUES (e.g. --lr 0.1,0.01)")
-    cfg = parse_cfg(args.cfg)
+    cfg = launch_cfg(args)
     opts: dict[str, Any] = dict(scheduler=args.scheduler, cfg=cfg, args=fixed, parallel=args.parallel,
                                 max_failures=args.max_failures, random=args.random, seed=args.seed,
                                 workspace=args.workspace)
     with get_runner(args.session) as runner:
         if args.dryrun:
-            from tsm.cli.cmd_dryrun import request_text
-
             plan = plan_sweep(runner, args.component, axes, **opts)
             out = [f"{len(plan.trials)} trial(s) on {plan.scheduler}, at most {args.parallel} at once:"]
             out += [f"  trial {i}: " + " ".join(f"--{k} {v}" for k, v in p.items()) for i, p in enumerate(plan.trials)]
@@ -169,8 +165,27 @@ def _show(handle: str, sort: str | None, as_json: bool) -> int:
     meta_sort = sort or api.sweep_metric(handle)
     metrics = results.read_metrics([t.handle for t in trials if t.handle])
     table = results.sort_rows(results.rows(trials, metrics), meta_sort)
-    sys.stdout.write(results.to_json(table) + "\n" if as_json else results.render(table))
+    if as_json:  # each parameter as the value its component took (0.1, 32, true), not the text it was given
+        types = results.param_types(api.sweep_component(handle))
+        sys.stdout.write(results.to_json(table, types) + "\n")
+    else:
+        sys.stdout.write(results.render(_printable(table)))
     return _exits.OK
+
+
+def _printable(table: list[Any]) -> list[Any]:
+    """The rows with what trials recorded (metric names and values, parameters) made safe for a terminal:
+    escape sequences, CR and other control characters written as escapes, as ``tsm tracker show`` does."""
+    import dataclasses
+
+    from tsm.util.text import printable
+
+    def safe(value: Any) -> Any:
+        return printable(value) if isinstance(value, str) else value
+
+    return [dataclasses.replace(r, params={safe(k): safe(v) for k, v in r.params.items()},
+                                metrics={safe(k): safe(v) for k, v in r.metrics.items()},
+                                state=safe(r.state), handle=safe(r.handle), msg=safe(r.msg)) for r in table]
 
 
 def _list(sweeps: list[Any]) -> int:

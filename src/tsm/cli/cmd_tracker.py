@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from tsm.cli import _exits
+from tsm.util.text import escaped
 
 
 def add_parser(sub: Any) -> None:
@@ -55,8 +56,7 @@ def _tracker() -> Any:
 
 def _p(text: object) -> str:
     """``text`` as a terminal should show it: control characters (escapes, CR, newlines) written as escapes."""
-    s = text if isinstance(text, str) else str(text)
-    return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+    return escaped(text if isinstance(text, str) else str(text))
 
 
 def _strict(value: Any) -> Any:

@@ -4,49 +4,26 @@ Each subcommand is a module here with ``add_parser(subparsers)`` and ``run(args)
 import the runner and backends only inside ``run`` so ``tsm --help`` stays fast. Every tsm error is
 printed as one line on stderr (``--debug`` shows the traceback); the exit codes are one table
 (:mod:`tsm.cli._exits`, printed by ``tsm --help``): 0 done, 1 failed, 2 usage error or unknown app,
-3 timeout, 130 Ctrl-C. A misspelt subcommand or flag gets a "did you mean", and a flag put in the wrong
-place (a global flag after the subcommand) says where it goes.
+3 timeout, 4 replica not running (exec, stack, port-forward), 130 Ctrl-C. A misspelt subcommand or flag
+gets a "did you mean", and a flag put in the wrong place (a global flag after the subcommand) says where
+it goes.
 
 The parser lives in :mod:`tsm.cli._parser`; the read-only forms dashboards and scripts call most often
 (``tsm status HANDLE [--json]``, ``tsm list [--all | -s NAME]``, written exactly so) are taken by
-:func:`_simple_args` without building it, with the attributes argparse would set (issue 26: start-up).
+:func:`_simple_args` without building it, with the attributes argparse would set: start-up.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
 from tsm.cli import _exits
+from tsm.cli._names import GLOBAL_FLAGS as GLOBAL_FLAGS, SUBCOMMANDS as SUBCOMMANDS, one_line as _one_line
 
 TYPE_CHECKING = False  # keeps typing (3 ms) out of start-up; type checkers treat it as True
 if TYPE_CHECKING:
     from typing import Any, NoReturn
-
-#: name -> one-line help; a subcommand's module is imported only when that subcommand runs.
-SUBCOMMANDS = {
-    "run": "launch a component (streams logs and waits unless --detach)",
-    "dryrun": "print the scheduler request for a component without submitting it",
-    "status": "show an app's status",
-    "describe": "show the definition an app was launched with",
-    "log": "print an app's logs",
-    "list": "list apps with their live state",
-    "cancel": "stop apps",
-    "wait": "wait for an app to end (exit 0 if it succeeded)",
-    "rm": "remove ended apps and their logs",
-    "builtins": "list the components you can run by name",
-    "runopts": "show schedulers' run options",
-    "lint": "check a component file",
-    "tracker": "show what jobs recorded (metadata, artifacts, lineage)",
-    "serve": "web dashboard of apps (live tables, logs, usage charts, cancel)",
-    "top": "full-screen view of apps, replicas, usage and logs",
-    "sweep": "run a component over a grid or random space, N at a time; results table",
-}
-
-
-#: The global flags, which go before the subcommand.
-GLOBAL_FLAGS = ("--version", "--debug", "--session")
 
 #: What :mod:`tsm.cli._parser` defines, still reachable as ``tsm.cli.main.NAME`` (imported on first use).
 _PARSER_NAMES = frozenset((
@@ -86,7 +63,7 @@ def _simple_args(argv: list[str]) -> _Args | None:
     exactly so (no global flag, no abbreviation, no ``=``, no value starting with ``-``): for these the
     attributes are exactly those argparse would set, so the command behaves the same, but importing argparse
     (with ``gettext``, ``shutil`` and ``locale``) and building the parser cost about 15 ms of a 60 ms
-    command (issue 26). Anything else, including every mistake, returns None and goes through argparse.
+    command. Anything else, including every mistake, returns None and goes through argparse.
     """
     n = len(argv)
     if n < 1 or n > 3:
@@ -149,8 +126,16 @@ def main(argv: list[str] | None = None) -> int:
     except TsmError as e:
         sys.stderr.write(f"error: {_one_line(e)}\n")
         if debug:
+            from tsm.errors import EnvBuildError
+
+            if isinstance(e, EnvBuildError) and e.detail:  # the installer's own words, below the line
+                sys.stderr.write(e.detail.rstrip("\n") + "\n")
             raise
-        return _exits.USAGE if isinstance(e, _usage_errors()) else _exits.FAILED
+        if isinstance(e, _usage_errors()):
+            return _exits.USAGE
+        from tsm.errors import ReplicaNotRunningError
+
+        return _exits.NOT_RUNNING if isinstance(e, ReplicaNotRunningError) else _exits.FAILED
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return _exits.INTERRUPTED
@@ -216,8 +201,10 @@ def _bytes_out() -> None:
     for stream, errors in ((sys.stdout, "tsm.out"), (sys.stderr, "backslashreplace")):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None and getattr(stream, "errors", None) in ("strict", "surrogateescape"):
-            with contextlib.suppress(ValueError, OSError):  # a detached or closed stream stays as it is
+            try:  # noqa: SIM105 - contextlib.suppress would cost start-up an import
                 reconfigure(errors=errors)
+            except (ValueError, OSError):  # a detached or closed stream stays as it is
+                pass
 
 
 def _out_errors(e: UnicodeError) -> tuple[str | bytes, int]:
@@ -249,25 +236,17 @@ def _usage_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def _one_line(e: BaseException | str) -> str:
-    """The error's message on one line (the CLI's contract: one line per error).
-
-    Line breaks of any kind become spaces, and other characters a terminal would act on rather than show
-    (escape sequences, CR, right-to-left overrides, lone surrogates) are written as escapes. A message that
-    cannot even be made (``__str__`` raises) is replaced by the exception's type name.
-    """
-    try:
-        text = str(e)
-    except Exception:  # noqa: BLE001 - a hostile __str__ must not turn one error line into a traceback
-        text = ""
-    text = " ".join(text.splitlines()).strip()
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return text or type(e).__name__
-
-
 def entry() -> NoReturn:
-    """Console-script wrapper."""
-    sys.exit(main())
+    """Console-script wrapper: a read goes to the per-user command server when one runs (same output, the
+    imports already made: :mod:`tsm.cli._client`), else runs here."""
+    from tsm.cli import _client
+
+    argv = sys.argv[1:]
+    code = _client.served(argv)
+    if code is None:
+        code = main(argv)
+        _client.after_local_read(argv)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

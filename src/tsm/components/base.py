@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
+from collections.abc import Iterator
 
 from tsm.errors import ComponentArgumentError
 from tsm.specs.api import NULL_IMAGE, Resource
 from tsm.specs.named_resources import get_named_resource
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+#: True while :func:`tsm.components.cmdline.materialize` calls a component (its arguments came from a command line).
+_COMMAND_LINE: contextvars.ContextVar[bool] = contextvars.ContextVar("tsm_component_command_line", default=False)
+
+
+@contextlib.contextmanager
+def command_line() -> Iterator[None]:
+    """While inside, components are being called from a command line (:func:`from_command_line` is True)."""
+    token = _COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        _COMMAND_LINE.reset(token)
+
+
+def from_command_line() -> bool:
+    """True inside a component called by ``materialize`` (``tsm run``, ``Runner.run_component``), False when it is
+    called as a plain function. What a command line names on this machine (a ``--script`` that must exist) is
+    checked only then: called as a function, a component builds its AppDef, as TorchX's do.
+    """
+    return _COMMAND_LINE.get()
 
 
 def resource(h: str | None, cpu: int = 1, gpu: int = 0, memMB: int = 1024) -> Resource:  # noqa: N803
@@ -61,11 +85,12 @@ def flag(name: str) -> str:
 def check_script(script: str | None, image: str) -> None:
     """Refuse at dry run a ``--script`` that is not there, when it would be read from this machine.
 
-    With no image (the local scheduler's default: the current directory), a relative script is looked up
-    in the current directory and an absolute one as it is; a path holding a macro or variable (``$``) is
-    left to run time, as is any script inside an image.
+    Only for a command line (:func:`from_command_line`): a component called as a
+    function builds its AppDef, as TorchX's do. With no image (the local scheduler's default: the current
+    directory), a relative script is looked up in the current directory and an absolute one as it is; a
+    path holding a macro or variable (``$``) is left to run time, as is any script inside an image.
     """
-    if script is None or image != NULL_IMAGE or "$" in script:
+    if script is None or image != NULL_IMAGE or "$" in script or not from_command_line():
         return
     if not os.path.isfile(script):
         where = os.path.abspath(script)

@@ -56,6 +56,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from tsm.components.base import command_line
 from tsm.components.docstring import parse_docstring
 from tsm.errors import ComponentArgumentError, ComponentError, TsmError, did_you_mean
 from tsm.specs.api import AppDef
@@ -531,7 +532,8 @@ def materialize(
     comp = _Component(fn, prog, defaults)
     positional, keyword = comp.parse(argv)
     try:
-        app = fn(*positional, **keyword)
+        with command_line():
+            app = fn(*positional, **keyword)
     except ComponentArgumentError as e:
         raise ComponentArgumentError(f"{comp.prog}: {e}", usage=e.usage or comp.parser.short_usage) from e
     except TsmError:

@@ -18,9 +18,13 @@ on a real scheduler (the local one by default) and returns its final status::
             status = self.run_component(my_components.train, {"epochs": 1}, timeout=60)
             assert status is not None and status.state == tsm.AppState.SUCCEEDED
 
-Each test runs in a fresh temporary folder (``self.test_dir``, also the working directory during the test,
-removed afterwards). Unlike TorchX's helper, an app that :meth:`run_component` started and that is still
-running when the test ends is cancelled then, so a test that times out leaves no process behind.
+Each test gets a fresh temporary folder, ``self.test_dir`` (removed afterwards), for files it writes; the
+working directory stays the test's own, so a component naming a script relative to it (``train.py``)
+finds it, as it would on the command line. :meth:`run_component` runs on ``local_cwd`` by default (TorchX's
+default: the image name is ignored, replicas run in the working directory), and ``scheduler_params`` go to
+the scheduler's factory (TorchX's ``cache_size`` is accepted there). Unlike TorchX's helper, an app that
+:meth:`run_component` started and that is still running when the test ends is cancelled then, so a test
+that times out leaves no process behind.
 """
 
 from __future__ import annotations
@@ -43,15 +47,13 @@ class ComponentTestCase(unittest.TestCase):
     test_dir: str
 
     def setUp(self) -> None:
-        """Make ``self.test_dir`` and work in it for the test."""
+        """Make ``self.test_dir``, a scratch folder for the test (the working directory stays as it is)."""
         super().setUp()
         self.test_dir = tempfile.mkdtemp(prefix="tsm_component_test_")
-        self._old_cwd = os.getcwd()
         self._launched: list[tuple[Any, str]] = []
-        os.chdir(self.test_dir)
 
     def tearDown(self) -> None:
-        """Cancel what :meth:`run_component` left running, go back, remove ``self.test_dir``."""
+        """Cancel what :meth:`run_component` left running, remove ``self.test_dir``."""
         try:
             for runner, handle in self._launched:
                 status = runner.status(handle)
@@ -59,7 +61,6 @@ class ComponentTestCase(unittest.TestCase):
                     runner.cancel(handle)
                 runner.close()
         finally:
-            os.chdir(self._old_cwd)
             shutil.rmtree(self.test_dir, ignore_errors=True)
             super().tearDown()
 
@@ -72,12 +73,12 @@ class ComponentTestCase(unittest.TestCase):
         """
         from tsm.components.cmdline import component_help
         from tsm.components.finder import get_component
-        from tsm.components.linter import validate
+        from tsm.components.linter import ERROR, lint
 
         path = getattr(module, "__file__", None)
         self.assertIsNotNone(path, f"module {module.__name__} has no file to validate")
         path = os.path.abspath(str(path))
-        errors = [f"line {m.line}: {m.description}" for m in validate(path, function_name)]
+        errors = [f"line {m.line}: {m.description}" for m in lint(path, function_name) if m.severity == ERROR]
         self.assertEqual([], errors, f"{path}:{function_name} is not a valid component")
         comp = get_component(f"{path}:{function_name}")
         self.assertIn("usage:", component_help(comp.fn, prog=f"tsm run {path}:{function_name}"))
@@ -87,7 +88,7 @@ class ComponentTestCase(unittest.TestCase):
         component: Callable[..., AppDef],
         args: Mapping[str, Any] | None = None,
         scheduler_params: Mapping[str, Any] | None = None,
-        scheduler: str = "local",
+        scheduler: str = "local_cwd",
         interval: float = 0.1,
         timeout: float = 1,
     ) -> AppStatus | None:

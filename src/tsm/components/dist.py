@@ -51,6 +51,10 @@ Signals the launcher gets (SIGTERM, SIGINT, SIGHUP) are passed to torchrun, whic
 the launcher exits as torchrun did. ``--tee 0`` runs torchrun directly (workers write straight to the
 replica's streams). ``PYTHONUNBUFFERED=1`` is set (unless ``--env`` sets it) so lines arrive live.
 
+The role names ``torch`` as a package its replicas import (metadata ``tsm.python_needs``): the local
+scheduler refuses the app at dry run, with the line that installs it, when the python its replicas run
+(the activated environment, else the one running tsm) has no torch.
+
 ``--max_retries`` is both torchrun's ``--max_restarts`` (restart the worker processes in place) and the
 role's ``max_retries`` (the scheduler restarts the replicas). ``--debug`` sets the usual PyTorch debug
 variables (:data:`TORCH_DEBUG_FLAGS`); ``LOGLEVEL`` (torchrun's own log level) is the caller's, else
@@ -67,6 +71,11 @@ from pathlib import PurePosixPath
 from tsm.components.base import check_script, resource, safe_name
 from tsm.errors import ComponentArgumentError, TsmError
 from tsm.specs.api import NULL_IMAGE, AppDef, Resource, Role, macros
+
+#: ``tsm.schedulers.common.interpreter.NEEDS_KEY``: the role metadata naming the packages its replicas import,
+#: which a scheduler running them with this host's python checks at dry run (written out: importing the kit
+#: here would cost every component's start; ``tests/components/test_dist.py`` checks the two agree).
+NEEDS_KEY = "tsm.python_needs"
 
 #: Environment variables ``--debug`` sets: synchronous CUDA launches, NCCL desync reports, detailed
 #: torch.distributed checks and C++ stack traces (the same set as TorchX's ``dist.ddp``).
@@ -309,6 +318,7 @@ def _torchrun_app(
                 resource=res,
                 port_map=port_map,
                 mounts=role_mounts,
+                metadata={NEEDS_KEY: "torch"},
             )
         ],
         metadata=dict(metadata or {}),

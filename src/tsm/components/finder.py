@@ -122,7 +122,15 @@ def _import(module_name: str, what: str) -> ModuleType:
     try:
         return importlib.import_module(module_name)
     except (Exception, SystemExit) as e:
-        raise ComponentImportError(f"cannot import {what}: {_one_line(e)}") from e
+        raise ComponentImportError(f"cannot import {what}: {_one_line(e)}{_torchx_hint(e)}") from e
+
+
+def _torchx_hint(e: BaseException) -> str:
+    """What to do when a component's module imports ``torchx``, which is not installed: the alias, or a rename."""
+    if not isinstance(e, ModuleNotFoundError) or (e.name or "").split(".")[0] != "torchx":
+        return ""
+    return ("; it is written for TorchX: run tsm under the alias (python -m tsm.torchx_alias -m tsm.cli.main run ...), "
+            "or change its import lines from torchx to tsm")
 
 
 def _one_line(e: BaseException) -> str:
@@ -253,13 +261,11 @@ def _plugin(name: str, builtin_names: set[str]) -> ComponentDef | None:
 
 
 # -- files ----------------------------------------------------------------------------------------------
-def _file_component(name: str) -> ComponentDef:
-    path, _, fn_name = name.rpartition(":")
+def load_file(path: str) -> ModuleType:
+    """Import the Python file at ``path`` under a fresh module name (two files of one name never collide, an
+    edited file is read anew; its folder is not put on ``sys.path``). A file that raises while it is
+    imported raises :class:`~tsm.errors.ComponentImportError` naming it."""
     abspath = os.path.abspath(path)
-    if not fn_name:
-        raise ComponentNotFoundError(f"component '{name}' names no function: use path/to/file.py:function")
-    if not os.path.isfile(abspath):
-        raise ComponentNotFoundError(f"component file '{path}' does not exist (looked for {abspath})")
     stem = "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(abspath))[0])
     module_name = f"_tsm_file_component_{stem}_{next(_file_counter)}"
     spec = importlib.util.spec_from_file_location(module_name, abspath)
@@ -271,7 +277,19 @@ def _file_component(name: str) -> ComponentDef:
         spec.loader.exec_module(module)
     except (Exception, SystemExit) as e:
         del sys.modules[module_name]
-        raise ComponentImportError(f"cannot import component file '{path}': {_one_line(e)}") from e
+        raise ComponentImportError(f"cannot import component file '{path}': {_one_line(e)}{_torchx_hint(e)}") from e
+    return module
+
+
+def _file_component(name: str) -> ComponentDef:
+    path, _, fn_name = name.rpartition(":")
+    abspath = os.path.abspath(path)
+    if not fn_name:
+        raise ComponentNotFoundError(f"component '{name}' names no function: use path/to/file.py:function")
+    if not os.path.isfile(abspath):
+        raise ComponentNotFoundError(f"component file '{path}' does not exist (looked for {abspath})")
+    module = load_file(path)
+    module_name = module.__name__
     fn = getattr(module, fn_name, None)
     if not inspect.isfunction(fn):
         functions = [
@@ -317,12 +335,17 @@ def _file_hint(path: str) -> str:
 
 # -- public ---------------------------------------------------------------------------------------------
 def get_component(name: str) -> ComponentDef:
-    """Find component ``name`` (a builtin, an entry-point name or ``path/to/file.py:function``).
+    """Find component ``name`` (a builtin, an entry-point name, ``path/to/file.py:function``, or
+    ``pkg.module:function_or_class``: :mod:`tsm.components.targets`).
 
     Raises :class:`ComponentNotFoundError` (with a did-you-mean and a hint) when nothing has that name, and
     :class:`ComponentImportError` when the module that should hold it raises while being imported.
     """
     if ":" in name:
+        from tsm.components.targets import is_module_target, resolve_target
+
+        if is_module_target(name) and not os.path.exists(name.partition(":")[0]):
+            return _checked(_describe(name, resolve_target(name), f"module {name.partition(':')[0]}"))
         return _checked(_file_component(name))
     if name.endswith(".py") or os.path.isfile(name):
         raise ComponentNotFoundError(_file_hint(name))

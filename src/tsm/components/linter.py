@@ -19,16 +19,13 @@ warning       it has no docstring; a parameter is not documented in the docstrin
 Errors are what would make :func:`~tsm.components.cmdline.materialize` refuse the function; warnings are what
 would make its ``--help`` less useful. As in TorchX, findings are *returned*, never raised: a file that does
 not parse gives one error with the line, a function that is not there one error at line 0 (only a file that
-cannot be read raises). :func:`validate` is TorchX's ``file_linter.validate`` (errors only), and
-:func:`get_fn_docstring` its help-text reader.
+cannot be read raises). TorchX's own linter, with its rules and words, is
+:mod:`tsm.compat.torchx.specs.file_linter` (``torchx.specs.file_linter``).
 """
 
 from __future__ import annotations
 
-import abc
 import ast
-import inspect
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from tsm.components.cmdline import SUPPORTED_TYPES
@@ -222,60 +219,3 @@ def _supported_base(node: ast.expr) -> bool:
             and _tail(value.slice) in _ITEMS
         )
     return False
-
-
-#: TorchX's name for :class:`LintMessage` (the same fields, in the same order).
-LinterMessage = LintMessage
-
-
-class ComponentFunctionValidator(abc.ABC):
-    """A check of one component function's source, for :func:`validate` (TorchX's validator interface).
-
-    Subclasses implement :meth:`validate` on the function's :class:`ast.FunctionDef` and report with
-    :meth:`_gen_linter_message`.
-    """
-
-    @abc.abstractmethod
-    def validate(self, app_specs_func_def: ast.FunctionDef) -> list[LintMessage]:
-        """The problems found in the function (empty when there are none)."""
-
-    def _gen_linter_message(self, description: str, lineno: int) -> LintMessage:
-        return LintMessage(type(self).__name__, description, lineno, 0, ERROR)
-
-
-def validate(
-    path: str, component_function: str, validators: list[ComponentFunctionValidator] | None = None
-) -> list[LintMessage]:
-    """TorchX's ``file_linter.validate``: the *errors* in one function of the file at ``path``.
-
-    Without ``validators`` these are :func:`lint`'s errors (its documentation warnings are left out, as
-    TorchX has none); with them, only what those validators report, as in TorchX. A function that is not
-    in the file is one error at line 0, and a file that does not parse one error at the offending line.
-    """
-    found = [m for m in lint(path, component_function) if m.severity == ERROR]
-    if validators is None or (found and found[0].line == 0) or (found and found[0].name == "<file>"):
-        return found
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), filename=path)
-    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == component_function]
-    if not nodes:  # an async function: not something a validator of FunctionDef can check
-        return found
-    return [m for v in validators for m in v.validate(nodes[-1])]
-
-
-def get_fn_docstring(fn: Callable[..., object]) -> tuple[str, dict[str, str]]:
-    """``(description, {parameter: help})`` of component ``fn``, as TorchX's ``get_fn_docstring`` returns it.
-
-    Every parameter has an entry (``" "`` when the docstring does not document it, so help still lists it);
-    without a docstring the description names the function and says to add one.
-    """
-    name = getattr(fn, "__name__", "component")
-    try:
-        params = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        params = []
-    doc = parse_docstring(getattr(fn, "__doc__", None))
-    args = {p: " " for p in params}
-    args.update({k: v for k, v in doc.args.items() if v})
-    description = doc.description or f"{name} (add a docstring to describe this component)"
-    return description, args

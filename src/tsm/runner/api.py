@@ -7,27 +7,14 @@
         print(runner.wait(handle).format())
 
 The runner validates apps, adds ``TSM_APP_HANDLE`` (and TorchX's ``TORCHX_JOB_ID``) to every role's env,
-fills run options from config files (command line > project file > user file > ``.torchxconfig``),
-records every app it launches in the history (so ``list()`` shows recent apps across schedulers), and
-reports each call as one event (:mod:`tsm.runner.events`).
+fills run options from config files (command line > project file > user file > ``.torchxconfig``), records
+every app it launches in the history (``list()`` shows recent apps across schedulers) and reports each call
+as one event (:mod:`tsm.runner.events`). It keeps TorchX's constructor, keywords and attributes, so code
+written against ``torchx.runner`` runs after changing its imports (docs/torchx-compat.md says where it is
+stricter); TorchX's own contract is :mod:`tsm.compat.torchx.runner.api`.
 
-It keeps TorchX's contract, so code written against ``torchx.runner`` runs after changing its imports:
-
-* ``status``, ``wait`` and ``describe`` of an app its scheduler does not know return ``None``;
-  ``cancel`` of one does nothing. A handle naming an unknown *scheduler*, or a malformed handle,
-  still raises.
-* ``Runner(name, scheduler_factories, component_defaults, scheduler_params)``; scheduler params also
-  come from ``TSM_*`` environment variables (``TSM_FOO=1`` is ``foo="1"``), as TorchX reads ``TORCHX_*``.
-* ``run``/``dryrun``/``run_component``/``dryrun_component`` take ``workspace=`` and ``parent_run_id=``.
-* A subclass finds TorchX's attributes: ``_name``, ``_scheduler_factories`` (a read-only mapping of the
-  registry when none were given), ``_scheduler_params``, ``_scheduler_instances``, ``_apps`` (handle -> app
-  of what it scheduled) and ``_scheduler(name)`` (public as :meth:`Runner.scheduler`); ``delete`` is the
-  nightly's.
-
-The runner asks schedulers what they can do by the capabilities they declare (:mod:`tsm.schedulers.api`):
-``SizedPlacement`` (a role needs a resource), ``DirectoryWorkspaces``/``WorkspaceBuilder`` (how a workspace
-ships), ``EventWait`` (no polling interval), ``StoreRecords`` (the history row joins the record's write);
-never by their name or signature.
+It asks schedulers what they can do by the capabilities they declare (:mod:`tsm.schedulers.api`), never by
+their name or signature.
 """
 
 from __future__ import annotations
@@ -36,7 +23,7 @@ import builtins
 import copy
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -50,6 +37,8 @@ from tsm.errors import (
     UnknownSchedulerError,
 )
 from tsm.history import History
+from tsm.runner.batch import live_list, remove_each
+from tsm.runner.debug import ReplicaDebugging
 from tsm.runner.events import log_event
 from tsm.runner.params import (  # re-exported: where callers found them before
     ENV_PREFIX as ENV_PREFIX,
@@ -58,17 +47,30 @@ from tsm.runner.params import (  # re-exported: where callers found them before
     TORCHX_ENV_OPTION as TORCHX_ENV_OPTION,
     RegistryFactories,
     SchedulerFactory as SchedulerFactory,
+    add_job_env,
+    cfg_from_strs,
     cfg_json as _cfg_json,
     factory_of,
     flag as _flag,
     make_scheduler,
     resolve_cfg,
     scheduler_params_from_env as scheduler_params_from_env,
+    with_runner_opts,
 )
 from tsm.schedulers import DEFAULT_SCHEDULER
-from tsm.schedulers.api import EventWait, ListAppResponse, Scheduler, SizedPlacement, StoreRecords, Stream
-from tsm.specs.api import AppDef, AppDryRunInfo, AppState, AppStatus
+from tsm.schedulers.api import (
+    EventWait,
+    ListAppResponse,
+    LockfileEnvironments,
+    Scheduler,
+    SizedPlacement,
+    StoreRecords,
+    Stream,
+    SweepNative,
+)
+from tsm.specs.api import AppDef, AppDryRunInfo, AppStatus
 from tsm.specs.handles import app_handle_template, make_app_handle, parse_app_handle
+from tsm.specs.overrides import apply_overrides
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import check_name, check_resources, validate_app
 
@@ -80,8 +82,7 @@ if TYPE_CHECKING:
 LIST_LIMIT = 200
 
 
-
-class Runner:
+class Runner(ReplicaDebugging):
     """Launches and tracks apps; create it with :func:`get_runner` and close it (or use ``with``).
 
     Args:
@@ -92,6 +93,7 @@ class Runner:
             not given (over those of the config files).
         scheduler_params: keywords passed to every scheduler factory (over ``TSM_*`` variables).
         config: the config files' content (read on first use when None).
+        env_params: parameters only offered to factories (default: the ``TSM_*`` variables' ones).
     """
 
     def __init__(
@@ -102,13 +104,14 @@ class Runner:
         scheduler_params: Mapping[str, object] | None = None,
         *,
         config: Config | None = None,
+        env_params: Mapping[str, str] | None = None,
     ) -> None:
         # TorchX's attributes, under its names, for subclasses written against torchx.runner.Runner
         self._name: str = name
         self._scheduler_factories: Mapping[str, SchedulerFactory] = (
             dict(scheduler_factories) if scheduler_factories is not None else RegistryFactories()
         )
-        env = scheduler_params_from_env()
+        env = scheduler_params_from_env() if env_params is None else dict(env_params)
         self._scheduler_params: dict[str, Any] = {**env, **(scheduler_params or {})}
         #: keys of ``_scheduler_params`` that only the environment gave: offered to factories, not imposed
         self._offered_params = frozenset(k for k in env if k not in (scheduler_params or {}))
@@ -200,14 +203,8 @@ class Runner:
         return resolve_cfg(self.config, scheduler, self._scheduler(scheduler).run_opts(), cfg)
 
     # -- launch ------------------------------------------------------------------------------------
-    def dryrun(
-        self,
-        app: AppDef,
-        scheduler: str | None = None,
-        cfg: Mapping[str, CfgVal] | None = None,
-        workspace: str | None = None,
-        parent_run_id: str | None = None,
-    ) -> AppDryRunInfo[Any]:
+    def dryrun(self, app: AppDef, scheduler: str | None = None, cfg: Mapping[str, CfgVal] | None = None,
+               workspace: str | None = None, parent_run_id: str | None = None) -> AppDryRunInfo[Any]:
         """Validate the app and return what ``scheduler`` would submit, without submitting it.
 
         ``workspace`` is shipped with the app (:func:`tsm.workspace.dir.apply_workspace`: a snapshot
@@ -221,45 +218,28 @@ class Runner:
             scheduler = self._scheduler_name(scheduler)
             ctx.set(scheduler=scheduler)
             validate_app(app)
+            apply_overrides(app)  # Role.overrides: values computed now, before the copy (an awaitable cannot be copied)
             app = copy.deepcopy(app)
             sched = self._scheduler(scheduler)
             resolved = self._resolve_cfg(scheduler, cfg)
             torchx_env = _flag(resolved.pop(TORCHX_ENV_OPTION, True))
-            handle = app_handle_template(scheduler, self.session_name)  # ${app_id} is filled in per replica
-            from tsm.tracker.api import tracker_env
-
-            # the run-tracking contract (job id, parent run, trackers), with TorchX's names unless turned off
-            job_env = tracker_env(handle, parent_run_id, config=self.config, torchx=torchx_env)
-            for role in app.roles:
-                role.env.setdefault("TSM_APP_HANDLE", handle)
-                for key, value in job_env.items():
-                    role.env.setdefault(key, value)
+            # ${app_id} is filled in per replica
+            add_job_env(app, app_handle_template(scheduler, self.session_name), parent_run_id, self.config, torchx_env)
             if isinstance(sched, SizedPlacement):  # a scheduler that places replicas by size
                 check_resources(app, scheduler)
+            if not isinstance(sched, LockfileEnvironments) and any(r.environment for r in app.roles):
+                raise NotSupportedError(f"scheduler {scheduler} does not build lockfile environments yet (local does); "
+                                      "drop the roles' environment or run on local")
             if workspace:
-                self._apply_workspace(app, workspace, scheduler, sched, resolved)
+                from tsm.workspace.dir import ship_workspace
+
+                ship_workspace(app, workspace, scheduler, sched, resolved)
             info = sched.submit_dryrun(app, resolved)
             info.scheduler = scheduler  # as the runner names it (an alias such as local_cwd stays itself)
             if info.app is not None:
                 ctx.set(app_id=info.app.name, app_image=info.app.roles[0].image if info.app.roles else None,
                         app_metadata=dict(info.app.metadata))
             return info
-
-    @staticmethod
-    def _apply_workspace(app: AppDef, workspace: str, scheduler: str, sched: Scheduler,
-                         cfg: Mapping[str, CfgVal]) -> None:
-        """Ship ``workspace`` with ``app``: the scheduler's own builder (``WorkspaceBuilder``), the directory
-        snapshot (``DirectoryWorkspaces``), or a refusal."""
-        from tsm.workspace.dir import apply_workspace, builder_for
-
-        builder = builder_for(scheduler, sched)
-        if builder is None:
-            raise NotSupportedError(
-                f"the {scheduler} scheduler cannot ship workspace {workspace!r}: it has no workspace support; "
-                "pass workspace=None (or leave --workspace out)",
-                scheduler=scheduler,
-            )
-        apply_workspace(app, workspace, cfg, builder)
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Submit a dry run's request unchanged; returns the app handle and records it."""
@@ -279,22 +259,37 @@ class Runner:
             else:
                 app_id = sched.schedule(dryrun_info)
             ctx.set(app_id=app_id)
-            handle = make_app_handle(scheduler, self._name, app_id)
-            if dryrun_info.app is not None:
-                self._apps[handle] = dryrun_info.app
-            try:
-                if not recorded:
-                    self.history.add(handle, scheduler, self.session_name, app_id, dryrun_info.app, dryrun_info.cfg)
-            except StoreError as e:
-                # The app runs: losing its handle would be worse than a missing history line.
-                _warn(
-                    "launched %s but could not add it to tsm's history (%s); `tsm list -s %s` still shows it",
-                    handle, e, scheduler,
-                )
-            from tsm.tracker.api import record_scheduled
+            return self._record(scheduler, app_id, dryrun_info, in_history=recorded)
 
-            record_scheduled(handle, dryrun_info.app)  # lineage: never raises for a tracker's failure
-            return handle
+    def schedule_sweep(self, dryrun_infos: Sequence[AppDryRunInfo[Any]], parallel: int, name: str) -> builtins.list[str]:
+        """Submit every trial's dry run as one native object of their one scheduler (:class:`SweepNative`, a
+        job array holding the cap ``parallel``); each trial's handle, recorded as :meth:`schedule` records one."""
+        scheduler = dryrun_infos[0].scheduler
+        with log_event("schedule_sweep", scheduler, session=self._name) as ctx:
+            sched = self._scheduler(scheduler)
+            if not isinstance(sched, SweepNative) or any(i.scheduler != scheduler for i in dryrun_infos):
+                raise NotSupportedError(f"the {scheduler} scheduler cannot take a sweep whole", scheduler=scheduler)
+            app_ids = sched.schedule_sweep(builtins.list(dryrun_infos), parallel, name)
+            ctx.set(app_id=",".join(app_ids))
+            return [self._record(scheduler, i, info) for i, info in zip(app_ids, dryrun_infos, strict=True)]
+
+    def _record(self, scheduler: str, app_id: str, info: AppDryRunInfo[Any], in_history: bool = False) -> str:
+        """What the runner keeps of an app it submitted: its handle, its history row (unless the scheduler wrote
+        it already) and the tracker's lineage; returns the handle."""
+        handle = make_app_handle(scheduler, self._name, app_id)
+        if info.app is not None:
+            self._apps[handle] = info.app
+        try:
+            if not in_history:
+                self.history.add(handle, scheduler, self.session_name, app_id, info.app, info.cfg)
+        except StoreError as e:
+            # The app runs: losing its handle would be worse than a missing history line.
+            _warn("launched %s but could not add it to tsm's history (%s); `tsm list -s %s` still shows it",
+                  handle, e, scheduler)
+        from tsm.tracker.api import record_scheduled
+
+        record_scheduled(handle, info.app)  # lineage: never raises for a tracker's failure
+        return handle
 
     @overload
     def run(self, app: AppDef, scheduler: str | None = ..., cfg: Mapping[str, CfgVal] | None = ...,
@@ -305,16 +300,9 @@ class Runner:
             workspace: str | None = ..., parent_run_id: str | None = ..., *,
             dryrun: Literal[True]) -> AppDryRunInfo[Any]: ...
 
-    def run(
-        self,
-        app: AppDef,
-        scheduler: str | None = None,
-        cfg: Mapping[str, CfgVal] | None = None,
-        workspace: str | None = None,
-        parent_run_id: str | None = None,
-        *,
-        dryrun: bool = False,
-    ) -> str | AppDryRunInfo[Any]:
+    def run(self, app: AppDef, scheduler: str | None = None, cfg: Mapping[str, CfgVal] | None = None,
+            workspace: str | None = None, parent_run_id: str | None = None, *,
+            dryrun: bool = False) -> str | AppDryRunInfo[Any]:
         """Dry-run then schedule ``app``; returns its handle.
 
         ``dryrun=True`` (TorchX's nightly keyword) submits nothing and returns the :class:`AppDryRunInfo`
@@ -329,9 +317,12 @@ class Runner:
             ctx.set(scheduler=parsed.scheduler, app_id=parsed.app_id)
             return handle
 
-    def component_app(self, component: str, component_args: builtins.list[str] | None = None) -> AppDef:
-        """Materialize a component (builtin, entry point or ``file.py:fn``) with its arguments."""
+    def component_app(self, component: str | None, component_args: builtins.list[str] | None = None) -> AppDef:
+        """Materialize a component (builtin, entry point or ``file.py:fn``; None: the config's ``[cli:run]
+        component``) with its arguments."""
         from tsm.components import get_component, materialize
+
+        component = self.config.component(component)
 
         comp = get_component(component)
         defaults = dict(self.config.component_defaults.get(component, {}))
@@ -340,7 +331,7 @@ class Runner:
 
     def dryrun_component(
         self,
-        component: str,
+        component: str | None,
         component_args: builtins.list[str] | None = None,
         scheduler: str | None = None,
         cfg: Mapping[str, CfgVal] | None = None,
@@ -353,7 +344,7 @@ class Runner:
 
     def run_component(
         self,
-        component: str,
+        component: str | None,
         component_args: builtins.list[str] | None = None,
         scheduler: str | None = None,
         cfg: Mapping[str, CfgVal] | None = None,
@@ -370,11 +361,8 @@ class Runner:
         return self._scheduler(parsed.scheduler), parsed.scheduler, parsed.app_id
 
     def _unknown(self, app_handle: str, scheduler: str | None = None) -> UnknownAppError:
-        return UnknownAppError(
-            f"unknown app {app_handle}: its scheduler does not know it (never launched, or removed); "
-            "`tsm list` shows known apps",
-            handle=app_handle, scheduler=scheduler,
-        )
+        return UnknownAppError(f"unknown app {app_handle}: its scheduler does not know it (never launched, or removed); "
+                               "`tsm list` shows known apps", handle=app_handle, scheduler=scheduler)
 
     def _to_status(self, app_handle: str, desc: Any) -> AppStatus:
         status = AppStatus(
@@ -436,6 +424,7 @@ class Runner:
             desc = sched.describe(app_id)
             if desc is not None and not desc.state.is_terminal:
                 sched.cancel(app_id)  # idempotent, and ends the app on every builtin backend before it returns
+            self._forget_function_files(app_handle, desc)
             sched.remove(app_id)
             self.history.forget(app_handle)
             self._apps.pop(app_handle, None)
@@ -459,23 +448,36 @@ class Runner:
                 return None
             return AppDef(name=app_id, roles=list(desc.roles), metadata=dict(desc.metadata))  # TorchX's form
 
-    def log_lines(
-        self,
-        app_handle: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterator[str]:
+    def log_lines(self, app_handle: str, role_name: str, k: int = 0, regex: str | None = None,
+                  since: datetime | None = None, until: datetime | None = None, should_tail: bool = False,
+                  streams: Stream | None = None) -> Iterator[str]:
         """Lines of replica ``k`` of ``role_name`` (see :meth:`Scheduler.log_iter`); an unknown app raises."""
         sched, name, app_id = self._locate(app_handle)
         with log_event("log_lines", name, app_id, session=self._name):
             if not sched.exists(app_id):
                 raise self._unknown(app_handle, name)
             return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams)
+
+    def log_events(self, app_handle: str, targets: Sequence[tuple[str, int]] | None = None, regex: str | None = None,
+                   since: datetime | None = None, until: datetime | None = None, should_tail: bool = False,
+                   streams: Stream | None = None, attempt: int | None = None,
+                   idle: Callable[[], object] | None = None) -> Iterator[Any]:
+        """The lines of many replicas ``(role, k)`` (None: every replica) as :class:`~tsm.runner.logs.LogEvent`
+        values, with a ``marker`` event where a restarted attempt begins (see :mod:`tsm.runner.logs`).
+
+        The iterator reads through runners of its own, so any thread may consume it; ``idle()`` is called
+        whenever it is about to wait for more.
+        """
+        from tsm.runner.logs import replica_events
+
+        return replica_events(self._sibling, app_handle, targets, regex=regex, since=since, until=until,
+                              should_tail=should_tail, streams=streams, attempt=attempt, idle=idle)
+
+    def _sibling(self) -> Runner:
+        """A runner like this one (session, factories, given parameters, config) for another thread."""
+        factories = None if isinstance(self._scheduler_factories, RegistryFactories) else self._scheduler_factories
+        given = {k: v for k, v in self._scheduler_params.items() if k not in self._offered_params}
+        return Runner(self._name, factories, self._component_defaults, given, config=self._config)
 
     def list(self, scheduler: str | None = None, limit: int | None = LIST_LIMIT) -> builtins.list[ListAppResponse]:
         """Apps newest first: one scheduler's own list, or (None) the ``limit`` newest apps launched through
@@ -492,22 +494,7 @@ class Runner:
                         a.app_handle = make_app_handle(scheduler, self.session_name, a.app_id)
                 return apps
             rows = self.history.recent(limit)
-            live: dict[str, dict[str, AppState]] = {}
-            for sched_name in {r.scheduler for r in rows if not r.state.is_terminal}:
-                try:
-                    live[sched_name] = {a.app_id: a.state for a in self._scheduler(sched_name).list()}
-                except Exception:  # noqa: BLE001 - an unreachable backend must not hide the others
-                    live[sched_name] = {}
-            out = []
-            changed: builtins.list[tuple[str, AppState]] = []
-            for r in rows:
-                state = r.state
-                if not state.is_terminal:
-                    new = live.get(r.scheduler, {}).get(r.app_id)
-                    if new is not None and new != state:
-                        state = new
-                        changed.append((r.handle, new))
-                out.append(ListAppResponse(r.app_id, state, r.handle, r.name, r.created))
+            out, changed = live_list(rows, lambda name: {a.app_id: a.state for a in self._scheduler(name).list()})
             self.history.set_states(changed)
             return out
 
@@ -516,84 +503,68 @@ class Runner:
 
         ``older_than_days`` adds every ended app in the history created more than that many days ago.
         A running app named in ``app_handles`` raises :class:`~tsm.errors.AppStillRunningError` (cancel it
-        first); an unknown one :class:`~tsm.errors.UnknownAppError`.
+        first); an unknown one :class:`~tsm.errors.UnknownAppError`. A scheduler that fails (an engine that
+        is down) stops nothing else: every other app is removed, then
+        :class:`~tsm.errors.IncompleteRemovalError` says what was removed and why each other app was not
+        (the apps of a scheduler found unavailable are not asked again).
         """
         with log_event("remove", None, session=self._name):
             targets = list(app_handles)
             if older_than_days is not None:
                 cutoff = time.time() - older_than_days * 86400
                 targets += [h for h in self.history.created_before(cutoff) if h not in targets]
-            removed = []
-            for handle in targets:
-                sched, name, app_id = self._locate(handle)
-                desc = sched.describe(app_id)
-                if desc is not None and not desc.state.is_terminal:
-                    if handle in app_handles:
-                        raise AppStillRunningError(
-                            f"{handle} is still {desc.state.name}; cancel it first", handle=handle, scheduler=name
-                        )
-                    continue
-                gone = sched.remove(app_id)
-                known = self.history.forget(handle)
-                if gone or known:
-                    removed.append(handle)
-                elif handle in app_handles:
-                    raise self._unknown(handle, name)
-            return removed
+            return remove_each(targets, app_handles, self._remove_one)
+
+    def _remove_one(self, handle: str, named: bool) -> bool:
+        """Remove one ended app; False for one still running that was not ``named``, or already gone."""
+        sched, name, app_id = self._locate(handle)
+        desc = sched.describe(app_id)
+        if desc is not None and not desc.state.is_terminal:
+            if named:
+                raise AppStillRunningError(f"{handle} is still {desc.state.name}; cancel it first",
+                                           handle=handle, scheduler=name)
+            return False
+        self._forget_function_files(handle, desc)
+        gone = sched.remove(app_id)
+        known = self.history.forget(handle)
+        if not gone and not known and named:
+            raise self._unknown(handle, name)
+        return gone or known
+
+    def _forget_function_files(self, handle: str, desc: Any) -> None:
+        """What a function job (:mod:`tsm.functions`) left in its directory goes with its app."""
+        from tsm.functions import files
+
+        if files.root().is_dir():
+            files.forget(desc.app if desc is not None and desc.app is not None else self.history.spec(handle))
 
     def scheduler_run_opts(self, scheduler: str) -> runopts:
         """The run options ``scheduler`` accepts, plus the runner's own ``torchx_env``."""
-        opts = runopts()
-        opts.update(self._scheduler(scheduler).run_opts())
-        if TORCHX_ENV_OPTION not in opts:
-            opts.add(TORCHX_ENV_OPTION, bool, "also set TorchX's variable names (TORCHX_JOB_ID, ...) in each "
-                     "replica's environment (handled by the runner)", default=True)
-        return opts
+        return with_runner_opts(self._scheduler(scheduler).run_opts())
 
     def cfg_from_str(self, scheduler: str, *cfg_literal: str) -> dict[str, CfgVal]:
-        """Parse ``"k=v,k2=a;b"`` strings into typed run options of ``scheduler`` (see :meth:`runopts.cfg_from_str`)."""
-        opts = self.scheduler_run_opts(scheduler)
-        out: dict[str, CfgVal] = {}
-        for text in cfg_literal:
-            out.update(opts.cfg_from_str(text))
-        return out
+        """Parse ``"k=v,k2=a;b"`` strings into typed run options of ``scheduler`` (see :meth:`runopts.cfg_from_str`);
+        an option given in two of them is an :class:`~tsm.errors.InvalidRunOptionError` naming it."""
+        return cfg_from_strs(self.scheduler_run_opts(scheduler), cfg_literal)
 
     def scheduler_backends(self) -> builtins.list[str]:
         """The scheduler names this runner can use: its factories, or every registered one."""
         return builtins.list(self._scheduler_factories)
 
-    # -- sweeps: the logic is tsm.sweep.api -----------------------------------------------------------
-    def run_sweep(self, component: Any, space: Mapping[str, object], scheduler: str | None = None,
-                  cfg: Mapping[str, CfgVal] | None = None, **options: Any) -> str:
-        """Run ``component`` once per point of ``space``, ``parallel=N`` at a time; the sweep handle
-        (options and space: :func:`tsm.sweep.api.run_sweep`)."""
-        from tsm.sweep.api import run_sweep
+    # -- functions as jobs: the logic is tsm.functions ------------------------------------------------
+    def submit(self, fn: Any, *args: Any, **options: Any) -> Any:
+        """Run ``fn(*args)`` as a job; a :class:`~tsm.functions.job.Job` (a ``concurrent.futures.Future``).
+        Options (``scheduler``, ``resource``, ``replicas``, ``kwargs``, run options): :mod:`tsm.functions`."""
+        from tsm.functions.launch import submit
 
-        return run_sweep(self, component, space, scheduler=scheduler, cfg=cfg, **options)
+        return submit(self, fn, *args, **options)
 
-    def sweep_status(self, sweep_handle: str) -> Any:
-        """The sweep's :class:`~tsm.sweep.api.SweepStatus` (restarts a killed controller)."""
-        from tsm.sweep.api import sweep_status
+    def map(self, fn: Any, *iterables: Any, **options: Any) -> Any:
+        """``fn`` once per item of ``zip(*iterables)`` as a sweep, ``parallel=N`` at a time; a
+        :class:`~tsm.functions.mapping.MapJob` of one job per item (options: :mod:`tsm.functions`)."""
+        from tsm.functions.launch import map_
 
-        return sweep_status(sweep_handle)
-
-    def sweep_wait(self, sweep_handle: str, timeout: float | None = None) -> Any:
-        """Block until the sweep ends (or ``timeout``); its :class:`~tsm.sweep.api.SweepStatus`."""
-        from tsm.sweep.api import sweep_wait
-
-        return sweep_wait(sweep_handle, timeout)
-
-    def sweep_cancel(self, sweep_handle: str) -> Any:
-        """Cancel every running trial and launch nothing more; the sweep's final status."""
-        from tsm.sweep.api import sweep_cancel
-
-        return sweep_cancel(self, sweep_handle)
-
-    def sweep_list(self, sweep_handle: str) -> builtins.list[Any]:
-        """The sweep's trials (:class:`~tsm.sweep.state.Trial`: parameters, state, app handle), in order."""
-        from tsm.sweep.api import sweep_trials
-
-        return sweep_trials(sweep_handle)
+        return map_(self, fn, *iterables, **options)
 
     # -- lifetime ----------------------------------------------------------------------------------
     def close(self) -> None:
@@ -614,11 +585,8 @@ class Runner:
         return f"Runner(name={self.session_name!r}, schedulers={self.scheduler_backends()!r})"
 
 
-def get_runner(
-    name: str | None = None,
-    component_defaults: Mapping[str, Mapping[str, str]] | None = None,
-    **scheduler_params: Any,
-) -> Runner:
+def get_runner(name: str | None = None, component_defaults: Mapping[str, Mapping[str, str]] | None = None,
+               **scheduler_params: Any) -> Runner:
     """A :class:`Runner` for session ``name`` (default ``"default"``; the session is part of every handle).
 
     ``component_defaults`` override the config files' component defaults; ``scheduler_params`` are passed

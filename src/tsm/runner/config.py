@@ -20,8 +20,9 @@ The two tsm files have the same shape::
 
 A ``.torchxconfig`` is INI, read as TorchX reads it::
 
-    [cli:run]                      # default scheduler (and component, for TorchX's CLI)
+    [cli:run]                      # default scheduler, and the component run when none is named
     scheduler = local
+    component = dist.ddp
 
     [local]                        # run options of one scheduler, as strings
     log_dir = /tmp/logs
@@ -58,7 +59,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tsm._logging import warn as _warn
-from tsm.errors import ConfigError, did_you_mean
+from tsm.errors import ConfigError, ConfigFileNotFoundError, UnknownSchedulerError, did_you_mean
+from tsm.schedulers import get_scheduler_factories
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -75,6 +77,8 @@ class Config:
     default_scheduler: str | None = None
     #: the file that set ``default_scheduler`` (for errors about it), or None
     default_scheduler_origin: str | None = None
+    #: ``.torchxconfig``'s ``[cli:run] component``: the component run when none is named (TorchX's), or None
+    default_component: str | None = None
     scheduler_cfg: dict[str, dict[str, Any]] = field(default_factory=dict)
     component_defaults: dict[str, dict[str, str]] = field(default_factory=dict)
     #: for error messages: (scheduler, option) -> file that set it
@@ -85,6 +89,29 @@ class Config:
     #: ``[torchx:tracker]`` names with their ``[tracker:<name>] config`` (None when not set); what
     #: :func:`tsm.tracker.api.configured_trackers` uses when the environment names none
     trackers: dict[str, str | None] = field(default_factory=dict)
+
+
+    def component(self, name: str | None) -> str:
+        """``name``, else :attr:`default_component`; ComponentNotFoundError when neither says which."""
+        if name:
+            return name
+        if not self.default_component:
+            from tsm.errors import ComponentNotFoundError
+
+            raise ComponentNotFoundError("no component named, and no config file names one ([cli:run] component)")
+        return self.default_component
+
+
+def users_own(path: str) -> bool:
+    """Whether config file ``path`` is the user's own (the user file, ``~/.torchxconfig`` or ``$TORCHXCONFIG``),
+    not a project file found in the working directory: only those may set a trusted run option."""
+    own = {user_config_path(), Path.home() / CONFIG_FILE}
+    if os.environ.get(ENV_TORCHXCONFIG):
+        own.add(Path(os.environ[ENV_TORCHXCONFIG]))
+    try:
+        return Path(path).resolve() in {p.resolve() for p in own}
+    except OSError:
+        return False
 
 
 def user_config_path() -> Path:
@@ -200,22 +227,27 @@ def _read_ini(path: str | Path) -> configparser.ConfigParser:
     return parser
 
 
+#: Where :func:`find_configs` looks when given no directories (TorchX's name; None: home, then the working
+#: directory, as they are when it is called).
+DEFAULT_CONFIG_DIRS: list[str] | None = None
+
+
 def find_configs(dirs: Iterable[str] | None = None) -> list[str]:
     """The ``.torchxconfig`` files to read, highest precedence first.
 
-    ``$TORCHXCONFIG`` alone when set (empty: none; naming a missing file is a ConfigError); else
-    ``.torchxconfig`` in each of ``dirs`` that has one (default, TorchX's ``DEFAULT_CONFIG_DIRS``: home, then the
-    working directory; a directory named twice is read once).
+    ``$TORCHXCONFIG`` alone when set (empty: none; naming a missing file is a ConfigError that is also a
+    ``FileNotFoundError``); else ``.torchxconfig`` in each of ``dirs`` that has one (default
+    :data:`DEFAULT_CONFIG_DIRS`: home, then the working directory; a directory named twice is read once).
     """
     env = os.environ.get(ENV_TORCHXCONFIG)
     if env is not None:
         if not env:
             return []
         if not Path(env).is_file():
-            raise ConfigError(f"${ENV_TORCHXCONFIG} is set to {env!r}, which is not a file")
+            raise ConfigFileNotFoundError(f"${ENV_TORCHXCONFIG} is set to {env!r}, which is not a file")
         return [env]
     if not dirs:
-        dirs = default_config_dirs()
+        dirs = DEFAULT_CONFIG_DIRS if DEFAULT_CONFIG_DIRS is not None else default_config_dirs()
     found: list[str] = []
     for d in dirs:
         path = str(Path(d) / CONFIG_FILE)
@@ -243,9 +275,11 @@ def _merge_torchx(cfg: Config, cwd: Path) -> None:
                 for key in items:
                     cfg.origin[(section, key)] = path
                     cfg.lenient[(section, key)] = True
-            elif prefix == "cli" and name == "run" and items.get("scheduler"):
-                cfg.default_scheduler = items["scheduler"]
-                cfg.default_scheduler_origin = path
+            elif prefix == "cli" and name == "run":
+                if items.get("scheduler"):
+                    cfg.default_scheduler = items["scheduler"]
+                    cfg.default_scheduler_origin = path
+                cfg.default_component = items.get("component") or cfg.default_component
             elif prefix == "component":
                 cfg.component_defaults.setdefault(name, {}).update(items)
             elif prefix == "torchx" and name == "tracker":
@@ -278,21 +312,28 @@ def load_sections(prefix: str, dirs: Iterable[str] | None = None) -> dict[str, d
         ini = _read_ini(path)
         for section in ini.sections():
             pre, delim, name = section.partition(CONFIG_PREFIX_DELIM)
-            if delim and pre == prefix:
+            if delim and pre == prefix and name:
                 out.setdefault(name, {}).update(ini.items(section))
     return out
 
 
 def _scheduler_opts(scheduler: str) -> Any:
-    from tsm.schedulers import get_scheduler
+    factories = get_scheduler_factories()
+    if scheduler not in factories:
+        raise UnknownSchedulerError(f"'{scheduler}' is not a registered scheduler; registered: {', '.join(factories)}",
+                                    scheduler=scheduler)
+    return factories[scheduler](session_name="_").run_opts()
 
-    return get_scheduler(scheduler, "_").run_opts()
+
+#: How :func:`dump` writes an option without a default, and how :func:`load` reads it back (TorchX's ``None``).
+_NONE = "None"
 
 
 def load(scheduler: str, f: TextIO, cfg: dict[str, Any]) -> None:
     """Add the ``[scheduler]`` options of INI text ``f`` to ``cfg``, typed; keys already in ``cfg`` are kept.
 
-    An option the scheduler does not declare is skipped with a warning, as in TorchX.
+    ``None`` is no value; lists may be separated by ``;`` (TorchX's form) or ``,``, dicts are ``k:v`` pairs
+    separated by either. An option the scheduler does not declare is skipped with a warning, as in TorchX.
     """
     from tsm.specs.runopts import parse_cfg_value
 
@@ -313,7 +354,11 @@ def load(scheduler: str, f: TextIO, cfg: dict[str, Any]) -> None:
             _warn("%s: [%s] '%s' is not a run option of the %s scheduler; ignored",
                          where, scheduler, key, scheduler)
             continue
-        cfg[key] = parse_cfg_value(key, value, opt.type_)
+        if value == _NONE:
+            cfg[key] = None
+            continue
+        text = value.replace(";", ",") if opt.type_ in (list[str], dict[str, str]) else value
+        cfg[key] = parse_cfg_value(key, text, opt.type_)
 
 
 def apply(scheduler: str, cfg: dict[str, Any], dirs: Iterable[str] | None = None) -> None:
@@ -324,30 +369,35 @@ def apply(scheduler: str, cfg: dict[str, Any], dirs: Iterable[str] | None = None
 
 
 def dump(f: TextIO, schedulers: Iterable[str] | None = None, required_only: bool = False) -> None:
-    """Write a ``.torchxconfig`` with every run option of ``schedulers`` (default: all), help as comments.
+    """Write a ``.torchxconfig`` with every run option of ``schedulers`` (default: all), as TorchX writes one.
 
-    Options without a default are written commented out; ``required_only`` writes only required ones.
+    An option is ``name = default`` (lists ``a;b``, dicts ``k:v;k2:v2``, no default ``None``), a required one a
+    ``#FIXME:(type) help`` placeholder; ``required_only`` writes only the required ones. A scheduler whose
+    client library is not installed is left out; an unknown name raises UnknownSchedulerError.
     """
-    from tsm.schedulers import scheduler_names
     from tsm.specs.runopts import type_name
 
-    names = list(schedulers) if schedulers is not None else scheduler_names(aliases=False)
-    for i, name in enumerate(names):
-        opts = _scheduler_opts(name)  # an unknown name raises UnknownSchedulerError
-        f.write(("\n" if i else "") + f"[{name}]\n")
+    names = list(schedulers) if schedulers else list(get_scheduler_factories())
+    ini = _configparser()
+    for name in names:
+        try:
+            opts = _scheduler_opts(name)
+        except ModuleNotFoundError:
+            continue
+        ini.add_section(name)
         for key, opt in opts:
-            if required_only and not opt.required:
-                continue
-            f.write(f"; {opt.help} ({type_name(opt.type_)}{', required' if opt.required else ''})\n")
-            if opt.default is None:
-                f.write(f"{'' if opt.required else ';'}{key} =\n")
-            else:
-                f.write(f"{key} = {_ini_value(opt.default)}\n")
+            if opt.required:
+                ini.set(name, key, f"#FIXME:({type_name(opt.type_)}) {opt.help}"[:70])
+            elif not required_only:
+                ini.set(name, key, _ini_value(opt.default))
+    ini.write(f, space_around_delimiters=True)
 
 
 def _ini_value(value: Any) -> str:
+    if value is None or value == [] or value == {}:
+        return _NONE
     if isinstance(value, list):
-        return ",".join(value)
+        return ";".join(value)
     if isinstance(value, dict):
-        return ",".join(f"{k}:{v}" for k, v in value.items())
+        return ";".join(f"{k}:{v}" for k, v in value.items())
     return str(value)

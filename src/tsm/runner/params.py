@@ -1,4 +1,4 @@
-"""Scheduler parameters: where the runner gets them (the caller, ``TSM_*`` variables) and how a factory gets them.
+"""Scheduler parameters and run options: where the runner gets them and how a factory or a dry run gets them.
 
 Parameters given to the runner (``get_runner(namespace="ml")``) are passed to every scheduler factory it
 calls; a factory that does not take one refuses it with
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from tsm.errors import ConfigError, InvalidRunOptionError, UnknownSchedulerError, did_you_mean
@@ -27,6 +27,7 @@ from tsm.specs.runopts import CfgVal, runopts
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from tsm.runner.config import Config
+    from tsm.specs.api import AppDef
 
 #: Environment variables named ``TSM_<PARAM>`` become scheduler parameter ``<param>``.
 ENV_PREFIX = "TSM_"
@@ -38,12 +39,13 @@ RESERVED_ENV = frozenset({
     "TSM_JOB_DIR", "TSM_JOB_ID", "TSM_TRACKERS", "TSM_KILL_GRACE", "TSM_DEBUG", "TSM_WORKSPACE",
     "TSM_LAUNCHER", "TSM_OWNER", "TSM_SERVE_TOKEN", "TSM_TORCHX_ALIAS", "TSM_PYTHON", "TSM_PYTHON_BIN",
     "TSM_ATTEMPT", "TSM_RESTART_COUNT", "TSM_LAST_EXIT", "TSM_WARN_SIGNAL", "TSM_WARN_RELAY", "TSM_KEEPER",
+    "TSM_TENSORBOARD_DIR", "TSM_MLFLOW_RUN_ID",
 })
 
 #: Prefixes of ``TSM_*`` variables tsm sets per port or tracker, or that configure the project's engine
 #: scripts and their tests (``TSM_K8S_CACHE``, ``TSM_DOCKER_CACHE``, ``TSM_TEST_*``): never scheduler params.
 RESERVED_ENV_PREFIXES = ("TSM_PORT_", "TSM_TRACKER_", "TSM_K8S_", "TSM_DOCKER_", "TSM_SLURM_", "TSM_RAY_",
-                         "TSM_TEST_", "TSM_LAUNCHER_", "TSM_KEEPER_", "TSM_NEMO_", "TSM_SWEEP_")
+                         "TSM_TEST_", "TSM_LAUNCHER_", "TSM_CLI_", "TSM_KEEPER_", "TSM_NEMO_", "TSM_SWEEP_")
 
 #: The run option (accepted by every scheduler through the runner) that turns TorchX's names off.
 TORCHX_ENV_OPTION = "torchx_env"
@@ -163,6 +165,12 @@ def resolve_cfg(config: Config, scheduler: str, opts: runopts, cfg: Mapping[str,
                 f"{origin}: [scheduler.{scheduler}] unknown run option '{key}'{did_you_mean(key, dict(opts))}; "
                 f"`tsm runopts {scheduler}` lists them"
             )
+        if opt.trusted and not _users_own(origin):
+            raise ConfigError(
+                f"{origin}: [scheduler.{scheduler}] run option '{key}' can make this machine run commands (the file "
+                f"it names may hold an exec plugin), so it is taken only from the command line (-c {key}=...) or "
+                "your own config file (~/.config/tsm/config.toml, ~/.torchxconfig), not from a project's"
+            )
         alone = runopts()  # check this one option's type without demanding the required ones
         alone.add(key, opt.type_, opt.help)
         try:
@@ -174,6 +182,12 @@ def resolve_cfg(config: Config, scheduler: str, opts: runopts, cfg: Mapping[str,
     return out
 
 
+def _users_own(path: str) -> bool:
+    from tsm.runner.config import users_own
+
+    return users_own(path)
+
+
 def flag(value: Any) -> bool:
     """The ``torchx_env`` run option's value as a bool (a string from a file or ``-c`` is parsed)."""
     if isinstance(value, str):
@@ -183,3 +197,38 @@ def flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise InvalidRunOptionError(f"run option '{TORCHX_ENV_OPTION}' expects bool, got {value!r}")
     return value
+
+
+def add_job_env(app: AppDef, handle: str, parent_run_id: str | None, config: Config, torchx: bool) -> None:
+    """Give every role of ``app`` ``TSM_APP_HANDLE`` and the run-tracking contract (job id, parent run,
+    trackers: :func:`tsm.tracker.api.tracker_env`, and each tracker's run that every attempt shares), with
+    TorchX's names unless ``torchx`` is False; a role's own value of any of them stays."""
+    from tsm.tracker.api import tracker_env
+
+    job_env = tracker_env(handle, parent_run_id, config=config, torchx=torchx, app=app)
+    for role in app.roles:
+        role.env.setdefault("TSM_APP_HANDLE", handle)
+        for key, value in job_env.items():
+            role.env.setdefault(key, value)
+
+
+def with_runner_opts(opts: runopts) -> runopts:
+    """A scheduler's run options ``opts`` plus the runner's own ``torchx_env``."""
+    out = runopts()
+    out.update(opts)
+    if TORCHX_ENV_OPTION not in out:
+        out.add(TORCHX_ENV_OPTION, bool, "also set TorchX's variable names (TORCHX_JOB_ID, ...) in each "
+                "replica's environment (handled by the runner)", default=True)
+    return out
+
+
+def cfg_from_strs(opts: runopts, literals: Iterable[str]) -> dict[str, CfgVal]:
+    """``"k=v,k2=a;b"`` strings parsed into typed run options of ``opts`` and merged; an option two of them
+    give is an :class:`~tsm.errors.InvalidRunOptionError` naming it (never the last one silently)."""
+    out: dict[str, CfgVal] = {}
+    for text in literals:
+        for key, value in opts.cfg_from_str(text).items():
+            if key in out:
+                raise InvalidRunOptionError(f"run option '{key}' is given twice ({out[key]!r} and {value!r}); give it once")
+            out[key] = value
+    return out

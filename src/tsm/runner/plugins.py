@@ -76,4 +76,5 @@ def entry_points(groups: Sequence[str]) -> list[Any]:
         return []
     from importlib.metadata import entry_points as _entry_points
 
-    return [ep for group in groups for ep in _entry_points(group=group)]
+    # ``group`` checked again: a test that patches ``importlib.metadata.entry_points`` may answer every group
+    return [ep for group in groups for ep in _entry_points(group=group) if getattr(ep, "group", group) == group]

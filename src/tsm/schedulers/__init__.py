@@ -47,10 +47,11 @@ DEFAULT_SCHEDULER = "local"
 #: Entry-point groups read for scheduler plugins, the winning group first.
 GROUPS = ("tsm.schedulers", "torchx.schedulers")
 
-#: name -> "module:function"; ``local_cwd`` is kept as an alias of ``local``.
+#: name -> "module:function"; ``local_cwd`` is ``local`` reading an image that is not a directory as the working
+#: directory, as TorchX's ``local_cwd`` does (kept in the TorchX wing).
 _BUILTIN: dict[str, str] = {
     "local": "tsm.schedulers.local:create_scheduler",
-    "local_cwd": "tsm.schedulers.local:create_scheduler",
+    "local_cwd": "tsm.compat.torchx.local_cwd:create_scheduler",
     "slurm": "tsm.schedulers.slurm:create_scheduler",
     "docker": "tsm.schedulers.docker:create_scheduler",
     "local_docker": "tsm.schedulers.docker:create_scheduler",  # TorchX's name of its Docker scheduler
@@ -58,7 +59,7 @@ _BUILTIN: dict[str, str] = {
     "kubernetes": "tsm.schedulers.kubernetes:create_scheduler",
 }
 
-#: Names that are another builtin's alias (same factory), left out of listings such as ``tsm runopts``.
+#: Names that are another builtin's alias (the same backend and apps), left out of listings such as ``tsm runopts``.
 ALIASES: dict[str, str] = {"local_cwd": "local", "local_docker": "docker"}
 
 _plugins: dict[str, Any] | None = None  # noqa: F821
@@ -79,8 +80,10 @@ def _plugin_entry_points() -> dict[str, Any]:
 
 def aliases_of(name: str) -> list[str]:
     """The other builtin names of the backend registered as ``name`` (``local`` <-> ``local_cwd``); none for a plugin."""
-    target = _BUILTIN.get(name)
-    return [n for n, t in _BUILTIN.items() if target is not None and t == target and n != name]
+    if name not in _BUILTIN:
+        return []
+    canonical = ALIASES.get(name, name)
+    return [n for n in _BUILTIN if n != name and ALIASES.get(n, n) == canonical]
 
 
 def scheduler_names(aliases: bool = True) -> list[str]:

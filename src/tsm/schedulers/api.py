@@ -20,6 +20,9 @@ signature, never a backend's name:
 ``WorkspaceBuilder``        (:mod:`tsm.workspace.api`) builds its own workspaces (an image): the runner calls it
 :class:`EventWait`          ``wait`` reacts to an event (no polling): ``poll_interval`` is not used
 :class:`StoreRecords`       keeps its records in tsm's store: the runner's history row joins the record's write
+:class:`ReplicaExec`        ``exec_in_replica``: a command in a live replica's place (``tsm exec``)
+:class:`ReplicaStacks`      ``replica_stacks``: py-spy dumps of every Python process of replicas (``tsm stack``)
+:class:`ReplicaPorts`       ``connect_replica_port``: a stream to a port inside a replica (``tsm port-forward``)
 ==========================  =====================================================================================
 
 **Factories.** ``create_scheduler(session_name, **kwargs)`` takes only the keywords its backend documents; any
@@ -43,13 +46,15 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from tsm.errors import InvalidAppError
+
 # the log helpers every backend uses, importable from the interface module as well as from the kit
 from tsm.schedulers.common.logs import (
     filter_regex as filter_regex,
     split_lines as split_lines,
     split_lines_iterator as split_lines_iterator,
 )
-from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Role, RoleStatus
+from tsm.specs.api import NULL_RESOURCE, AppDef, AppDryRunInfo, AppState, Role, RoleStatus
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import validate_app
 
@@ -96,6 +101,7 @@ class ListAppResponse:
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # a default (PEP 696) lets a plain ``Scheduler`` mean "any request" to type checkers
+    import socket
     from datetime import datetime  # annotations only: keeps datetime out of every command's start-up
     from typing import Any
 
@@ -138,7 +144,7 @@ class Scheduler(abc.ABC, Generic[RequestT]):
     def __new__(cls, *args: Any, **kwargs: Any) -> Scheduler[Any]:
         missing = [
             f"{ours}() (or TorchX's {theirs}())"
-            for ours, theirs in (("run_opts", "_run_opts"), ("cancel", "_cancel_existing"))
+            for ours, theirs in (("cancel", "_cancel_existing"),)  # no run options is a valid choice (TorchX's)
             if getattr(cls, ours) is getattr(Scheduler, ours) and getattr(cls, theirs) is getattr(Scheduler, theirs)
         ]
         if missing:
@@ -152,14 +158,23 @@ class Scheduler(abc.ABC, Generic[RequestT]):
 
     # -- requests ----------------------------------------------------------------------------------
     def submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal] | None = None) -> AppDryRunInfo[RequestT]:
-        """Validate ``app`` and ``cfg`` and return the request this scheduler would submit, unsubmitted."""
-        validate_app(app)
+        """Validate ``cfg`` and ``app`` and return the request this scheduler would submit, unsubmitted.
+
+        An object that is not an :class:`~tsm.specs.AppDef` (a test double) is passed on unchecked, as TorchX
+        passes it; each role's ``pre_proc`` hook may then adjust the request (TorchX's order).
+        """
         resolved = self.run_opts().resolve(cfg)
-        if self._validate_takes_scheduler:
+        if isinstance(app, AppDef):
+            validate_app(app)
+        if type(self)._validate is Scheduler._validate:
+            pass  # no backend check of its own; the base check is the runner's (TorchX's order)
+        elif self._validate_takes_scheduler:
             self._validate(app, self.backend, resolved)  # type: ignore[call-arg,arg-type]  # TorchX's
         else:
             self._validate(app, resolved)
         info = self._submit_dryrun(app, resolved)
+        for role in app.roles:
+            info = role.pre_proc(self.backend, info)
         info.app = app
         info.cfg = resolved
         info.scheduler = self.backend
@@ -188,9 +203,15 @@ class Scheduler(abc.ABC, Generic[RequestT]):
             """Backend-specific checks before the request is built; raise InvalidAppError.
 
             TorchX's spelling ``_validate(self, app, scheduler, cfg)`` is called with the backend's name. This
-            base hook checks nothing and takes both spellings, so a TorchX-style subclass's
-            ``super()._validate(app, scheduler, cfg)`` works as a tsm-style one's ``super()._validate(app, cfg)``.
+            base hook takes both spellings, so a TorchX-style subclass's ``super()._validate(app, scheduler,
+            cfg)`` works as a tsm-style one's ``super()._validate(app, cfg)``; it refuses, as TorchX's does, a
+            role that does not say what it needs (:data:`~tsm.specs.NULL_RESOURCE`). :meth:`submit_dryrun` calls a
+            subclass's own hook only: the base check is the TorchX runner's to make. tsm's backends override it.
             """
+            for role in app.roles:
+                if role.resource == NULL_RESOURCE:
+                    raise InvalidAppError(f"role '{role.name}' has no resource: give it a Resource (or -h a named "
+                                          "resource); this scheduler needs one for every role")
 
     @abc.abstractmethod
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[RequestT]:
@@ -213,6 +234,12 @@ class Scheduler(abc.ABC, Generic[RequestT]):
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """The app's current state, or None when this scheduler does not know it."""
 
+    def describe_native(self, app_id: str) -> AppDryRunInfo[Any] | None:
+        """The request the app was submitted with, read back from the scheduler (the twin of
+        :meth:`submit_dryrun`), or None: the app is unknown, or this scheduler does not read requests back
+        (the default; TorchX's nightly has the same default)."""
+        return None
+
     def exists(self, app_id: str) -> bool:
         """True when the scheduler knows the app."""
         return self.describe(app_id) is not None
@@ -221,7 +248,6 @@ class Scheduler(abc.ABC, Generic[RequestT]):
     def list(self) -> list[ListAppResponse]:
         """The apps this scheduler knows of for the current user, newest first."""
 
-    @abc.abstractmethod
     def log_iter(
         self,
         app_id: str,
@@ -235,8 +261,13 @@ class Scheduler(abc.ABC, Generic[RequestT]):
     ) -> Iterator[str]:
         """Lines (each ending with a newline, but possibly the last) of replica ``k`` of ``role_name``.
 
-        ``should_tail`` follows the log until the replica ends, then stops.
+        ``should_tail`` follows the log until the replica ends, then stops. A scheduler without logs keeps
+        this default, which raises :class:`~tsm.errors.NotSupportedError` (TorchX's default raises too).
         """
+        from tsm.errors import NotSupportedError
+
+        raise NotSupportedError(f"{type(self).__qualname__} does not support application log iteration",
+                                scheduler=self.backend)
 
     def wait(
         self, app_id: str, timeout: float | None = None, poll_interval: float | None = None
@@ -353,6 +384,15 @@ class DirectoryWorkspaces:
     __slots__ = ()
 
 
+class LockfileEnvironments:
+    """Capability (a marker): the backend builds a role's lockfile environment (:mod:`tsm.env`) and runs it there.
+
+    The runner refuses a role that names an environment on a backend without it, rather than run it elsewhere.
+    """
+
+    __slots__ = ()
+
+
 class EventWait:
     """Capability (a marker): ``wait`` returns when an event says the app ended, not by polling.
 
@@ -416,3 +456,65 @@ class SweepNative(abc.ABC):
     @abc.abstractmethod
     def cancel_trials(self, app_ids: Sequence[str]) -> None:
         """Cancel these trials (in one call where the engine has one); ended or unknown ones are no error."""
+
+
+# -- looking inside a live replica (tsm exec / stack / port-forward) ----------------------------------------
+@dataclass
+class ProcessStack:
+    """py-spy's dump of one process of a replica: its pid (as the replica's host sees it), its command line,
+    and its threads as py-spy's JSON gives them (each with ``frames``, innermost first)."""
+
+    pid: int
+    cmdline: str
+    threads: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ReplicaStack:
+    """Every Python process of one replica (``role``/``k``), or, in ``error``, one line saying why none could
+    be dumped (py-spy missing where the replica runs, no ptrace permission) and what to change."""
+
+    role: str
+    k: int
+    processes: list[ProcessStack] = field(default_factory=list)
+    error: str = ""
+
+
+class ReplicaExec(abc.ABC):
+    """Capability: ``tsm exec``, a command run where a live replica runs (its host, container or pod), in its
+    working directory, with its environment (``TSM_*`` included), as its user.
+
+    The runner has checked that the app runs and names the replica; a replica that has not started or has
+    ended raises :class:`~tsm.errors.ReplicaNotRunningError`.
+    """
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def exec_in_replica(self, app_id: str, role: str, k: int, cmd: Sequence[str], tty: bool = False,
+                        stdin: bool = False) -> int:
+        """Run ``cmd`` (an argv, passed verbatim: no shell) with this process's stdout and stderr, and its stdin
+        with ``stdin`` (else an empty one); with ``tty`` under a terminal of its own, stdin included. Returns
+        its exit code (128 + N for a command killed by signal N)."""
+
+
+class ReplicaStacks(abc.ABC):
+    """Capability: ``tsm stack``, every Python thread's stack of every Python process of live replicas."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def replica_stacks(self, app_id: str, replicas: Sequence[tuple[str, int]], native: bool = False) -> list[ReplicaStack]:
+        """One :class:`ReplicaStack` per ``(role, k)`` of ``replicas``, in order; ``native`` adds C frames.
+        A replica that cannot be dumped says why in its ``error``; this raises only when none can be reached."""
+
+
+class ReplicaPorts(abc.ABC):
+    """Capability: ``tsm port-forward``, a byte stream to a TCP port inside a live replica."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def connect_replica_port(self, app_id: str, role: str, k: int, port: int) -> socket.socket:
+        """A connected stream socket whose other end is ``port`` inside replica ``role``/``k`` (each call a
+        new connection; the caller closes it). A refused connection raises :class:`ConnectionError`."""

@@ -1,9 +1,12 @@
 """Plain data and pure functions: apps, roles, resources, states, macros, run options, handles, mounts.
 
-``tsm.specs`` knows nothing of schedulers; everything else in tsm is built on it. Its public names are
-a superset of TorchX 0.7's ``torchx.specs`` (see ``docs/torchx-compat.md``): code written for TorchX
-runs after changing ``torchx.specs`` to ``tsm.specs``. TorchX's exception names are aliases of tsm's
-classes, so ``except UnknownAppException`` catches :class:`~tsm.errors.UnknownAppError`.
+``tsm.specs`` knows nothing of schedulers or components; everything else in tsm is built on it. It has
+TorchX 0.7's ``torchx.specs`` names but ``materialize_appdef``, which reads a component's command line
+(tsm's is :func:`tsm.components.materialize`; TorchX's is ``tsm.specs.builders``'s, and under the alias
+``torchx.specs`` is the TorchX wing's face of this package: see ``docs/torchx-compat.md``). TorchX's
+exception names are aliases of tsm's classes, so ``except UnknownAppException`` catches
+:class:`~tsm.errors.UnknownAppError`. ``builders``, ``file_linter``, ``finder`` and the named-resource tables
+``named_resources_aws``/``_generic`` are TorchX's modules at TorchX's paths (the wing's, re-exported).
 """
 
 from tsm.errors import (
@@ -38,7 +41,7 @@ from tsm.specs.api import (
     iter_replicas,
     macros,
 )
-from tsm.specs.builders import materialize_appdef
+from tsm.specs.environment import Environment
 from tsm.specs.handles import ParsedAppHandle, make_app_handle, parse_app_handle
 from tsm.specs.mounts import BindMount, DeviceMount, Mount, MountType, VolumeMount, parse_mounts
 from tsm.specs.named_resources import (
@@ -68,6 +71,7 @@ __all__ = [
     "ComponentNotFoundException",
     "ComponentValidationException",
     "DeviceMount",
+    "Environment",
     "GiB",
     "InvalidRunConfigException",
     "MalformedAppHandleException",
@@ -95,7 +99,6 @@ __all__ = [
     "iter_replicas",
     "macros",
     "make_app_handle",
-    "materialize_appdef",
     "named_resources",
     "parse_app_handle",
     "parse_cfg_value",

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Generic, TypeVar
 
 from tsm.errors import AppStatusError, InvalidAppError
+from tsm.specs.environment import Environment
 from tsm.specs.mounts import Mount, mount_from_dict
 
 #: Image value meaning "no image": replicas run in the caller's working directory.
@@ -55,6 +56,8 @@ class Resource:
     memMB: int = 1024  # noqa: N815 (established field name)
     capabilities: dict[str, Any] = field(default_factory=dict)
     devices: dict[str, int] = field(default_factory=dict)
+    #: free-form notes about the resource that no scheduler reads (e.g. that it is an alias of another)
+    tags: dict[str, object] = field(default_factory=dict)
 
     @staticmethod
     def copy(original: Resource, **capabilities: Any) -> Resource:
@@ -117,6 +120,12 @@ class Role:
     port_map: dict[str, int] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
     mounts: list[Mount] = field(default_factory=list)
+    #: this role's own workspace (a :class:`tsm.workspace.mixin.Workspace` or a path), shipped at dry run
+    workspace: Any = None
+    #: attribute name -> zero-argument callable (or awaitable) giving its value, applied at dry run
+    overrides: dict[str, Any] = field(default_factory=dict)
+    #: the lockfile environment its replicas run in (:mod:`tsm.env`); None: the rule of tsm.schedulers.common.interpreter
+    environment: Environment | None = None
 
     def pre_proc(self, scheduler: str, dryrun_info: AppDryRunInfo[Any]) -> AppDryRunInfo[Any]:
         """TorchX's per-role hook on a scheduler's request; returns it unchanged (kept for ported subclasses)."""
@@ -169,6 +178,7 @@ class AppDef:
             r["resource"] = Resource(**r.get("resource", {}))
             r["retry_policy"] = RetryPolicy(r.get("retry_policy", "APPLICATION"))
             r["mounts"] = [mount_from_dict(m) for m in r.get("mounts", [])]
+            r["environment"] = Environment.from_dict(r.get("environment"))
             roles.append(Role(**r))
         return AppDef(name=data["name"], roles=roles, metadata=dict(data.get("metadata", {})))
 
@@ -225,7 +235,7 @@ class AppState(enum.IntEnum):
         return format(self.name, spec)
 
 
-_TERMINAL = frozenset({AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED})
+_TERMINAL = _TERMINAL_STATES = frozenset({AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED})  # TorchX: _TERMINAL_STATES
 
 
 def is_terminal(state: AppState) -> bool:
@@ -293,7 +303,7 @@ class AppStatus:
     def raise_for_status(self) -> None:
         """Raise :class:`~tsm.errors.AppStatusError` (carrying this status) unless the app SUCCEEDED."""
         if self.state != AppState.SUCCEEDED:
-            raise AppStatusError(self, f"app did not succeed: {self.state.name}{': ' + self.msg if self.msg else ''}")
+            raise AppStatusError(self, f"job did not succeed: {self.state.name}{': ' + self.msg if self.msg else ''}")
 
     def __repr__(self) -> str:
         """TorchX's readable dump: a YAML document ``AppStatus: {...}`` with keys sorted, states as ``NAME (n)``."""
@@ -308,7 +318,9 @@ class AppStatus:
         for role in data["roles"]:
             for rep in role["replicas"]:
                 rep["state"] = f"{AppState(rep['state']).name} ({int(rep['state'])})"
-        return _yaml({"AppStatus": data})
+        from tsm.specs.yaml_dump import to_yaml
+
+        return to_yaml({"AppStatus": data})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (states as names), as printed by ``tsm status --json``."""
@@ -333,10 +345,16 @@ class AppStatus:
         )
 
     def summary(self, filter_roles: list[str] | None = None) -> str:
-        """A readable multi-line summary: app state, then one line per replica (of ``filter_roles`` only, if given)."""
+        """A readable multi-line summary: app state, then one line per replica (of ``filter_roles`` only, if given).
+
+        Messages are what replicas and engines chose (a timer's scope, a pod's termination message): printed
+        with their control characters as escapes (:func:`tsm.util.text.printable`).
+        """
+        from tsm.util.text import printable
+
         lines = [f"State: {self.state.name}", f"Num Restarts: {self.num_restarts}"]
         if self.msg:
-            lines.append(f"Msg: {self.msg}")
+            lines.append(f"Msg: {printable(self.msg)}")
         if self.ui_url:
             lines.append(f"UI: {self.ui_url}")
         roles = [rs for rs in self.roles if filter_roles is None or rs.role in filter_roles]
@@ -346,14 +364,14 @@ class AppStatus:
             for r in rs.replicas:
                 detail = [r.state.name]
                 if r.hostname:
-                    detail.append(f"host={r.hostname}")
+                    detail.append(f"host={printable(r.hostname)}")
                 if r.exit_code is not None:
                     detail.append(f"exit={r.exit_code}")
                 if r.restarts:
                     detail.append(f"restarts={r.restarts}")
                 line = f"  {rs.role}/{r.id}: " + " ".join(detail)
                 if r.error_msg:
-                    line += f"  ({r.error_msg})"
+                    line += f"  ({printable(r.error_msg)})"
                 lines.append(line)
         return "\n".join(lines)
 
@@ -558,44 +576,3 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(target[0]), target[1])
     globals()[name] = value
     return value
-
-
-# -- TorchX's readable dump (a small YAML emitter: tsm does not depend on PyYAML) -----------------------
-_PLAIN = re.compile(r"^[A-Za-z_/<][A-Za-z0-9_ ./()<>+-]*\Z")
-_YAML_WORDS = {"null", "true", "false", "yes", "no", "on", "off", "y", "n", "~"}
-
-
-def _yaml_scalar(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    text = str(v)
-    if _PLAIN.match(text) and text.lower() not in _YAML_WORDS and not text.endswith(" "):
-        return text
-    return json.dumps(text)  # a JSON string is a valid YAML scalar
-
-
-def _yaml(obj: Any, indent: int = 0) -> str:
-    """``obj`` (dicts, lists, scalars) as block YAML with sorted keys, ending in a newline."""
-    pad = " " * indent
-    if isinstance(obj, dict):
-        if not obj:
-            return pad + "{}\n"
-        out = []
-        for k in sorted(obj):
-            v = obj[k]
-            if isinstance(v, (dict, list)) and v:
-                out.append(f"{pad}{k}:\n" + _yaml(v, indent + 2))
-            else:
-                out.append(f"{pad}{k}: {'{}' if v == {} else '[]' if v == [] else _yaml_scalar(v)}\n")
-        return "".join(out)
-    if isinstance(obj, list):
-        out = []
-        for v in obj:
-            body = _yaml(v, indent + 2) if isinstance(v, (dict, list)) and v else " " * (indent + 2) + _yaml_scalar(v) + "\n"
-            out.append(pad + "- " + body[indent + 2:])
-        return "".join(out)
-    return pad + _yaml_scalar(obj) + "\n"

@@ -3,7 +3,7 @@
 The names and sizes are TorchX's, so a job ported from TorchX asks for the same machine: the generic
 t-shirt sizes (``cpu.nano`` ... ``cpu.xlarge``, ``gpu.small`` ... ``gpu.xlarge``) and the AWS instance
 types (``aws_p3.2xlarge``, ``aws_g5.12xlarge``, ...; memory less AWS's 4% overhead, the instance type
-in ``capabilities["node.kubernetes.io/instance-type"]``, EFA devices in ``devices``). ``NULL`` and
+in ``capabilities["node.kubernetes.io/instance-type"]``, EFA and Neuron devices in ``devices``). ``NULL`` and
 ``MISSING`` name :data:`~tsm.specs.NULL_RESOURCE`.
 
 Packages add more through the entry-point groups ``torchx.named_resources`` and then
@@ -37,6 +37,9 @@ K8S_ITYPE = "node.kubernetes.io/instance-type"
 #: The device name of AWS's Elastic Fabric Adapter.
 EFA_DEVICE = "vpc.amazonaws.com/efa"
 
+#: The device name of AWS's Neuron accelerators (Trainium instances).
+NEURON_DEVICE = "aws.amazon.com/neurondevice"
+
 GENERIC: dict[str, tuple[int, int, int]] = {  # name: (cpu, gpu, memMB)
     "gpu.small": (8, 1, 32 * GiB),
     "gpu.medium": (16, 2, 64 * GiB),
@@ -50,33 +53,33 @@ GENERIC: dict[str, tuple[int, int, int]] = {  # name: (cpu, gpu, memMB)
     "cpu.xlarge": (8, 0, 32 * GiB),
 }
 
-AWS: dict[str, tuple[int, int, int, int]] = {  # instance type: (cpu, gpu, GiB of memory, EFA devices)
-    "t3.medium": (2, 0, 4, 0),
-    "m5.2xlarge": (8, 0, 32, 0),
-    "p3.2xlarge": (8, 1, 61, 0),
-    "p3.8xlarge": (32, 4, 244, 0),
-    "p3.16xlarge": (64, 8, 488, 0),
-    "p3dn.24xlarge": (96, 8, 768, 1),
-    "p4d.24xlarge": (96, 8, 1152, 4),
-    "p4de.24xlarge": (96, 8, 1152, 4),
-    "p5.48xlarge": (192, 8, 2048, 32),
-    "g4dn.xlarge": (4, 1, 16, 0),
-    "g4dn.2xlarge": (8, 1, 32, 0),
-    "g4dn.4xlarge": (16, 1, 64, 0),
-    "g4dn.8xlarge": (32, 1, 128, 1),
-    "g4dn.12xlarge": (48, 4, 192, 1),
-    "g4dn.16xlarge": (64, 1, 256, 1),
-    "g4dn.metal": (96, 8, 384, 1),
-    "g5.xlarge": (4, 1, 16, 0),
-    "g5.2xlarge": (8, 1, 32, 0),
-    "g5.4xlarge": (16, 1, 64, 0),
-    "g5.8xlarge": (32, 1, 128, 1),
-    "g5.12xlarge": (48, 4, 192, 1),
-    "g5.16xlarge": (64, 1, 256, 1),
-    "g5.24xlarge": (96, 4, 384, 1),
-    "g5.48xlarge": (192, 8, 768, 1),
-    "trn1.2xlarge": (8, 0, 32, 0),
-    "trn1.32xlarge": (128, 0, 512, 8),
+AWS: dict[str, tuple[int, int, int, int, int]] = {  # instance type: (cpu, gpu, GiB of memory, EFA, Neuron devices)
+    "t3.medium": (2, 0, 4, 0, 0),
+    "m5.2xlarge": (8, 0, 32, 0, 0),
+    "p3.2xlarge": (8, 1, 61, 0, 0),
+    "p3.8xlarge": (32, 4, 244, 0, 0),
+    "p3.16xlarge": (64, 8, 488, 0, 0),
+    "p3dn.24xlarge": (96, 8, 768, 1, 0),
+    "p4d.24xlarge": (96, 8, 1152, 4, 0),
+    "p4de.24xlarge": (96, 8, 1152, 4, 0),
+    "p5.48xlarge": (192, 8, 2048, 32, 0),
+    "g4dn.xlarge": (4, 1, 16, 0, 0),
+    "g4dn.2xlarge": (8, 1, 32, 0, 0),
+    "g4dn.4xlarge": (16, 1, 64, 0, 0),
+    "g4dn.8xlarge": (32, 1, 128, 1, 0),
+    "g4dn.12xlarge": (48, 4, 192, 1, 0),
+    "g4dn.16xlarge": (64, 1, 256, 1, 0),
+    "g4dn.metal": (96, 8, 384, 1, 0),
+    "g5.xlarge": (4, 1, 16, 0, 0),
+    "g5.2xlarge": (8, 1, 32, 0, 0),
+    "g5.4xlarge": (16, 1, 64, 0, 0),
+    "g5.8xlarge": (32, 1, 128, 1, 0),
+    "g5.12xlarge": (48, 4, 192, 1, 0),
+    "g5.16xlarge": (64, 1, 256, 1, 0),
+    "g5.24xlarge": (96, 4, 384, 1, 0),
+    "g5.48xlarge": (192, 8, 768, 1, 0),
+    "trn1.2xlarge": (8, 0, 32, 0, 1),
+    "trn1.32xlarge": (128, 0, 512, 8, 16),
 }
 
 
@@ -84,19 +87,17 @@ def _generic(cpu: int, gpu: int, mem: int) -> Resource:
     return Resource(cpu=cpu, gpu=gpu, memMB=mem)
 
 
-def _aws(itype: str, cpu: int, gpu: int, gib: int, efa: int) -> Resource:
-    return Resource(
-        cpu=cpu, gpu=gpu, memMB=gib * _AWS_GiB, capabilities={K8S_ITYPE: itype},
-        devices={EFA_DEVICE: efa} if efa else {},
-    )
+def _aws(itype: str, cpu: int, gpu: int, gib: int, efa: int, neuron: int) -> Resource:
+    devices = {name: n for name, n in ((EFA_DEVICE, efa), (NEURON_DEVICE, neuron)) if n}
+    return Resource(cpu=cpu, gpu=gpu, memMB=gib * _AWS_GiB, capabilities={K8S_ITYPE: itype}, devices=devices)
 
 
 def _builtins() -> dict[str, Callable[[], Resource]]:
     table: dict[str, Callable[[], Resource]] = {
         name: functools.partial(_generic, *size) for name, size in GENERIC.items()
     }
-    for itype, (cpu, gpu, gib, efa) in AWS.items():
-        table[f"aws_{itype}"] = functools.partial(_aws, itype, cpu, gpu, gib, efa)
+    for itype, size in AWS.items():
+        table[f"aws_{itype}"] = functools.partial(_aws, itype, *size)
     table["NULL"] = table["MISSING"] = functools.partial(copy.deepcopy, NULL_RESOURCE)
     return table
 
@@ -119,6 +120,11 @@ def _load() -> dict[str, Callable[[], Resource]]:
             found[ep.name] = obj if callable(obj) else functools.partial(copy.deepcopy, obj)
         _cache = found
     return _cache
+
+
+def factories() -> dict[str, Callable[[], Resource]]:
+    """Every named resource, builtins and plugins, as ``{name: zero-argument factory}`` (read once, shared)."""
+    return _load()
 
 
 def get_named_resource(name: str) -> Resource:

@@ -1,19 +1,4 @@
-"""TorchX's ``specs.named_resources_generic``: the cloud-neutral t-shirt sizes, at TorchX's path.
+"""TorchX's ``torchx.specs.named_resources_generic`` at tsm's path: re-exports :mod:`tsm.compat.torchx.specs.named_resources_generic` (the TorchX wing)."""
 
-``NAMED_RESOURCES`` maps ``"gpu.small"``, ``"cpu.large"``, ... to zero-argument factories of the same
-:class:`Resource` that ``-h gpu.small`` gives (tsm's table, :data:`tsm.specs.named_resources.GENERIC`).
-"""
-
-from __future__ import annotations
-
-from collections.abc import Callable, Mapping
-
-from tsm.specs.api import Resource
-from tsm.specs.named_resources import GENERIC, GiB, _builtins
-
-__all__ = ["GiB", "NAMED_RESOURCES"]
-
-#: ``"gpu.small"`` ... ``"cpu.xlarge"`` -> factory of its :class:`Resource`.
-NAMED_RESOURCES: Mapping[str, Callable[[], Resource]] = {
-    name: factory for name, factory in _builtins().items() if name in GENERIC
-}
+from tsm.compat.torchx.specs.named_resources_generic import *  # noqa: F403
+from tsm.compat.torchx.specs.named_resources_generic import __all__ as __all__

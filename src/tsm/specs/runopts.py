@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tsm._logging import warn as _warn
-from tsm.errors import InvalidRunOptionError, brief, did_you_mean
+from tsm.errors import InvalidRunOptionError, RunOptionDefaultError, brief, did_you_mean
 
 CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
 
@@ -51,8 +51,10 @@ def type_name(type_: Any) -> str:
     return _TYPES.get(type_, getattr(type_, "__name__", str(type_)))
 
 
-#: TorchX's name for :func:`type_name`.
-get_type_name = type_name
+def get_type_name(tp: Any) -> str:
+    """TorchX's ``get_type_name``: a class's ``__name__`` (``int``, ``list``), any other type as ``str()`` writes it
+    (``typing.List[int]``, ``typing.Union[str, int]``)."""
+    return tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else str(tp)
 
 
 def is_type(value: Any, type_: Any) -> bool:
@@ -127,13 +129,19 @@ def _as_float(name: str, value: Any) -> float:
 
 @dataclass(frozen=True)
 class runopt:  # noqa: N801 (mirrors the runopts container name)
-    """One declared option: its type, default, whether it is required, and its help."""
+    """One declared option: its type, default, whether it is required, and its help.
+
+    A ``trusted`` option names something whose content runs code on this machine (a kubeconfig's ``exec``
+    credential plugin): it is taken from the command line, the API and the user's own config files only,
+    never from a project file found in the working directory.
+    """
 
     name: str
     type_: Any
     default: CfgVal
     required: bool
     help: str
+    trusted: bool = False
 
     @property
     def opt_type(self) -> Any:
@@ -162,8 +170,9 @@ class runopts:  # noqa: N801 (established name)
         help: str,
         default: CfgVal = None,
         required: bool = False,
+        trusted: bool = False,
     ) -> None:
-        """Declare option ``cfg_key``; a required option may not have a default."""
+        """Declare option ``cfg_key``; a required option may not have a default; ``trusted``: see :class:`runopt`."""
         name = cfg_key
         type_ = normalize_type(type_)
         if type_ not in _TYPES:
@@ -172,20 +181,22 @@ class runopts:  # noqa: N801 (established name)
             )
         if required and default is not None:
             raise InvalidRunOptionError(f"run option '{name}' is required and so cannot have a default")
-        if default is not None and type_ is int and isinstance(default, (float, bool)):
-            # TorchX's plugins declare e.g. ``add("timeout", int, default=60.0)``, which TorchX lets through;
-            # refusing it would stop the plugin's scheduler from being created at all.
+        if type_ == dict[str, str] and default == []:
+            default = {}  # TorchX's "empty" for a dict option (its type check lets any list of strings pass)
+        if default is not None and type_ is int and isinstance(default, float) and default.is_integer():
+            # TorchX's plugins declare e.g. ``add("timeout", int, default=60.0)``; refusing it would stop the
+            # plugin's scheduler from being created at all
             _warn(
-                f"run option '{name}': default {default!r} is a {type(default).__name__}, not an int; "
-                "accepted as TorchX accepts it (values given on the command line must still be whole numbers)"
+                f"run option '{name}': default {default!r} is a float, not an int; accepted as a whole number "
+                "(values given on the command line must still be whole numbers)"
             )
         elif default is not None and not is_type(default, type_):
-            raise InvalidRunOptionError(
+            raise RunOptionDefaultError(
                 f"run option '{name}': default {default!r} is not of type {type_name(type_)}"
             )
         if type_ is float and default is not None:
             default = _as_float(name, default)  # an int default of a float option resolves as a float
-        self._opts[name] = runopt(name, type_, default, required, help)
+        self._opts[name] = runopt(name, type_, default, required, help, trusted)
 
     def get(self, name: str) -> runopt | None:
         """The declared option ``name``, or None."""
@@ -204,17 +215,22 @@ class runopts:  # noqa: N801 (established name)
         """Add every option of ``other`` (later declarations win)."""
         self._opts.update(other._opts)
 
-    def resolve(self, cfg: Mapping[str, CfgVal] | None) -> dict[str, CfgVal]:
+    def resolve(self, cfg: Mapping[str, CfgVal] | None, *, ignore_unknown: bool = True) -> dict[str, CfgVal]:
         """Check ``cfg`` against the declarations and return it complete with defaults.
 
         String values for non-string options are parsed with :func:`parse_cfg_value`, so config files
-        and the command line may give ``"true"`` or ``"a,b"``.
+        and the command line may give ``"true"`` or ``"a,b"``. A key this scheduler does not declare is kept
+        as it is (TorchX's rule: the cfg is the union of several schedulers' options), with a warning;
+        ``ignore_unknown=False`` (TorchX nightly's keyword) refuses it instead, as :meth:`check_known` does.
         """
         cfg = dict(cfg or {})
+        if not ignore_unknown:
+            self.check_known(cfg)
+        out: dict[str, CfgVal] = {}
         for key in cfg:
             if key not in self._opts:
-                _warn("%s; ignored", self._unknown_message(key))
-        out: dict[str, CfgVal] = {}
+                _warn("%s; ignored by this scheduler", self._unknown_message(key))
+                out[key] = cfg[key]  # passed on unchecked: a cfg may be shared by several schedulers
         for name, opt in self._opts.items():
             if name in cfg and cfg[name] is not None:
                 val = cfg[name]

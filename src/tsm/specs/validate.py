@@ -94,8 +94,8 @@ def _inherited_bytes(where: str, overrides: Mapping[str, str]) -> tuple[int, int
     """Bytes and count of the caller's environment entries a new program inherits, those in ``overrides`` left out.
 
     Read from ``os.environb``: the entries are bytes already and hold no NUL (``os.putenv`` refuses one), so
-    only each entry's length is checked, not its encoding; a dry run pays ~9 µs for 35 entries where merging
-    and encoding each ``os.environ`` entry again cost ~70 (issue 26). Without a bytes environment (not POSIX), the
+    only each entry's length is checked, not its encoding (merging and encoding each ``os.environ`` entry
+    again cost a dry run several times as much: docs/perf.md). Without a bytes environment (not POSIX), the
     strings are checked one by one.
     """
     if not os.supports_bytes_environ:

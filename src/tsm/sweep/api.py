@@ -1,4 +1,4 @@
-"""Sweeps through the Runner: plan, launch, watch, cancel and list them (what ``Runner.run_sweep`` & co. call).
+"""Sweeps through the Runner: plan, launch, watch, cancel and list them (what ``tsm sweep`` calls).
 
 A sweep is a component run once per point of a space (:mod:`tsm.sweep.space`), at most ``parallel`` trials at
 a time, each trial an ordinary app with its own handle. Its handle is ``sweep://<session>/<id>``; its state
@@ -28,7 +28,7 @@ from typing import Any
 # the capability is part of the scheduler contract: backends import it from there, never from tsm.sweep
 from tsm.schedulers.api import SweepNative as SweepNative, TrialState as TrialState
 from tsm.sweep import controller
-from tsm.sweep.space import InvalidSweepError, expand, space_of
+from tsm.sweep.space import InvalidSweepError, expand, probes, space_of
 from tsm.sweep.state import (
     SWEEP_TERMINAL,
     TRIAL_TERMINAL,
@@ -38,11 +38,16 @@ from tsm.sweep.state import (
     all_sweeps,
     parse_sweep_handle,
     sweep_dir,
+    trial_args,
 )
 from tsm.sweep.status import SweepStatus, status_of
 
 #: The most trials one sweep runs at once: the controller waits on each running trial in a thread of its own.
 MAX_PARALLEL = 1000
+
+#: Values the component itself is called with before a sweep starts (each call builds its parser: a few ms);
+#: the values past these are parsed as their parameter's type.
+MATERIALIZED = 200
 
 
 @dataclass
@@ -82,8 +87,23 @@ def _param_names(component: str) -> set[str]:
             if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)}
 
 
-def _trial_args(params: Mapping[str, str], args: Sequence[str]) -> list[str]:
-    return [w for name, value in params.items() for w in (f"--{name}", value)] + list(args)
+def _check_types(component: str, axes: Mapping[str, object]) -> None:
+    """Parse every value of every list axis as its parameter's type (what the command line would refuse)."""
+    import typing
+
+    from tsm.components import get_component
+    from tsm.components.cmdline import param_type, parse_value
+
+    hints = typing.get_type_hints(get_component(component).fn)
+    for name, axis in axes.items():
+        ptype = param_type(hints.get(name.replace("-", "_")))
+        if ptype is None:
+            continue
+        for value in getattr(axis, "values", ()):
+            try:
+                parse_value(value, ptype)
+            except ValueError as e:
+                raise InvalidSweepError(f"--{name}: {e}") from None
 
 
 def plan_sweep(
@@ -119,14 +139,14 @@ def plan_sweep(
     trials = expand(axes, random, seed)
     runner.check_cfg(scheduler, cfg)
     sched = scheduler or runner.default_scheduler
-    # every listed value once (so a value its parameter cannot take fails now), then the first trial's request
-    checked = 0
-    for name, axis in axes.items():
-        for value in getattr(axis, "values", ())[1:]:
-            if checked < 200:
-                runner.component_app(ref, _trial_args({**trials[0], name: value}, args))
-                checked += 1
-    first = runner.dryrun(runner.component_app(ref, _trial_args(trials[0], args)), sched, cfg, workspace=workspace)
+    # every listed value once (so a value its parameter cannot take fails now), then the first trial's request:
+    # the component itself judges the first MATERIALIZED ones, its parameters' types every one
+    checks = probes(axes, trials[0])
+    for params in checks[:MATERIALIZED]:
+        runner.component_app(ref, trial_args(params, args))
+    if len(checks) > MATERIALIZED:
+        _check_types(ref, axes)
+    first = runner.dryrun(runner.component_app(ref, trial_args(trials[0], args)), sched, cfg, workspace=workspace)
     return SweepPlan(ref, sched, trials, first)
 
 
@@ -163,7 +183,8 @@ def run_sweep(
     if isinstance(sched, SweepNative) and plan.first.app is not None and len(plan.first.app.roles) == 1:
         from tsm.sweep import native
 
-        infos = native.dryruns(runner, plan.component, plan.trials, names, args, plan.scheduler, cfg, workspace)
+        infos = native.dryruns(runner, plan.component, plan.trials, names, args, plan.scheduler, cfg, workspace,
+                               str(handle))
         if not sched.accepts_sweep(infos):
             infos = []
     state = SweepState(sweep_dir(handle), create=True)
@@ -177,14 +198,14 @@ def run_sweep(
         }, plan.trials, names)
         if infos:
             try:
-                app_ids = sched.schedule_sweep(infos, parallel, handle.sweep_id)
+                handles = runner.schedule_sweep(infos, parallel, handle.sweep_id)  # each trial recorded there
             except BaseException:
                 state.close()
                 import shutil
 
                 shutil.rmtree(sweep_dir(handle), ignore_errors=True)  # nothing was submitted: no sweep either
                 raise
-            native.record(runner, state, infos, app_ids)
+            native.record(state, handles)
     finally:
         state.close()
     if not infos:
@@ -308,5 +329,14 @@ def sweep_metric(handle: str) -> str | None:
     try:
         metric = state.meta().get("metric")
         return metric if isinstance(metric, str) else None
+    finally:
+        state.close()
+
+
+def sweep_component(handle: str) -> str:
+    """The component the sweep runs, as its controller finds it (a name, or ``/abs/file.py:function``)."""
+    _, state = _open(handle)
+    try:
+        return str(state.meta().get("component", ""))
     finally:
         state.close()

@@ -1,11 +1,13 @@
 """The sweep controller: a detached process that feeds a sweep's trials to the Runner, ``parallel`` at a time.
 
-It runs in its own session (``start_new_session``, stdin closed, output to ``controller.log`` in the sweep's
-folder), like the local scheduler's supervisor, so closing the terminal that started a sweep changes nothing.
-Its life:
+It is started detached and isolated (:mod:`tsm.util.daemon`: its own session, stdin closed, output to
+``controller.log`` in the sweep's folder, no code from the working directory on its ``sys.path``), like the
+local scheduler's supervisor, so closing the terminal that started a sweep changes nothing, and of many
+processes that find it gone at once (``tsm sweep status`` from two shells) only one starts it again. Its life:
 
-1. take ``controller.lock`` (``flock``, exclusive): one controller per sweep; a second one exits at once.
-   Waiters (:func:`wait_for_exit`) block on the same lock, so they wake on the controller's exit, not a timer.
+1. take ``controller.lock`` (``flock``, exclusive): one controller per sweep (one started by hand beside it
+   waits for it, then finds the sweep ended or continues it). Waiters (:func:`wait_for_exit`) block on the
+   same lock, so they wake on the controller's exit, not a timer.
 2. reconcile: a trial left ``LAUNCHING`` by a killed controller is looked up by its app name in the
    scheduler's list: found, its handle is adopted and it is waited on; not found, it was never submitted and
    goes back to ``PENDING``. Trials left ``RUNNING`` are waited on. So no trial is submitted twice.
@@ -17,15 +19,13 @@ Its life:
 4. finish: SUCCEEDED when every trial succeeded; FAILED with the reason otherwise; CANCELLED when cancelled.
 
 A failed trial is retried only by its own roles' retry policy (the scheduler's); the controller adds nothing.
-``python -m tsm.sweep.controller DIR`` runs it (what :func:`start` spawns).
+``python -m tsm.sweep.controller DIR`` runs it by hand; :func:`start` spawns :data:`ENTRY`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -33,43 +33,36 @@ from pathlib import Path
 from typing import Any
 
 from tsm.sweep.state import LAUNCHING, PENDING, SWEEP_TERMINAL, TRIAL_TERMINAL, SweepState
+from tsm.util import daemon
 
 LOCK = "controller.lock"
 LOG = "controller.log"
 
-
-def _lock_fd(sweep: Path) -> int:
-    return os.open(sweep / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+#: The controller's entry point (:func:`tsm.util.daemon.command`).
+ENTRY = "tsm.sweep.controller:main"
 
 
 def alive(sweep: Path) -> bool:
     """Whether a controller holds the sweep's lock now."""
-    fd = _lock_fd(sweep)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing drops a lock we got
-    return False
+    return daemon.held(sweep / LOCK)
 
 
-def start(sweep: Path, cwd: str | None = None, ready_timeout: float = 10.0) -> None:
-    """Spawn a detached controller for ``sweep`` and return once it holds the lock (or has already exited)."""
-    log = os.open(sweep / LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tsm.sweep.controller", str(sweep)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-            cwd=cwd if cwd and os.path.isdir(cwd) else None,
-        )
-    finally:
-        os.close(log)
-    deadline = time.monotonic() + ready_timeout
-    pause = 0.005
-    while time.monotonic() < deadline and proc.poll() is None and not alive(sweep):
-        time.sleep(pause)  # start-up only: the child takes the lock within ~100 ms of being spawned
-        pause = min(pause * 2, 0.1)
+def start(sweep: Path, cwd: str | None = None, ready_timeout: float = 10.0) -> bool:
+    """Spawn a detached controller for ``sweep`` unless one runs or is starting; return once it holds the lock
+    (or has exited, or ``ready_timeout`` passed). True when this call started it.
+
+    ``cwd``: the working directory its trials are submitted from (the sweep's, where its config files are).
+    """
+    sweep = sweep.absolute()
+
+    def spawn(fd: int) -> None:
+        argv = daemon.command(ENTRY, str(sweep), handover_fd=fd)
+        daemon.spawn(argv, log=sweep / LOG, cwd=cwd if cwd and os.path.isdir(cwd) else None, pass_fds=(fd,))
+
+    if not daemon.start_once(sweep / LOCK, spawn):
+        return False
+    daemon.wait_released(daemon.start_lock(sweep / LOCK), ready_timeout)  # released once it holds the lock
+    return True
 
 
 def ensure(sweep: Path, state: SweepState) -> bool:
@@ -77,24 +70,12 @@ def ensure(sweep: Path, state: SweepState) -> bool:
     meta = state.meta()
     if meta.get("state") in SWEEP_TERMINAL or meta.get("native") or alive(sweep):
         return False  # a native sweep (the scheduler holds it whole, tsm.sweep.native) has no controller
-    start(sweep, meta.get("cwd"))
-    return True
+    return start(sweep, meta.get("cwd"))
 
 
 def wait_for_exit(sweep: Path, timeout: float | None) -> bool:
     """Block until the controller releases its lock (it ended or died) or ``timeout`` passes; True if released."""
-    done = threading.Event()
-
-    def block() -> None:
-        fd = _lock_fd(sweep)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)  # granted the moment the controller's exclusive lock goes
-        finally:
-            os.close(fd)
-            done.set()
-
-    threading.Thread(target=block, daemon=True).start()
-    return done.wait(timeout)
+    return daemon.wait_released(sweep / LOCK, timeout)
 
 
 class Controller:
@@ -167,6 +148,8 @@ class Controller:
         try:
             app = runner.component_app(self.meta["component"], args)
             app.name = trial.name
+            for role in app.roles:  # the trackers group the trials under the sweep (tsm.tracker.attempts)
+                role.env.setdefault("TSM_SWEEP_HANDLE", self.meta["handle"])
             handle: str = runner.run(app, self.meta["scheduler"], self.meta.get("cfg"),
                                      workspace=self.meta.get("workspace"))
         except Exception as e:  # noqa: BLE001 - a trial that cannot be launched fails; the sweep goes on
@@ -274,20 +257,16 @@ class Controller:
             self.state.set_meta(state="FAILED", reason=f"{bad} of {total} trial(s) did not succeed", ended=time.time())
 
 
-def main(argv: list[str]) -> int:
-    """``python -m tsm.sweep.controller DIR``: run the sweep in DIR unless another controller already does."""
-    sweep = Path(argv[0])
-    fd = _lock_fd(sweep)
-    for _ in range(40):  # a waiter may hold the shared lock for an instant while it wakes
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            time.sleep(0.05)
-    else:
-        return 0  # another controller runs this sweep
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tsm.sweep.controller DIR``: run the sweep in DIR once no other controller runs it."""
+    args = sys.argv[1:] if argv is None else argv
+    sweep = Path(args[0])
+    # a waiter's shared lock is held an instant only; another controller's until it ends (then this one finds
+    # the sweep ended, or continues what that one left)
+    fd = daemon.take(sweep / LOCK, wait=True)
+    daemon.started()
     controller = Controller(sweep)
-    if controller.meta.get("state") in SWEEP_TERMINAL or controller.meta.get("native"):
+    if fd is None or controller.meta.get("state") in SWEEP_TERMINAL or controller.meta.get("native"):
         return 0
     with contextlib.suppress(OSError):
         os.chdir(controller.meta.get("cwd") or ".")
@@ -296,4 +275,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -4,9 +4,10 @@ On Slurm a sweep of single-role trials is one job array (``--array=0-(N-1)%P``):
 no controller has to stay alive. What is left to tsm is bookkeeping, done by whoever asks:
 
 * :func:`dryruns` and :func:`record`: every trial's dry run (each materialized with its own parameters and
-  app name) is handed to the scheduler at once (:func:`tsm.sweep.api.run_sweep`); each trial's handle is recorded in the sweep's state (and in tsm's history and
-  the tracker's lineage, as :meth:`Runner.schedule <tsm.runner.api.Runner.schedule>` records an app), so
-  ``tsm sweep show``, ``tsm log``, ``tsm status`` and the tracker work on each trial unchanged.
+  app name) is handed to the scheduler at once through the runner (:meth:`Runner.schedule_sweep
+  <tsm.runner.api.Runner.schedule_sweep>`, which records each trial in tsm's history and the tracker's
+  lineage as it records an app); each trial's handle is recorded in the sweep's state, so ``tsm sweep
+  show``, ``tsm log``, ``tsm status`` and the tracker work on each trial unchanged.
 * :func:`refresh`: the trials' states from one batched query of the scheduler
   (:meth:`SweepNative.trial_states`), recorded with the start and end times the scheduler reports;
   ``max_failures`` cancels the trials not started yet; the sweep ends when every trial has. Called by
@@ -16,12 +17,11 @@ no controller has to stay alive. What is left to tsm is bookkeeping, done by who
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tsm.sweep.state import SKIPPED, SWEEP_TERMINAL, TRIAL_TERMINAL, SweepState
+from tsm.sweep.state import SKIPPED, SWEEP_TERMINAL, TRIAL_TERMINAL, SweepState, trial_args
 
 #: A trial the scheduler holds but has not started (the app's PENDING/SUBMITTED): not the sweep's PENDING,
 #: which means "not submitted".
@@ -29,33 +29,28 @@ QUEUED = "SUBMITTED"
 
 
 def dryruns(runner: Any, component: str, trials: Sequence[Mapping[str, str]], names: Sequence[str],
-            args: Sequence[str], scheduler: str, cfg: Mapping[str, Any] | None, workspace: str | None) -> list[Any]:
-    """Every trial's dry run: the component materialized with the trial's parameters, named ``names[i]``."""
+            args: Sequence[str], scheduler: str, cfg: Mapping[str, Any] | None, workspace: str | None,
+            sweep: str | None = None) -> list[Any]:
+    """Every trial's dry run: the component materialized with the trial's parameters, named ``names[i]``; each
+    role gets ``TSM_SWEEP_HANDLE=sweep`` (the trackers group the trials under the sweep)."""
     out = []
     for params, name in zip(trials, names, strict=True):
-        words = [w for k, v in params.items() for w in (f"--{k}", v)] + list(args)
-        app = runner.component_app(component, words)
+        app = runner.component_app(component, trial_args(params, args))
         app.name = name
+        for role in app.roles if sweep else ():
+            role.env.setdefault("TSM_SWEEP_HANDLE", sweep)
         out.append(runner.dryrun(app, scheduler, cfg, workspace=workspace))
     return out
 
 
-def record(runner: Any, state: SweepState, infos: Sequence[Any], app_ids: Sequence[str]) -> list[str]:
-    """Record each trial's handle once the scheduler took the sweep (``schedule_sweep`` gave ``app_ids``)."""
-    from tsm.specs.handles import make_app_handle
-    from tsm.tracker.api import record_scheduled
+def record(state: SweepState, handles: Sequence[str]) -> None:
+    """Record each trial's handle once the runner handed the sweep to its scheduler (which recorded each trial
+    as it records an app: :meth:`Runner.schedule_sweep <tsm.runner.api.Runner.schedule_sweep>`)."""
+    from tsm.specs.handles import parse_app_handle
 
-    meta = state.meta()
-    handles = [make_app_handle(meta["scheduler"], meta["session"], i) for i in app_ids]
-    state.set_meta(state="RUNNING", array=native_id(app_ids))
-    for idx, (handle, app_id, info) in enumerate(zip(handles, app_ids, infos, strict=True)):
+    state.set_meta(state="RUNNING", array=native_id([parse_app_handle(h).app_id for h in handles]))
+    for idx, handle in enumerate(handles):
         state.set_trial(idx, QUEUED, handle=handle)
-        # what Runner.schedule records of an app: its history line (the trial runs even when that cannot be
-        # written: `tsm list -s SCHED` still shows it) and the tracker's lineage
-        with contextlib.suppress(Exception):
-            runner.history.add(handle, meta["scheduler"], meta["session"], app_id, info.app, info.cfg)
-        record_scheduled(handle, info.app)
-    return handles
 
 
 def native_id(app_ids: Sequence[str]) -> str:

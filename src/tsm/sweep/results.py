@@ -9,10 +9,11 @@ handle.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -114,6 +115,38 @@ def render(table: Sequence[TrialRow]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines) + "\n"
 
 
-def to_json(table: Sequence[TrialRow]) -> str:
-    """The rows as a JSON list (``tsm sweep show --json``)."""
-    return json.dumps([asdict(r) for r in table], indent=1)
+def param_types(component: str) -> dict[str, Callable[[str], object]]:
+    """How each parameter's command-line text becomes the value ``component`` was called with (its annotation's
+    type: ``"0.1"`` is ``0.1`` for a ``float``, stays ``"0.1"`` for a ``str``); {} when it cannot be read now."""
+    import typing
+
+    from tsm.components import get_component
+    from tsm.components.cmdline import param_type, parse_value
+
+    try:
+        hints = typing.get_type_hints(get_component(component).fn)
+    except Exception:  # noqa: BLE001 - a component moved or broken since the sweep: its parameters stay text
+        return {}
+    out: dict[str, Callable[[str], object]] = {}
+    for name, annotation in hints.items():
+        ptype = param_type(annotation)
+        if ptype is not None and name != "return":
+            out[name] = functools.partial(parse_value, ptype=ptype)
+    return out
+
+
+def _typed(params: Mapping[str, str], types: Mapping[str, Callable[[str], object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for name, text in params.items():
+        parse = types.get(name.replace("-", "_"))
+        try:
+            out[name] = text if parse is None else parse(text)
+        except ValueError:  # what the component was given cannot be typed: shown as it was given
+            out[name] = text
+    return out
+
+
+def to_json(table: Sequence[TrialRow], types: Mapping[str, Callable[[str], object]] | None = None) -> str:
+    """The rows as a JSON list (``tsm sweep show --json``); with ``types`` (:func:`param_types`) each parameter
+    is the value of its type (``0.1``, ``32``, ``true``), else the text the trial was given."""
+    return json.dumps([{**asdict(r), "params": _typed(r.params, types or {})} for r in table], indent=1)

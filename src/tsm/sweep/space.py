@@ -162,6 +162,22 @@ def expand(space: Mapping[str, Axis], random: int | None = None, seed: int | Non
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*lists)]
 
 
+def probes(space: Mapping[str, Axis], first: Mapping[str, str]) -> list[dict[str, str]]:
+    """Trials that, with ``first`` (the sweep's first trial), take every listed value of every list axis once:
+    ``first`` with one value changed at a time, for each value ``first`` does not hold (grid or random alike).
+
+    What a sweep materializes before it submits anything, so a value its parameter cannot take fails at once
+    rather than as a trial that was never launched.
+    """
+    out = []
+    for name, axis in space.items():
+        if isinstance(axis, Choices):
+            for value in dict.fromkeys(axis.values):
+                if value != first.get(name):
+                    out.append({**first, name: value})
+    return out
+
+
 def _sample(axis: Axis, rng: _random.Random) -> str:
     if isinstance(axis, Choices):
         return rng.choice(axis.values)

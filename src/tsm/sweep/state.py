@@ -22,7 +22,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,11 @@ class Trial:
     launched: float | None
     ended: float | None
     msg: str
+
+
+def trial_args(params: Mapping[str, str], args: Sequence[str] = ()) -> list[str]:
+    """The component's command line of a trial: ``--name value`` per parameter, then the sweep's fixed ``args``."""
+    return [w for name, value in params.items() for w in (f"--{name}", value)] + list(args)
 
 
 class SweepState:

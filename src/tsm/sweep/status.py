@@ -58,8 +58,12 @@ def status_of(handle: str, state: SweepState, alive: bool) -> SweepStatus:
     )
 
 
-def fold_list(apps: Sequence[Any], session: str | None = None) -> list[Any]:
-    """``tsm list``'s rows with each sweep as one row (its trials folded into it), newest first."""
+def fold_list(apps: Sequence[Any], session: str | None = None, complete: bool = True) -> list[Any]:
+    """``tsm list``'s rows with each sweep as one row (its trials folded into it), newest first.
+
+    ``apps`` are the newest apps of the history, newest first; unless ``complete`` (they are all of them), a
+    sweep older than the oldest of them is left out: apps not read yet may be newer than it.
+    """
     from tsm.schedulers.api import ListAppResponse
     from tsm.specs.api import AppState
 
@@ -83,6 +87,9 @@ def fold_list(apps: Sequence[Any], session: str | None = None) -> list[Any]:
         label = f"{name} (sweep: {st.summary().partition('(')[2].partition(')')[0]})"
         folded.append(ListAppResponse(app_id=h.sweep_id, state=app_state, app_handle=str(h), name=label,
                                       created=st.created))
+    if not complete and apps:
+        oldest = min(a.created or 0.0 for a in apps)
+        folded = [f for f in folded if (f.created or 0.0) >= oldest]
     out = [a for a in apps if a.app_handle not in trial_handles] + folded
     out.sort(key=lambda a: a.created or 0.0, reverse=True)
     return out

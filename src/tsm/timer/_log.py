@@ -1,7 +1,7 @@
 """Rate-limited logging for messages a client can trigger at will (refusals, protocol errors).
 
 A misbehaving or hostile worker can send millions of bad requests a second; logging each would fill the
-supervisor's log (issue 11: ~430 KB/s) and slow the server down.  :class:`LimitedLog` lets a burst through,
+supervisor's log and slow the server down.  :class:`LimitedLog` lets a burst through,
 then one line per ``interval`` seconds, and says how many similar lines it held back.  Every refusal is still
 counted in the server's ``stats``.
 """

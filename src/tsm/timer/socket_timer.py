@@ -1,331 +1,53 @@
 """Timers over a Unix stream socket whose server learns each client's pid from the kernel (SO_PEERCRED).
 
 A request can only arm a timer for the process that sent it, so a client can never get another process
-killed.  The protocol is binary and small:
-
-* client -> server, one record per call: ``<BBHIid`` = kind (1 acquire, 2 release, 3 ping), flags (1 = reply
-  with an ack), scope length, sequence number, pid (0 = "the sender", anything else must equal the kernel's
-  pid for the connection), expiration (``time.time()`` seconds; negative = release); then the UTF-8 scope.
-* server -> client: ``<BBHI`` = kind (1 welcome, 2 ack, 3 refused, 4 connection rejected), 0, text length,
-  value (welcome: the client's pid as the server sees it; ack/refused: the sequence number); then the text.
-
-Delivery: on connect the server checks the peer (pid > 1, not the server, not its ancestor, same user, at
-most :data:`MAX_CONNS_PER_PID` connections) and answers *welcome* or *rejected*; the client waits for that
-answer, so a refused process gets a TimerError at its first ``acquire``.  After that, ``acquire``/``release`` are fire-and-forget writes on a blocking socket
-(back-pressure, never a drop) that cannot be refused, because they name no pid.  Requests that do name a pid
-(:meth:`SocketTimerClient.send_request`) and every request of a client made with ``ack=True`` wait for the
-server's answer; a refusal raises TimerError.  :meth:`SocketTimerClient.sync` waits until the server has
-processed everything sent before it.
-
-Throughput (issue 19): every call is still one write, so that a worker that hangs right after ``acquire`` has
-its timer armed, and a release is on the socket (where the server's drain before a reap finds it) as soon as
-``release`` returns; batching writes in the client would trade that away.  What is cheap instead: the client
-keeps a ready-made record per recent scope (one struct call per acquire, none per release), and the server
-parses all whole records of a read in one pass with local names, decodes a scope once for a run of records
-naming it, and skips arming a timer whose exact release record follows it in the same read (the table ends
-the same, and nothing fires in the middle of a read).
-
-Hostile or broken clients: an acquire whose deadline is NaN, infinite or after year 9999 is answered
-*refused* (the client's next ``sync``/ack raises TimerError; :class:`SocketTimerClient` refuses such values
-itself with :class:`~tsm.timer.InvalidTimerRequestError` before sending); a record of an unknown kind or with
-a scope longer than :data:`MAX_SCOPE` closes that client's connection.  Refusals are counted in ``stats`` and
-logged at a limited rate, and no request, however malformed, stops the server from serving the others or
-from reaping on time.  When the process runs out of file descriptors, the server stops accepting for a
-moment instead of spinning.
+killed. The wire format, delivery and what hostile clients get: :mod:`tsm.timer._wire`; the client:
+:mod:`tsm.timer._socket_client` (re-exported here).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import logging
 import os
 import select
 import signal as _signal
 import socket
-import struct
 import threading
 import time
-import weakref
 from types import TracebackType
 
 from tsm.errors import TimerError
 
-from ._core import MAX_EXPIRATION, Core, ServerExtras, Timer, check_expiration, poll_until
-from ._errors import InvalidTimerRequestError, TimerServerUnavailableError
-from ._fs import Ident, bind_socket, connect_socket, remove_if_ours
+from ._core import MAX_EXPIRATION, Core, ServerExtras, Timer, poll_until
+from ._fs import Ident, bind_socket, remove_if_ours
 from ._proc import Guard, OnReap, Reaper
-from .api import TimerClient, TimerRequest
+from ._socket_client import SocketTimerClient
+from ._wire import (
+    _ACCEPT_PAUSE,
+    _DRAIN_MAX,
+    _KINDS,
+    _OUT_MAX,
+    _PEERCRED,
+    _READ,
+    _REP,
+    _REQ,
+    ACK,
+    ACQUIRE,
+    FLAG_ACK,
+    MAX_CONNS_PER_PID,
+    MAX_SCOPE,
+    REFUSED,
+    REJECTED,
+    RELEASE,
+    WELCOME,
+)
+from .api import TimerRequest
 
 __all__ = ["SocketTimerClient", "SocketTimerServer"]
 
 logger = logging.getLogger("tsm.timer")
-
-_REQ = struct.Struct("<BBHIid")
-_REP = struct.Struct("<BBHI")
-_PEERCRED = struct.Struct("3i")
-ACQUIRE, RELEASE, PING = 1, 2, 3
-_KINDS = frozenset((ACQUIRE, RELEASE, PING))
-FLAG_ACK = 1
-WELCOME, ACK, REFUSED, REJECTED = 1, 2, 3, 4
-MAX_SCOPE = 4096  # bytes of UTF-8; keeps every record small
-#: Connections one process may hold open at once; more are rejected (each costs the server a descriptor).
-MAX_CONNS_PER_PID = 64
-_ACCEPT_PAUSE = 0.1  # seconds without accepting after the process ran out of descriptors
-_READ = 1 << 16
-_DRAIN_MAX = 1 << 22
-_OUT_MAX = 1 << 20
-_NOSIGNAL = socket.MSG_NOSIGNAL
-_HEAD = 12  # bytes of a request record before its expiration
-_FRAMES_MAX = 256  # scopes a client keeps ready-made records for
-_Frame = tuple[struct.Struct, bytes, bytes, bytes]
-
-_clients: weakref.WeakSet[SocketTimerClient] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for client in list(_clients):
-        client._forget_after_fork()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class SocketTimerClient(TimerClient):
-    """Client of :class:`SocketTimerServer`; one connection per process, made on first use.
-
-    ``ack=True`` makes every acquire/release wait until the server processed it (slower, one round trip);
-    by default they return once written.  A child created by ``fork`` opens its own connection, so its
-    timers are its own.  ``connect_timeout`` bounds how long the first call waits for the server to appear.
-    """
-
-    def __init__(
-        self, path: str | os.PathLike[str], *, ack: bool = False, connect_timeout: float = 10.0
-    ) -> None:
-        super().__init__()
-        self.path = os.fspath(path)
-        self._ack = ack
-        self._connect_timeout = connect_timeout
-        self._sock: socket.socket | None = None
-        self._lock = threading.Lock()
-        self._seq = 0
-        self._rbuf = b""
-        self._refusals: list[str] = []
-        #: Fire-and-forget records of recently used scopes (none when ``ack``): the acquire's struct, its
-        #: first 12 bytes, the UTF-8 scope, and the whole release record.  They name no pid, so they stay
-        #: valid in a forked child.
-        self._frames: dict[str, _Frame] = {}
-        #: This process's pid as the server sees it (differs from os.getpid() across pid namespaces).
-        self.server_view_pid: int | None = None
-        _clients.add(self)
-
-    # -- TimerClient ------------------------------------------------------------------------------------
-    def acquire(self, scope_id: str, expiration_time: float) -> None:
-        """Arm ``scope_id`` for this process until ``expiration_time``; TimerError if the server refuses us.
-
-        InvalidTimerRequestError (a ValueError) at once, with nothing sent, for a deadline that is not a
-        number, NaN, infinite or after year 9999; a negative one releases, as in torch.
-        """
-        # A fire-and-forget client sends a ready-made record per scope (made on the scope's first use, then
-        # packed by one struct call); the checks are those of check_expiration, in their cheapest form.
-        frame = self._frames.get(scope_id) if type(scope_id) is str else None
-        if frame is None or not (type(expiration_time) is float and 0.0 <= expiration_time <= MAX_EXPIRATION):
-            exp = check_expiration(expiration_time)
-            if exp < 0 or self._ack or type(scope_id) is not str:
-                self._send(ACQUIRE if exp >= 0 else RELEASE, scope_id, exp, 0, self._ack)
-                return
-            frame = frame or self._frame(scope_id)
-            expiration_time = exp
-        data = frame[0].pack(frame[1], expiration_time, frame[2])
-        with self._lock:  # _write, inlined: this is the hot path of every ``expires`` block
-            sock = self._sock
-            if sock is not None:
-                try:
-                    sent = sock.send(data, _NOSIGNAL)  # all of it (blocking socket): sendall's loop is slower
-                    if sent < len(data):
-                        sock.sendall(data[sent:], _NOSIGNAL)
-                except OSError as e:
-                    raise self._lost_locked(e) from e
-                return
-        self._write(data)
-
-    def release(self, scope_id: str) -> None:
-        """Release ``scope_id`` of this process (unknown scopes are ignored by the server)."""
-        frame = self._frames.get(scope_id) if type(scope_id) is str else None
-        if frame is None:
-            if self._ack or type(scope_id) is not str:
-                self._send(RELEASE, scope_id, -1.0, 0, self._ack)
-                return
-            frame = self._frame(scope_id)
-        with self._lock:
-            sock = self._sock
-            if sock is not None:
-                data = frame[3]
-                try:
-                    sent = sock.send(data, _NOSIGNAL)
-                    if sent < len(data):
-                        sock.sendall(data[sent:], _NOSIGNAL)
-                except OSError as e:
-                    raise self._lost_locked(e) from e
-                return
-        self._write(frame[3])
-
-    # -- tsm additions ----------------------------------------------------------------------------------
-    def send_request(self, request: TimerRequest) -> None:
-        """Send one request naming ``request.worker_id`` (None = this process) and wait for the answer.
-
-        The server refuses any pid other than the sender's own (and pid 1, its own pid, ...): TimerError.
-        """
-        wid = request.worker_id
-        if wid is not None and (type(wid) is not int or not -(2**31) <= wid < 2**31):
-            raise InvalidTimerRequestError(f"worker_id {wid!r} is not a pid")
-        exp = check_expiration(request.expiration_time)
-        self._send(RELEASE if exp < 0 else ACQUIRE, request.scope_id, exp, wid or 0, True)
-
-    def sync(self) -> None:
-        """Return once the server has processed every request this client sent before; TimerError on refusals."""
-        self._send(PING, "", 0.0, 0, True)
-
-    def close(self) -> None:
-        """Close the connection (timers stay armed on the server, as with every client)."""
-        with self._lock:
-            self._drop_locked()
-
-    def __enter__(self) -> SocketTimerClient:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    # -- internals ------------------------------------------------------------------------------------------
-    def _send(self, kind: int, scope_id: str, exp: float, pid: int, wait: bool) -> None:
-        if not isinstance(scope_id, str):
-            raise InvalidTimerRequestError(f"scope_id {scope_id!r} is not a string")
-        raw = scope_id.encode(errors="surrogatepass")
-        if len(raw) > MAX_SCOPE:
-            raise InvalidTimerRequestError(f"scope_id is {len(raw)} bytes; the limit is {MAX_SCOPE}")
-        with self._lock:
-            sock = self._sock if self._sock is not None else self._connect_locked()
-            if wait:
-                self._seq = seq = (self._seq + 1) & 0xFFFFFFFF
-                data = _REQ.pack(kind, FLAG_ACK, len(raw), seq, pid, exp) + raw
-            else:
-                seq = 0
-                data = _REQ.pack(kind, 0, len(raw), 0, pid, exp) + raw
-            try:
-                sock.sendall(data, socket.MSG_NOSIGNAL)
-            except OSError as e:
-                raise self._lost_locked(e) from e
-            if wait:
-                self._wait_locked(sock, seq, scope_id)
-
-    def _frame(self, scope_id: str) -> _Frame:
-        """The ready-made records of ``scope_id`` (InvalidTimerRequestError for a scope over MAX_SCOPE bytes)."""
-        raw = scope_id.encode(errors="surrogatepass")
-        if len(raw) > MAX_SCOPE:
-            raise InvalidTimerRequestError(f"scope_id is {len(raw)} bytes; the limit is {MAX_SCOPE}")
-        frames = self._frames
-        if len(frames) >= _FRAMES_MAX:  # many distinct scopes (``expires`` without scope): start over
-            frames.clear()
-        packer, head = _acquire_packer(len(raw))
-        frame = frames[scope_id] = (packer, head, raw, _REQ.pack(RELEASE, 0, len(raw), 0, 0, -1.0) + raw)
-        return frame
-
-    def _write(self, data: bytes) -> None:
-        """Write one fire-and-forget record (connecting first if needed)."""
-        with self._lock:
-            sock = self._sock if self._sock is not None else self._connect_locked()
-            try:
-                sock.sendall(data, socket.MSG_NOSIGNAL)
-            except OSError as e:
-                raise self._lost_locked(e) from e
-
-    def _lost_locked(self, e: OSError) -> TimerServerUnavailableError:
-        """Forget the broken connection (the next call reconnects); the error to raise for the lost write."""
-        self._drop_locked()
-        return TimerServerUnavailableError(f"timer server at {self.path} is gone ({e}); request not delivered")
-
-    def _connect_locked(self) -> socket.socket:
-        deadline = time.monotonic() + self._connect_timeout
-        while True:
-            try:
-                sock = connect_socket(self.path, self._connect_timeout)
-                break
-            except (FileNotFoundError, ConnectionRefusedError) as e:
-                if time.monotonic() >= deadline:
-                    raise TimerServerUnavailableError(
-                        f"no timer server at {self.path} ({e.strerror}); is it started?"
-                    ) from e
-                time.sleep(0.02)
-            except OSError as e:
-                raise TimerServerUnavailableError(f"cannot connect to the timer server at {self.path}: {e}") from e
-        try:
-            kind, value, text = self._read_reply(sock)
-        except (OSError, TimerError) as e:
-            sock.close()
-            raise TimerServerUnavailableError(f"timer server at {self.path} did not greet us: {e}") from e
-        if kind != WELCOME:
-            sock.close()
-            raise TimerError(f"timer server at {self.path} refused this process: {text}")
-        sock.settimeout(None)
-        self.server_view_pid = value
-        self._sock = sock
-        return sock
-
-    def _read_reply(self, sock: socket.socket) -> tuple[int, int, str]:
-        while True:
-            if len(self._rbuf) >= _REP.size:
-                kind, _, n, value = _REP.unpack_from(self._rbuf)
-                if len(self._rbuf) >= _REP.size + n:
-                    text = self._rbuf[_REP.size : _REP.size + n].decode(errors="replace")
-                    self._rbuf = self._rbuf[_REP.size + n :]
-                    return kind, value, text
-            chunk = sock.recv(4096)
-            if not chunk:
-                raise TimerError(f"timer server at {self.path} closed the connection")
-            self._rbuf += chunk
-
-    def _wait_locked(self, sock: socket.socket, seq: int, scope_id: str) -> None:
-        while True:
-            try:
-                kind, value, text = self._read_reply(sock)
-            except (OSError, TimerError) as e:
-                self._drop_locked()
-                raise TimerServerUnavailableError(
-                    f"timer server at {self.path} is gone ({e}); no answer received"
-                ) from e
-            if kind == REFUSED:
-                if value == seq:
-                    raise TimerError(f"timer {scope_id!r} refused by the server: {text}")
-                self._refusals.append(text)
-            elif kind == ACK and value == seq:
-                break
-        if self._refusals:
-            reasons, self._refusals = self._refusals, []
-            raise TimerError(f"timer server refused {len(reasons)} earlier request(s): {reasons[0]}")
-
-    def _drop_locked(self) -> None:
-        sock, self._sock = self._sock, None
-        self._rbuf = b""
-        if sock is not None:
-            sock.close()
-
-    def _forget_after_fork(self) -> None:
-        self._lock = threading.Lock()
-        self._rbuf = b""
-        sock, self._sock = self._sock, None
-        self.server_view_pid = None
-        if sock is not None:
-            sock.close()
-
-
-@functools.lru_cache(maxsize=64)
-def _acquire_packer(size: int) -> tuple[struct.Struct, bytes]:
-    """A struct packing a whole fire-and-forget acquire of a ``size``-byte scope, and its fixed first bytes."""
-    return struct.Struct(f"<{_HEAD}sd{size}s"), _REQ.pack(ACQUIRE, 0, size, 0, 0, 0.0)[:_HEAD]
 
 
 class _Conn:
@@ -574,12 +296,8 @@ class SocketTimerServer(ServerExtras):
                 return
 
     def _consume_locked(self, conn: _Conn, data: bytes) -> None:
-        """Apply every whole record in ``conn.buf + data``; keep the incomplete tail for the next read.
-
-        One pass over the block with local names only.  The scope of a record is decoded once for a run of
-        records naming the same scope (the usual acquire, release, acquire, ... of one worker): comparing
-        its bytes in place costs less than cutting and decoding them again, and the key tuple is reused.
-        """
+        """Apply every whole record in ``conn.buf + data`` (keeping an incomplete tail), in one pass with local
+        names; a run of records naming one scope (acquire, release, ... of one worker) decodes it once."""
         buf = conn.buf + data if conn.buf else data
         n = len(buf)
         off = 0
@@ -603,15 +321,7 @@ class SocketTimerServer(ServerExtras):
         while n - off >= hdr:
             kind, flags, slen, seq, rpid, exp = unpack(buf, off)
             if slen > MAX_SCOPE or kind not in _KINDS:
-                core.log.log(
-                    logging.WARNING,
-                    "pid %d broke the timer protocol (record kind %d, scope of %d bytes); closing its connection",
-                    pid,
-                    kind,
-                    slen,
-                )
-                core.stats["refused"] += 1
-                self._close_conn(conn)
+                self._broken(conn, kind, slen)
                 return
             first = off + hdr
             end = first + slen
@@ -642,24 +352,14 @@ class SocketTimerServer(ServerExtras):
                 acquired += 1
                 continue
             if rpid and rpid != pid:
-                reason = (
-                    f"pid {rpid} named by pid {pid}: a client may only arm timers for itself"
-                    if rpid > 1 and rpid != core.guard.own_pid
-                    else f"pid {rpid} may never be reaped (named by pid {pid})"
-                )
-                core.refuse(reason, key[1])
-                text = reason.encode()
-                replies.append(_REP.pack(REFUSED, 0, len(text), seq) + text)
+                replies.append(self._refuse_other(rpid, pid, seq, key[1]))
                 continue
             if kind == RELEASE or (kind == ACQUIRE and exp < 0):
                 pop(key, None)
                 released += 1
             elif kind == ACQUIRE:
                 if not exp <= MAX_EXPIRATION:  # NaN, infinite or after year 9999
-                    reason = f"expiration_time {exp!r} is not a time.time() deadline (finite, before year 10000)"
-                    core.refuse(f"{reason} (pid {pid})", key[1])
-                    text = reason.encode()
-                    replies.append(_REP.pack(REFUSED, 0, len(text), seq) + text)
+                    replies.append(self._refuse_expiration(exp, pid, seq, key[1]))
                     continue
                 sq = next(seqgen)
                 timers[key] = (exp, sq, start, 0)
@@ -674,6 +374,32 @@ class SocketTimerServer(ServerExtras):
         stats["released"] += released
         if replies:
             self._reply(conn, b"".join(replies))
+
+    def _refuse_other(self, rpid: int, pid: int, seq: int, scope: str) -> bytes:
+        """Refuse a request of ``pid`` naming another process ``rpid``: a client arms timers for itself only."""
+        if rpid > 1 and rpid != self._core.guard.own_pid:
+            reason = f"pid {rpid} named by pid {pid}: a client may only arm timers for itself"
+        else:
+            reason = f"pid {rpid} may never be reaped (named by pid {pid})"
+        return self._refuse(seq, scope, reason, reason)
+
+    def _refuse_expiration(self, exp: float, pid: int, seq: int, scope: str) -> bytes:
+        """Refuse an acquire whose deadline is NaN, infinite or after year 9999."""
+        reason = f"expiration_time {exp!r} is not a time.time() deadline (finite, before year 10000)"
+        return self._refuse(seq, scope, reason, f"{reason} (pid {pid})")
+
+    def _refuse(self, seq: int, scope: str, reason: str, logged: str) -> bytes:
+        """Count and log (as ``logged``) a refused request; the *refused* reply saying ``reason``."""
+        self._core.refuse(logged, scope)
+        text = reason.encode()
+        return _REP.pack(REFUSED, 0, len(text), seq) + text
+
+    def _broken(self, conn: _Conn, kind: int, slen: int) -> None:
+        """Close the connection of a client whose record is of an unknown kind or has too long a scope."""
+        self._core.log.log(logging.WARNING, "pid %d broke the timer protocol (record kind %d, scope of %d bytes); "
+                           "closing its connection", conn.pid, kind, slen)  # fmt: skip
+        self._core.stats["refused"] += 1
+        self._close_conn(conn)
 
     def _drain_locked(self, pids: set[int]) -> None:
         """Read what the expiring workers already sent: a release written before the deadline wins."""
@@ -740,3 +466,4 @@ class SocketTimerServer(ServerExtras):
 
 def _make_request(pid: int, scope_id: str, t: Timer) -> TimerRequest:
     return TimerRequest(pid, scope_id, t[0])
+

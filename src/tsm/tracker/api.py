@@ -193,19 +193,47 @@ class TrackerBase(ABC):
 TrackerFactory = Callable[[str | None], TrackerBase]
 
 
+class MetricsTracker(ABC):
+    """A tracker that also keeps metrics as series (a step per value): MLflow, W&B, TensorBoard."""
+
+    @abstractmethod
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Record one value of each metric at ``step`` (None: the backend's next step)."""
+
+
+def _backend(module: str) -> TrackerFactory:
+    """The factory ``create`` of ``tsm.tracker.<module>``, imported when the tracker is first built."""
+
+    def factory(config: str | None) -> TrackerBase:
+        import importlib
+
+        created: TrackerBase = importlib.import_module(f"tsm.tracker.{module}").create(config)
+        return created
+
+    return factory
+
+
+#: The trackers shipped with tsm besides the store, each with its client as an optional extra.
+_BACKENDS: dict[str, TrackerFactory] = {
+    "mlflow": _backend("mlflow_tracker"), "wandb": _backend("wandb_tracker"),
+    "tensorboard": _backend("tensorboard_tracker"),
+}
+
+
 def tracker_config_env_var_name(name: str, prefix: str = "TSM") -> str:
     """``TSM_TRACKER_<NAME>_CONFIG`` (``prefix="TORCHX"`` gives TorchX's name)."""
     return f"{prefix}_TRACKER_{name.upper()}_CONFIG"
 
 
 def tracker_factories() -> dict[str, TrackerFactory]:
-    """Every tracker by name: the built-in ``tsm``, then ``tsm.tracker`` and ``torchx.tracker`` entry points.
+    """Every tracker by name: the built-in ``tsm``, ``mlflow``, ``wandb`` and ``tensorboard``, then ``tsm.tracker``
+    and ``torchx.tracker`` entry points.
 
     A plugin never replaces the built-in; a ``tsm.tracker`` name wins over the same ``torchx.tracker`` name.
     """
     from tsm.tracker.store import create
 
-    out: dict[str, TrackerFactory] = {BUILTIN_TRACKER: create}
+    out: dict[str, TrackerFactory] = {BUILTIN_TRACKER: create, **_BACKENDS}
     for ep in _plugin_entry_points(tuple(sys.path)):
         if ep.name not in out:
             out[ep.name] = _lazy(ep)
@@ -324,14 +352,23 @@ def tracker_env(
     config: Any = None,
     environ: Mapping[str, str] | None = None,
     torchx: bool = True,
+    app: Any = None,
 ) -> dict[str, str]:
     """The variables the runner adds to every role of the app ``handle`` (ours, and TorchX's unless ``torchx=False``).
 
     ``handle`` may hold the ``${app_id}`` macro (the scheduler fills it per replica). The parent is
     :func:`launch_parent`; trackers are :func:`configured_trackers`. An unknown tracker name raises
-    :class:`TrackerError` here, at launch, rather than inside the job.
+    :class:`TrackerError` here, at launch, rather than inside the job. Given the ``app``, the run of each
+    tracker that every attempt shares is fixed here too (:func:`tsm.tracker.attempts.attempt_env`; an
+    MLflow run is created), its roles' own values winning.
     """
     env = _tracker_env(handle, parent_run_id, config, environ)
+    if app is not None:
+        from tsm.tracker.attempts import attempt_env
+
+        trackers = configured_trackers(config, environ)
+        parent = env.get(ENV_PARENT_RUN_ID)
+        env.update(attempt_env(handle, trackers, [r.env for r in app.roles], parent, environ, getattr(app, "name", None)))
     if not torchx:
         env = {k: v for k, v in env.items() if not k.startswith("TORCHX_")}
     return env
@@ -387,6 +424,7 @@ def record_scheduled(handle: str, app: Any) -> str | None:
     """
     roles = getattr(app, "roles", None) or []
     env: Mapping[str, str] = roles[0].env if roles else {}
+    _mark_scheduled(handle, env)
     parent = _env(env, ENV_PARENT_RUN_ID, ENV_TORCHX_PARENT_RUN_ID)
     names = _env(env, ENV_TRACKERS, ENV_TORCHX_TRACKERS)
     if not parent or not names:
@@ -399,6 +437,17 @@ def record_scheduled(handle: str, app: Any) -> str | None:
         except Exception as e:  # noqa: BLE001 - a tracker must never cost the launched app its handle
             _warn("launched %s but tracker '%s' could not record its parent %s: %s", handle, name, parent, e)
     return parent
+
+
+def _mark_scheduled(handle: str, env: Mapping[str, str]) -> None:
+    if "TSM_MLFLOW_RUN_ID" not in env:
+        return
+    from tsm.tracker.attempts import mark_scheduled
+
+    try:
+        mark_scheduled(handle, env)
+    except Exception as e:  # noqa: BLE001 - a tracker must never cost the launched app its handle
+        _warn("launched %s but could not tag its MLflow run %s with it: %s", handle, env["TSM_MLFLOW_RUN_ID"], e)
 
 
 _RUN_CACHE: dict[tuple[str | None, ...], AppRun] = {}
@@ -454,6 +503,13 @@ class AppRun:
         """This run's metadata (first backend)."""
         first = self._first()
         return first.metadata(self.id) if first else {}
+
+    def log_metrics(self, step: int | None = None, **metrics: float) -> None:
+        """Record a value of each metric at ``step`` on every backend that keeps series (:class:`MetricsTracker`:
+        MLflow, W&B, TensorBoard); the others keep nothing of it."""
+        for backend in self.backends:
+            if isinstance(backend, MetricsTracker):
+                backend.log_metrics(self.id, metrics, step)
 
     def add_artifact(self, name: str, path: str, metadata: Mapping[str, object] | None = None) -> None:
         """Record an artifact on every backend."""

@@ -1,1 +1,2 @@
-"""Small helpers at TorchX's ``torchx.util`` path (``tsm.util.types``): pure functions, no I/O."""
+"""Small helpers at TorchX's ``torchx.util`` path: ``types`` and ``text`` (pure functions), and ``daemon``
+(how tsm's detached helper processes start, stay one of a kind and end: standard library only)."""

@@ -42,7 +42,7 @@ from tsm.schedulers.common.viewmodel import (
     settled as settled,
     view_of_describe as view_of_describe,
 )
-from tsm.views.sweeps import SweepGroup
+from tsm.views.sweeps import SweepGroup, sweep_duration, sweep_error
 from tsm.views.usage import Usage, UsageProbe
 
 #: The view model under its earlier names (kept for code that imports them from here).
@@ -72,11 +72,17 @@ class Snapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (what ``/api/apps`` returns)."""
+        by = {a.handle: a for a in self.apps}
         return {
             "taken": self.taken, "calls": dict(self.calls), "errors": dict(self.errors),
             "apps": [a.to_dict(self.taken) for a in self.apps],
-            "sweeps": [g.to_dict() for g in self.sweeps],
+            "sweeps": [self._sweep_dict(g, by) for g in self.sweeps],
         }
+
+    def _sweep_dict(self, g: SweepGroup, by: dict[str, AppSummary]) -> dict[str, Any]:
+        """A sweep as JSON, with how long it ran and its last error (what ``tsm top`` shows on its line)."""
+        trials = [by[h] for h in g.trials if h in by]
+        return {**g.to_dict(), "duration": sweep_duration(g, trials, self.taken), "last_error": sweep_error(g, trials)}
 
 
 class SnapshotCollector:
@@ -136,8 +142,9 @@ class SnapshotCollector:
                 got = {}
             for r in recs:
                 v = got.get(r.app_id)
-                if v is None:
-                    v = AppSummary(r.handle, r.scheduler, r.app_id, r.name, r.state.name, created=r.created)
+                if v is None:  # the scheduler no longer reports it: the history's record (an end when it ended)
+                    v = AppSummary(r.handle, r.scheduler, r.app_id, r.name, r.state.name, created=r.created,
+                                   ended=r.updated if r.state.is_terminal else None)
                 v.handle, v.scheduler, v.name = r.handle, r.scheduler, v.name or r.name
                 views[r.handle] = v
         self._usage([a for a in views.values() if detail is None or a.handle in detail], calls)

@@ -8,8 +8,14 @@ nothing at all when no sweep was ever started here (the sweeps folder is listed,
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
+
+from tsm.schedulers.common.viewmodel import AppSummary
+
+#: a sweep's states once it ended (tsm.sweep.state.SWEEP_TERMINAL, spelled out: the views stay light)
+SWEEP_ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 @dataclass
@@ -22,6 +28,8 @@ class SweepGroup:
     summary: str
     created: float
     reason: str = ""
+    #: when the sweep ended (None while it runs, or for a state written before this was recorded)
+    ended: float | None = None
     metric: str | None = None
     trials: list[str] = field(default_factory=list)
     #: per trial handle: its index and parameters (``{"lr": "0.1"}``), for the sweep page
@@ -31,8 +39,36 @@ class SweepGroup:
 
     def to_dict(self) -> dict[str, Any]:
         return {"handle": self.handle, "name": self.name, "state": self.state, "summary": self.summary,
-                "created": self.created, "reason": self.reason, "metric": self.metric, "trials": list(self.trials),
+                "created": self.created, "ended": self.ended, "reason": self.reason, "metric": self.metric,
+                "trials": list(self.trials),
                 "params": {h: dict(p) for h, p in self.params.items()}, "axes": list(self.axes)}
+
+
+def sweep_duration(g: SweepGroup, trials: Collection[AppSummary], now: float) -> float | None:
+    """Seconds from the sweep's creation to its end (now while it runs); an ended sweep that did not record
+    when it ended counts to its last trial's end."""
+    if not g.created:
+        return None
+    end = g.ended
+    if end is None and g.state in SWEEP_ENDED:
+        ends = [t.ended for t in trials if t.ended is not None]
+        if not ends:
+            return None
+        end = max(ends)
+    return max((now if end is None else end) - g.created, 0.0)
+
+
+def sweep_error(g: SweepGroup, trials: Collection[AppSummary]) -> str:
+    """A sweep's last error: why it failed (with its first trial's error), or a trial's error while it runs.
+
+    A sweep that succeeded has none: its reason ("N trial(s) succeeded") is no error.
+    """
+    errors = [t.last_error for t in trials if t.last_error]
+    if g.state == "SUCCEEDED":
+        return ""
+    if g.state in SWEEP_ENDED and g.reason:
+        return f"{g.reason}: {errors[0]}" if errors and errors[0] not in g.reason else g.reason
+    return errors[0] if errors else ""
 
 
 def sweep_groups(session: str | None = None) -> list[SweepGroup]:
@@ -64,6 +100,7 @@ def sweep_groups(session: str | None = None) -> list[SweepGroup]:
         out.append(SweepGroup(
             handle=str(h), name=str(meta.get("name", "sweep")), state=st.state,
             summary=st.summary().partition("(")[2].partition(")")[0], created=st.created, reason=st.reason,
+            ended=None if st.ended is None else float(st.ended),
             metric=meta.get("metric"), trials=handles, params=params, axes=list((meta.get("space") or {}).keys()),
         ))
     out.sort(key=lambda g: g.created, reverse=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tsm.schedulers.common.viewmodel import AppSummary, ReplicaSummary
 from tsm.views.snapshot import Snapshot
-from tsm.views.sweeps import SweepGroup
+from tsm.views.sweeps import SWEEP_ENDED, SweepGroup, sweep_duration, sweep_error
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -46,11 +46,10 @@ def sparkline(values: list[float], width: int = 12) -> str:
 
 @functools.lru_cache(maxsize=8192)
 def printable(text: str) -> str:
-    """``text`` on one line with what a terminal would act on (escapes, CR, ...) written as escapes.
+    """:func:`tsm.util.text.printable`, cached: a view shows the same names, handles and errors tick after tick."""
+    from tsm.util.text import printable as shown
 
-    Cached: a view shows the same names, handles and errors tick after tick.
-    """
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(text.split()))
+    return shown(text)
 
 
 def matches(app: AppSummary, query: str) -> bool:
@@ -92,8 +91,6 @@ def app_cells(a: AppSummary, now: float) -> list[str]:
 #: what a sweep's line starts with, folded and expanded, and what its trials start with under it (not spaces:
 #: :func:`printable` folds runs of blanks)
 FOLDED, EXPANDED, TRIAL_INDENT = "▸ ", "▾ ", "└ "
-#: a sweep's states once it ended (tsm.sweep.state.SWEEP_TERMINAL, spelled out: the views stay light)
-_SWEEP_ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 @dataclass
@@ -122,7 +119,7 @@ def fold_rows(snap: Snapshot, query: str = "", expanded: Collection[str] = ()) -
             trials_of.setdefault(of[a.handle].handle, []).append(a)
     # a sweep still starting (no trial launched yet) comes first, so it is seen at once
     rows: list[Row] = [Row(g.handle, sweep=g) for g in snap.sweeps
-                       if g.handle not in trials_of and g.state not in _SWEEP_ENDED and _sweep_matches(g, query)]
+                       if g.handle not in trials_of and g.state not in SWEEP_ENDED and _sweep_matches(g, query)]
     placed: set[str] = set()
     for a in snap.apps:
         g = of.get(a.handle)
@@ -151,12 +148,12 @@ def _sweep_matches(g: SweepGroup, query: str) -> bool:
 
 
 def sweep_cells(g: SweepGroup, trials: Collection[AppSummary], now: float, expanded: bool) -> list[str]:
-    """A sweep's line as the columns of :data:`APP_COLUMNS`: its trials counted by state, its age."""
+    """A sweep's line as the columns of :data:`APP_COLUMNS`: its trials counted by state, its age, how long it
+    ran and why it failed (:func:`~tsm.views.sweeps.sweep_duration`, :func:`~tsm.views.sweeps.sweep_error`)."""
     scheds = sorted({t.scheduler for t in trials})
-    errors = [t.last_error for t in trials if t.last_error]
     return [f"{EXPANDED if expanded else FOLDED}{g.name} (sweep: {g.summary})", g.handle, ",".join(scheds), g.state,
-            fmt_duration(max(now - g.created, 0.0)) if g.created else "", "",
-            str(sum(t.restarts for t in trials)), g.reason or (errors[0] if errors else "")]
+            fmt_duration(max(now - g.created, 0.0)) if g.created else "", fmt_duration(sweep_duration(g, trials, now)),
+            str(sum(t.restarts for t in trials)), sweep_error(g, trials)]
 
 
 def row_cells(row: Row, now: float, expanded: Collection[str] = ()) -> list[str]:

@@ -418,6 +418,22 @@ def builder_for(scheduler_name: str, scheduler: object = None) -> WorkspaceBuild
     return None
 
 
+def ship_workspace(app: AppDef, workspace: str, scheduler_name: str, scheduler: object,
+                   cfg: Mapping[str, CfgVal]) -> None:
+    """Ship ``workspace`` with ``app`` as ``scheduler`` can (:func:`builder_for`: its own builder, or the directory
+    snapshot), else :class:`~tsm.errors.NotSupportedError`: what the runner's dry run calls."""
+    builder = builder_for(scheduler_name, scheduler)
+    if builder is None:
+        from tsm.errors import NotSupportedError
+
+        raise NotSupportedError(
+            f"the {scheduler_name} scheduler cannot ship workspace {workspace!r}: it has no workspace support; "
+            "pass workspace=None (or leave --workspace out)",
+            scheduler=scheduler_name,
+        )
+    apply_workspace(app, workspace, cfg, builder)
+
+
 def _private_copy(obj: str, dir_fd: int, name: str, executable: bool) -> None:
     """A private copy of object ``obj`` as ``name`` in ``dir_fd`` (where no hard link can be made)."""
     s = os.open(obj, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)

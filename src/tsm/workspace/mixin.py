@@ -37,6 +37,10 @@ class Workspace:
 
     projects: dict[str, str]
 
+    def __hash__(self) -> int:
+        """By its projects, so a ``(image, workspace)`` pair can key the images ``Runner.build_workspace`` built."""
+        return hash(tuple(sorted(self.projects.items())))
+
     def is_unmapped_single_project(self) -> bool:
         """True for one project with no target sub-directory (the same as a plain path workspace)."""
         return len(self.projects) == 1 and not next(iter(self.projects.values()))

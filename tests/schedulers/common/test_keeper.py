@@ -4,7 +4,9 @@ process started by :func:`ensure`. What its looks decide on a real engine is tes
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -121,10 +123,11 @@ def test_the_keeper_refuses_an_unknown_backend(capsys: pytest.CaptureFixture[str
     assert capsys.readouterr().err == "usage: keeper {docker,kubernetes} ROOT\n"
 
 
-def test_its_command_runs_the_tsm_of_this_process() -> None:
+def test_its_command_runs_the_tsm_of_this_process_isolated() -> None:
     cmd = keeper._command("docker", Path("/x"))
-    assert cmd[0] == sys.executable and cmd[3] == str(Path(keeper.__file__).resolve().parents[3])
-    assert os.path.isdir(os.path.join(cmd[3], "tsm"))
+    assert cmd[:3] == [sys.executable, "-I", "-c"]  # no working directory on its sys.path
+    assert cmd[5] == str(Path(keeper.__file__).resolve().parents[3])  # the first path: this tsm
+    assert os.path.isdir(os.path.join(cmd[5], "tsm")) and cmd[-2:] == ["docker", "/x"]
 
 
 def test_an_app_whose_looks_keep_failing_is_given_up(tmp_path: Path) -> None:
@@ -139,3 +142,43 @@ def test_an_app_whose_looks_keep_failing_is_given_up(tmp_path: Path) -> None:
     assert k.run() == "idle"
     assert said[0] == "look at a failed: ConnectionError: engine gone" and len(said) == 2, said
     assert said[1].startswith("gave up on a: its looks failed for ")
+
+
+@pytest.mark.reliability(
+    "10 submissions at once start one keeper",
+    expect="ten threads (a sweep's workers) submitting to one home at the same moment start one keeper "
+    "interpreter, which holds the lock; none is started while it runs",
+    group="Load",
+)
+def test_ten_submissions_at_once_start_one_keeper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 figure) -> None:  # type: ignore[no-untyped-def]
+    """Counted by the interpreter itself: ``sys.executable`` is a shell that notes its pid, then execs python."""
+    started = tmp_path / "started"
+    counting = tmp_path / "python"
+    counting.write_text(f"#!/bin/sh\necho $$ >> {started}\nexec {sys.executable} \"$@\"\n")
+    counting.chmod(0o700)
+    monkeypatch.setattr(sys, "executable", str(counting))
+    monkeypatch.setenv("TSM_KEEPER_IDLE", "600")  # it stays until killed below
+    root = tmp_path / "docker"
+    go = threading.Barrier(10)
+
+    def submission() -> None:
+        go.wait()
+        keeper.ensure("docker", root)
+
+    threads = [threading.Thread(target=submission) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    pids: list[int] = []
+    try:
+        wait_until(lambda: held(root), "the keeper's lock", timeout=60)  # each interpreter noted itself by then
+        keeper.ensure("docker", root)
+        pids = [int(p) for p in started.read_text().split()]
+        figure("keepers started by 10 submissions", len(pids), "", limit=1)
+        assert len(pids) == 1, pids
+    finally:
+        for pid in pids or ([int(p) for p in started.read_text().split()] if started.exists() else []):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -1,12 +1,12 @@
 """Regenerate the Slurm test data in this folder from a real cluster (run scripts/slurm-up first).
 
-    .venv/bin/python tests/schedulers/data/capture_slurm_json.py
+    .venv/bin/python tests/schedulers/data/capture_slurm_data.py
 
 Submits a handful of small tsm apps that end in each way the unit tests parse (completed, failed,
-requeued then failed, cancelled, timed out, pending for resources, running) and saves what
-``squeue --json`` and ``sacct --json -D`` said about them, and the same in the text columns tsm reads when
-Slurm has no JSON. Takes about 2 minutes (the time-limit job needs Slurm's one-minute minimum). Output:
-squeue_<version>.json/.txt, sacct_<version>.json/.txt and jobs_<version>.json (which app id is which case).
+requeued then failed, cancelled, timed out, pending for resources, running) and saves what ``squeue`` and
+``sacct -D`` said about them in the columns tsm asks for (``SQUEUE_ARGS``, ``sacct_args``). Takes about 2
+minutes (the time-limit job needs Slurm's one-minute minimum). Output: squeue_<version>.txt,
+sacct_<version>.txt and jobs_<version>.json (which app id is which case).
 """
 
 from __future__ import annotations
@@ -20,18 +20,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from tsm.schedulers.slurm import SACCT_TEXT_FIELDS, SQUEUE_TEXT_ARGS, create_scheduler
+from tsm.schedulers.slurm import SQUEUE_ARGS, create_scheduler, sacct_args
+from tsm.schedulers.slurm.parse import SEP, SQUEUE_FIELDS
 from tsm.specs.api import AppDef, Resource, Role
 
 HERE = Path(__file__).parent
 
 
-def only(ids: set[str], squeue: str, squeue_text: str) -> tuple[str, str]:
+def only(ids: set[str], squeue_text: str) -> str:
     """Keep the records of the captured apps (their het components too); drop everything else queued."""
-    data = json.loads(squeue)
-    data["jobs"] = [j for j in data["jobs"] if str(j["job_id"]) in ids or str(j.get("het_job_id")) in ids]
-    lines = [line for line in squeue_text.splitlines(keepends=True) if line.split("|")[1] in ids or line.split("|")[0] in ids]
-    return json.dumps(data, indent=2) + "\n", "".join(lines)
+    keep = []
+    for line in squeue_text.splitlines(keepends=True):
+        f = dict(zip(SQUEUE_FIELDS, line.split(SEP), strict=False))
+        if f.get("JobID") in ids or f.get("HetJobID") in ids:
+            keep.append(line)
+    return "".join(keep)
 
 
 def main() -> None:
@@ -61,23 +64,15 @@ def main() -> None:
         time.sleep(0.5)
     s.cancel(ids["cancelled"])
     time.sleep(3)
-    squeue = subprocess.run(["squeue", "--json"], capture_output=True, text=True, check=True).stdout
-    squeue_text = subprocess.run(SQUEUE_TEXT_ARGS, capture_output=True, text=True, check=True).stdout
+    squeue_text = subprocess.run(SQUEUE_ARGS, capture_output=True, text=True, check=True).stdout
     for app_id in ids.values():
         s.wait(app_id, timeout=240)
     time.sleep(2)
-    sacct = subprocess.run(
-        ["sacct", "--json", "-D", "-j", ",".join(ids.values())], capture_output=True, text=True, check=True
-    ).stdout
-    sacct_text = subprocess.run(
-        ["sacct", "-P", "-n", "-X", "-o", ",".join(SACCT_TEXT_FIELDS), "-D", "-j", ",".join(ids.values())],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+    sacct_text = subprocess.run(sacct_args("-D", "-j", ",".join(ids.values())), capture_output=True, text=True,
+                                check=True).stdout  # fmt: skip
     version = subprocess.run(["sbatch", "--version"], capture_output=True, text=True, check=True).stdout.split()[-1]
     tag = ".".join(version.split(".")[:2])
-    squeue, squeue_text = only(set(ids.values()), squeue, squeue_text)
-    (HERE / f"squeue_{tag}.json").write_text(squeue)
-    (HERE / f"sacct_{tag}.json").write_text(sacct)
+    squeue_text = only(set(ids.values()), squeue_text)
     (HERE / f"squeue_{tag}.txt").write_text(squeue_text)
     (HERE / f"sacct_{tag}.txt").write_text(sacct_text)
     (HERE / f"jobs_{tag}.json").write_text(json.dumps({"sbatch_version": version, "apps": ids}, indent=1) + "\n")

@@ -13,6 +13,7 @@ import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -181,6 +182,39 @@ def test_an_application_retry_replaces_every_role_and_the_attempt_is_labelled(en
     assert desc is not None and desc.state == AppState.SUCCEEDED and desc.num_restarts >= 1
     attempts = {c.labels["tsm.role"]: c.labels["tsm.attempt"] for c in engine.by_id.values()}
     assert attempts == {"a": "1", "b": "1"}
+
+
+def test_a_look_that_listed_during_anothers_retry_lists_again(engine: FakeDockerEngine, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes look at one app (the keeper beside ``tsm wait``): B lists the containers while A's retry
+    is replacing them (the old one killed, not yet removed), then waits for A's lock. B must list again, not
+    take the killed container for a new failure (it retried twice, or failed the app with the kill's
+    ``exited with code 143``)."""
+    a, b = sched_on(engine), sched_on(engine)
+    app_id = a.submit(AppDef("race", [role("w", "import os, sys, time\n"
+                                               "if os.environ['TSM_ATTEMPT'] == '0': sys.exit(3)\n"
+                                               "time.sleep(60)", max_retries=1)]))
+    deadline = time.monotonic() + HANG
+    while not any(c.state == "exited" for c in engine.by_id.values()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    seen: dict[str, Any] = {}
+    remove = engine.remove_container
+
+    def remove_after_b_listed(ref: str, force: bool = False, v: bool = False) -> None:
+        if not seen:
+            seen.update(b._observe())  # B's list, taken mid-retry: the old container ended, still there
+        remove(ref, force=force, v=v)
+
+    monkeypatch.setattr(engine, "remove_container", remove_after_b_listed)
+    first = a.describe(app_id)  # A's look: the retry
+    assert first is not None and first.state == AppState.RUNNING and first.num_restarts == 1, first
+    assert [c.attempt for c in seen[app_id][0].containers] == [0]
+    desc = b.look(*seen[app_id])  # B's look, on its list of before the retry
+    assert desc.state == AppState.RUNNING and desc.num_restarts == 1, desc
+    assert sum(1 for name, _ in engine.calls if name == "create_container") == 2  # one retry, not two
+    assert [c.labels["tsm.attempt"] for c in engine.by_id.values()] == ["1"]
+    a.cancel(app_id)
 
 
 def test_a_final_failure_stops_the_other_replicas(engine: FakeDockerEngine) -> None:

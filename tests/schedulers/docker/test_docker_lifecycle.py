@@ -100,13 +100,13 @@ def test_a_look_that_listed_containers_a_retry_then_replaced_acts_on_the_new_one
     listed = second._snapshot  # the second look lists, then the first one acts before it takes the lock
     from tsm.schedulers.docker import scheduler as docker_scheduler
 
-    real_look = docker_scheduler.DockerScheduler._look
+    real_look = docker_scheduler.DockerScheduler.look
 
     def late_look(self: DockerScheduler, view: object, *rest: object) -> object:
         assert first.describe(app_id) is not None  # the first look retries meanwhile
         return real_look(self, view, *rest)  # type: ignore[arg-type]
 
-    second._look = late_look.__get__(second)  # type: ignore[method-assign]
+    second.look = late_look.__get__(second)  # type: ignore[method-assign]
     seen = listed()[app_id]
     assert not seen.msg.startswith("retrying"), seen  # the retry was the first look's, made once
     final = first.wait(app_id, timeout=60)

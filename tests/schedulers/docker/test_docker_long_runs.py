@@ -19,7 +19,7 @@ import pytest
 
 from schedulers.docker.fake_docker import FakeDockerEngine, FakeImages, fake_client
 from tsm.schedulers.api import DescribeAppResponse
-from tsm.schedulers.common import stall as common_stall
+from tsm.schedulers.common import container_lock, stall as common_stall
 from tsm.schedulers.common.controller import Finish, Retry, decide, shapes
 from tsm.schedulers.docker import scheduler as scheduler_module, stall
 from tsm.schedulers.docker.request import LABEL_APP, LABEL_REPLICA, LABEL_ROLE, LABEL_ROLES
@@ -244,7 +244,7 @@ def test_one_roles_preemptions_do_not_enlarge_another_roles_max_retries(engine: 
 def test_a_preemption_recorded_twice_counts_once(engine: FakeDockerEngine) -> None:
     """Two processes deciding the same preemption restart record it once; another role's is another."""
     s = sched_on(engine)
-    d = s._dir("app-1")
+    d = s.app_dir("app-1")
     for _ in range(2):
         s._record_preemption(d, 1, ["b", "a"])
     s._record_preemption(d, 1, ["c"])
@@ -324,6 +324,6 @@ def test_two_processes_act_on_one_stall_once(engine: FakeDockerEngine, monkeypat
 
 
 def test_a_marker_is_claimed_by_one_caller_only(engine: FakeDockerEngine) -> None:
-    d = sched_on(engine)._dir("app-1")
-    assert [stall.claim(d, "warned", "1\n") for _ in range(3)] == [True, False, False]
+    d = sched_on(engine).app_dir("app-1")
+    assert [container_lock.claim(d, "warned", "1\n") for _ in range(3)] == [True, False, False]
     assert d.read("warned") == "1\n"

@@ -17,10 +17,12 @@ import pytest
 
 from schedulers.kubernetes.fake_kube import FakeCluster
 from tsm.errors import InvalidAppError, SchedulerError
+from tsm.schedulers.kubernetes.dryrun import (
+    format_request,
+)
 from tsm.schedulers.kubernetes.request import (
     KubernetesOptions,
     build_request,
-    format_request,
     port_name,
     secret_key,
     validate,
@@ -225,6 +227,32 @@ def test_the_gang_timeout_fails_an_app_that_cannot_be_scheduled_and_deletes_it(c
     assert desc is not None and desc.state == AppState.FAILED
     assert "gang_timeout=1s" in desc.msg and "Unschedulable" in desc.msg
     assert not cluster.jobs and not cluster.services and not cluster.secrets
+
+
+def test_an_image_no_registry_has_fails_the_app_at_once_not_after_the_gang_timeout(cluster: FakeCluster) -> None:
+    cluster.bad_images.add("fake/mistyped")
+    s = sched_on(cluster)
+    app = AppDef("typo", [role("a", "import time; time.sleep(60)"), role("b", "pass", image="fake/mistyped")])
+    app_id = s.submit(app, {**CFG, "gang_timeout": 3600.0})
+    desc = s.wait(app_id, timeout=HANG)
+    assert desc is not None and desc.state == AppState.FAILED
+    assert "a replica cannot start: role 'b' replica 0: ErrImagePull: pull access denied for fake/mistyped" in desc.msg
+    assert "gang_timeout" not in desc.msg
+    assert not cluster.jobs and not cluster.services and not cluster.secrets
+
+
+def test_the_status_of_an_ended_app_comes_from_the_store_without_asking_the_cluster(cluster: FakeCluster) -> None:
+    s = sched_on(cluster)
+    app_id = s.submit(AppDef("done", [role("a", "print('ok')")]), CFG)
+    ended = s.wait(app_id, timeout=HANG)
+    assert ended is not None and ended.state == AppState.SUCCEEDED
+    assert s.final_status(app_id) is not None  # its objects went, its end was kept
+    cluster.calls.clear()
+    later = sched_on(cluster)  # a later `tsm status`: a new process, no watcher yet
+    desc = later.describe(app_id)
+    assert desc is not None and (desc.state, desc.msg) == (ended.state, ended.msg)
+    assert [r.state for r in desc.roles_statuses[0].replicas] == [AppState.SUCCEEDED]
+    assert cluster.calls == [], cluster.calls
 
 
 def test_an_app_of_another_home_is_reported_never_acted_on(cluster: FakeCluster, tmp_path: Path,

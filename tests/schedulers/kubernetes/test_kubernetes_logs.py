@@ -5,7 +5,7 @@ Two processes finish one app at once in a sweep (its controller and the launcher
 here by its own :class:`KubernetesScheduler` on one ``$TSM_HOME``. The interleaving that lost the log is made
 exact, not timed: the second one's log read first lets the other finish the app (keep the log, delete the
 pod), then goes on against a pod that is gone. Two looks no longer interleave (each holds the app's lock,
-:func:`tsm.schedulers.kubernetes.stall.locked`), so the other finishes it as a reader does not lock: a
+:func:`tsm.schedulers.common.container_lock.locked`), so the other finishes it as a reader does not lock: a
 ``cleanup`` (a cron's), or a log read while the look finishes.
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from schedulers.kubernetes.fake_kube import FakeCluster
+from tsm.schedulers.common.container_lock import locked
 from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
-from tsm.schedulers.kubernetes.stall import locked
 from tsm.schedulers.kubernetes.status import from_json, group
 from tsm.specs.api import AppDef, AppState, Role
 
@@ -69,7 +69,7 @@ def other_process(cluster: FakeCluster, a: KubernetesScheduler, app_id: str,
             assert a.describe(app_id).state == AppState.SUCCEEDED  # type: ignore[union-attr]
         else:
             view = group([from_json(p) for p in a.client.list_pods()])[app_id]
-            req = a._request(app_id)
+            req = a.request(app_id)
             assert req is not None
             a._finish(req, a._describe_view(view), view.pods)
         until(lambda: not cluster.pods)
@@ -104,7 +104,7 @@ def test_cleanup_finishes_an_app_under_its_lock_and_never_twice(cluster: FakeClu
     # a look holds the app's lock while it finishes the app; a cleanup beside it waits for the lock, then finds
     # the app finished and only deletes what is left: the kept log and the final status are the look's
     a, app_id = ended_app(cluster)
-    d = a._dir(app_id)
+    d = a.app_dir(app_id)
     done: list[list[str]] = []
     with locked(d) as held:
         assert held
@@ -114,7 +114,7 @@ def test_cleanup_finishes_an_app_under_its_lock_and_never_twice(cluster: FakeClu
         time.sleep(0.3)
         assert cleaner.is_alive() and not done  # waiting for the lock, nothing finished beside the look
         view = group([from_json(p) for p in a.client.list_pods()])[app_id]
-        req = a._request(app_id)
+        req = a.request(app_id)
         assert req is not None
         a._finish(req, a._describe_view(view), view.pods)  # what the look does under the lock
         final = (d.path / "final.json").read_bytes()

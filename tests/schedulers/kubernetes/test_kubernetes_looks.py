@@ -20,9 +20,10 @@ import pytest
 from schedulers.kubernetes.fake_kube import FakeCluster
 from tsm.errors import SchedulerError
 from tsm.schedulers.common.appdir import AppDir
+from tsm.schedulers.common.container_lock import locked
 from tsm.schedulers.kubernetes.client import KubeClient
-from tsm.schedulers.kubernetes.scheduler import DELETED_BY_CLUSTER, KubernetesScheduler, store_root
-from tsm.schedulers.kubernetes.stall import locked
+from tsm.schedulers.kubernetes.nodes import DELETED_BY_CLUSTER
+from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler, store_root
 from tsm.schedulers.kubernetes.status import AppView, from_json
 from tsm.specs.api import AppDef, AppState, RetryPolicy, Role
 
@@ -48,7 +49,7 @@ def phases(cluster: FakeCluster) -> list[str]:
 
 
 def listed(s: KubernetesScheduler, app_id: str) -> AppView:
-    req = s._request(app_id)
+    req = s.request(app_id)
     assert req is not None
     return AppView(app_id, req.roles, time.time(), [from_json(p) for p in s.client.list_pods(app_id)])
 
@@ -58,20 +59,20 @@ def test_a_list_older_than_another_looks_is_listed_again_not_taken_for_a_lost_po
     B, must not find that pod "vanished" (a false eviction that spends max_preemptions)."""
     s = KubernetesScheduler("t", client=cluster.client())
     app_id = s.submit(AppDef("st", [role(RUNS)]), CFG)
-    req = s._request(app_id)
+    req = s.request(app_id)
     assert req is not None
     stale_at = time.time()
     stale = AppView(app_id, req.roles, stale_at, [])  # A's list: the Job controller had not made the pod yet
     wait_for(lambda: phases(cluster) == ["Running"])
-    b = s._look(listed(s, app_id), time.time())  # B: sees the pod, records it in pods-seen.json
+    b = s.look(listed(s, app_id), time.time())  # B: sees the pod, records it in pods-seen.json
     assert b.state == AppState.RUNNING, b
-    a = s._look(stale, stale_at)
+    a = s.look(stale, stale_at)
     assert a.state == AppState.RUNNING and not a.msg.startswith("retrying"), a
     d = AppDir(store_root(), app_id)
     assert not d.exists("preemptions.json") and d.attempts().get("w", 0) == 0
     # a look whose list is the newest acts on it as it is: no second list
     n = sum(1 for c, _ in cluster.calls if c == "list_namespaced_pod")
-    s._look(listed(s, app_id), time.time())
+    s.look(listed(s, app_id), time.time())
     assert sum(1 for c, _ in cluster.calls if c == "list_namespaced_pod") == n + 1  # listed() only
     s.cancel(app_id)
 
@@ -85,7 +86,7 @@ def test_a_look_during_a_cancel_makes_no_jobs(cluster: FakeCluster) -> None:
     d = AppDir(store_root(), app_id)
     view = listed(s, app_id)
     with d.cancel_marker():
-        desc = s._look(view, time.time())
+        desc = s.look(view, time.time())
         assert desc.state == AppState.RUNNING and desc.msg == "being stopped (by another look at it)", desc
     assert phases(cluster) == ["Failed"] and d.attempts().get("w", 0) == 0
     s.cancel(app_id)
@@ -109,7 +110,7 @@ def test_a_failed_pod_deleted_after_its_failure_is_a_failure_not_a_preemption(cl
     s = KubernetesScheduler("t", client=cluster.client())
     app_id = s.submit(AppDef("st", [role("raise SystemExit(3)")]), CFG)
     wait_for(lambda: phases(cluster) == ["Failed"])
-    req = s._request(app_id)
+    req = s.request(app_id)
     assert req is not None
     seen = listed(s, app_id)
     s._mark_lost(req, seen, {})
@@ -121,7 +122,7 @@ def test_a_failed_pod_deleted_after_its_failure_is_a_failure_not_a_preemption(cl
     running = KubernetesScheduler("t", client=cluster.client())
     other = running.submit(AppDef("st", [role(RUNS)]), CFG)
     wait_for(lambda: "Running" in phases(cluster))
-    oreq = running._request(other)
+    oreq = running.request(other)
     assert oreq is not None
     running._mark_lost(oreq, listed(running, other), {})
     vanished = AppView(other, oreq.roles, time.time(), [])
@@ -191,7 +192,7 @@ def test_a_stop_whose_delete_fails_leaves_no_finishing_marker(cluster: FakeClust
         s.cancel(app_id)
     d = AppDir(store_root(), app_id)
     assert not d.exists("finishing") and d.final() is None
-    desc = s._look(listed(s, app_id), time.time())  # the app is looked at as it is, not "being stopped"
+    desc = s.look(listed(s, app_id), time.time())  # the app is looked at as it is, not "being stopped"
     assert desc.state == AppState.RUNNING and desc.msg != "being stopped (by another look at it)", desc
     s.cancel(app_id)
     final = d.final()
@@ -208,7 +209,7 @@ def test_a_look_waiting_for_the_lock_answers_once_a_stop_begins(cluster: FakeClu
     answers: list[str] = []
     with locked(d) as held:
         assert held
-        t = threading.Thread(target=lambda: answers.append(s._look(listed(s, app_id), time.time()).msg), daemon=True)
+        t = threading.Thread(target=lambda: answers.append(s.look(listed(s, app_id), time.time()).msg), daemon=True)
         n = sum(1 for c, _ in cluster.calls if c == "list_namespaced_pod")
         t.start()
         wait_for(lambda: sum(1 for c, _ in cluster.calls if c == "list_namespaced_pod") > n)  # it is looking

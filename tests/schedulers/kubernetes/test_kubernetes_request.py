@@ -9,6 +9,16 @@ from typing import Any
 import pytest
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError
+from tsm.schedulers.kubernetes.dryrun import (
+    format_request,
+)
+from tsm.schedulers.kubernetes.manifests import (
+    rank0_names,
+    retried,
+    with_own_ip_as_rank0,
+    with_owner,
+    with_rank0,
+)
 from tsm.schedulers.kubernetes.request import (
     ANN_ROLE,
     LABEL_APP,
@@ -18,16 +28,10 @@ from tsm.schedulers.kubernetes.request import (
     build_request,
     deep_merge,
     escape,
-    format_request,
     host_name,
     job_name,
-    rank0_names,
-    retried,
     short_name,
     validate,
-    with_own_ip_as_rank0,
-    with_owner,
-    with_rank0,
 )
 from tsm.schedulers.kubernetes.status import AppView, app_status, from_json, latest_pod, quantity
 from tsm.specs.api import AppDef, AppState, Resource, RetryPolicy, Role

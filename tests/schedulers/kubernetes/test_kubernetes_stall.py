@@ -16,8 +16,9 @@ import time
 
 from schedulers.kubernetes.fake_kube import FakeCluster
 from tsm.schedulers.common.appdir import AppDir
+from tsm.schedulers.common.container_lock import locked
 from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler, store_root
-from tsm.schedulers.kubernetes.stall import StallState, check, locked
+from tsm.schedulers.kubernetes.stall import StallState, check
 from tsm.schedulers.kubernetes.status import from_json
 from tsm.specs.api import AppDef, AppState, RetryPolicy, Role
 

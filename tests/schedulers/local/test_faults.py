@@ -205,7 +205,7 @@ DIES_BEFORE_SUPERVISOR = """
     from tsm.schedulers.local.scheduler import LocalScheduler
     from tsm.specs import AppDef, Role
     # crash exactly between recording the app and starting its supervisor (connected to the launcher)
-    spawn.start_supervisor = lambda sched, req, conn: os.kill(os.getpid(), signal.SIGKILL)
+    spawn.start_supervisor = lambda store, launchers, req, conn: os.kill(os.getpid(), signal.SIGKILL)
     LocalScheduler("crash").submit(AppDef("early", [Role("r", entrypoint="touch", args=[sys.argv[1]])]), {})
 """
 
@@ -228,7 +228,7 @@ def test_launcher_dead_before_the_supervisor_started(sched: LocalScheduler, tmp_
     assert all(r.state == AppState.CANCELLED for r in desc.roles_statuses[0].replicas)
     # the late supervisor (its request was written before the crash) sees the cancellation and stops
     late = SimpleNamespace(app_id=row["app_id"], app_dir=row["app_dir"], queue={})
-    spawn.start_supervisor(sched, late, spawn.connect())  # type: ignore[arg-type]
+    spawn.start_supervisor(sched.store, [], late, spawn.connect())  # type: ignore[arg-type]
     assert sched.describe(row["app_id"]).state == AppState.CANCELLED  # type: ignore[union-attr]
     wait_all_gone(procs_with(row["app_dir"]))  # the supervisor and its watchdog exit right after
     assert not ran.exists()

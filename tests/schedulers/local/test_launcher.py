@@ -24,10 +24,11 @@ from tsm.schedulers.local import _os, launcher
 from tsm.schedulers.local.scheduler import LocalScheduler
 from tsm.specs import AppDef, AppState, Role
 from tsm.store import tsm_home
+from tsm.util import daemon
 
 
 def key() -> str:
-    return launcher.code_key(launcher.package_parent())
+    return launcher.launcher_key()
 
 
 def sock_path() -> Path:
@@ -58,8 +59,8 @@ def parent_of(pid: int) -> int:
 
 
 def watchdog(sched: LocalScheduler, app_id: str) -> int:
-    wait_until(lambda: sched._app_row(app_id)["watchdog_pid"] is not None, "the supervisor's registration")
-    return int(sched._app_row(app_id)["watchdog_pid"])
+    wait_until(lambda: sched.app_row(app_id)["watchdog_pid"] is not None, "the supervisor's registration")
+    return int(sched.app_row(app_id)["watchdog_pid"])
 
 
 def counting_app(tmp_path: Path, name: str, seconds: float = 0.0) -> AppDef:
@@ -85,7 +86,7 @@ def test_first_app_starts_a_launcher_and_the_next_is_forked_by_it(sched: LocalSc
     assert parent_of(watchdog(sched, app_id)) == warm  # forked, not spawned by this process
     def named() -> bool:  # ps names the app, as for a spawned one (the watchdog learns it beside the
         with open(f"/proc/{watchdog(sched, app_id)}/cmdline", "rb") as f:  # registration, not before it)
-            return sched._app_row(app_id)["app_dir"].encode() in f.read()
+            return sched.app_row(app_id)["app_dir"].encode() in f.read()
 
     wait_until(named, "the watchdog's command line naming the app", timeout=HANG)
     mode = os.stat(launcher.launcher_dir(str(tsm_home()))).st_mode & 0o777
@@ -194,19 +195,19 @@ def test_the_key_changes_with_the_code_and_the_interpreter(tmp_path: Path) -> No
     (pkg / "schedulers" / "local").mkdir(parents=True)
     src = pkg / "schedulers" / "local" / "supervisor.py"
     src.write_text("x = 1\n")
-    before = launcher.code_key(str(tmp_path), "/usr/bin/python3")
-    assert launcher.code_key(str(tmp_path), "/usr/bin/python3") == before
-    assert launcher.code_key(str(tmp_path), "/opt/python3") != before
+    before = launcher.launcher_key(str(tmp_path), "/usr/bin/python3")
+    assert launcher.launcher_key(str(tmp_path), "/usr/bin/python3") == before
+    assert launcher.launcher_key(str(tmp_path), "/opt/python3") != before
     os.utime(src, ns=(0, os.stat(src).st_mtime_ns + 1_000_000_000))  # an upgrade that keeps the size
-    assert launcher.code_key(str(tmp_path), "/usr/bin/python3") != before
+    assert launcher.launcher_key(str(tmp_path), "/usr/bin/python3") != before
 
 
 def test_a_launcher_of_older_code_is_never_asked_and_exits(tmp_path: Path) -> None:
     """A launcher started from a copy of tsm whose sources then change (an upgrade) stops serving."""
     copy = tmp_path / "src"
-    shutil.copytree(Path(launcher.package_parent()) / "tsm", copy / "tsm",
+    shutil.copytree(Path(daemon.package_parent()) / "tsm", copy / "tsm",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    old_key = launcher.code_key(str(copy))
+    old_key = launcher.launcher_key(str(copy))
     home = str(tsm_home())
     code = "import sys; sys.path.insert(0, sys.argv.pop(1)); from tsm.schedulers.local.launcher import main; main()"
     proc = subprocess.Popen([sys.executable, "-S", "-c", code, str(copy), home])
@@ -251,7 +252,7 @@ def test_a_standbys_rehearsal_leaves_nothing_behind(sched: LocalScheduler, warm:
     wait_until(lambda: len(standby_of(warm)) == 2 * launcher.POOL, "the launcher's standbys", timeout=HANG)
     home = tsm_home()
     ldir = Path(launcher.launcher_dir(str(home)))
-    assert sorted(p.name for p in ldir.iterdir()) == sorted(f"{key()}.{ext}" for ext in ("lock", "log", "sock"))
+    assert sorted(p.name for p in ldir.iterdir()) == sorted(f"{key()}.{ext}" for ext in ("lock", "lock.start", "log", "sock"))
     assert not (home / "local" / ".rehearsal").exists()
     assert sched.store.query("SELECT app_id, state, sup_pid FROM local_apps WHERE app_id IN ('', '.rehearsal')") == []
     assert (ldir / f"{key()}.log").read_text() == ""  # nothing failed in it either
@@ -277,3 +278,104 @@ def test_a_request_that_never_comes_is_refused_and_the_next_caller_is_served(sch
     for app_id in (first, again):
         assert sched.wait(app_id, timeout=HANG).state == AppState.SUCCEEDED  # type: ignore[union-attr]
     assert {p.name for p in (tsm_home() / "local").iterdir()} - apps_before == {first, again}  # nothing else
+
+
+#: A caller that changes its own settings, then runs one app whose replica reports what it got; both as JSON.
+_CALLER = r'''
+import ctypes, json, os, sys, time
+libc = ctypes.CDLL("libc.so.6", use_errno=True)
+IOPRIO = {"x86_64": (251, 252), "aarch64": (30, 31)}[os.uname().machine]
+
+def mine():
+    status = {ln.split(":")[0]: ln.split(":", 1)[1].split() for ln in open("/proc/self/status")}
+    return {"umask": status["Umask"], "uid": status["Uid"], "gid": status["Gid"], "groups": status["Groups"],
+            "ioprio": libc.syscall(IOPRIO[1], 1, 0), "personality": open("/proc/self/personality").read().strip(),
+            "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "core": list(__import__("resource").getrlimit(__import__("resource").RLIMIT_CORE))}
+
+if sys.argv[1] == "replica":
+    sup = os.getppid()
+    chain = [sup]
+    for _ in range(2):
+        with open(f"/proc/{chain[-1]}/stat") as f:
+            chain.append(int(f.read().rsplit(")", 1)[1].split()[1]))
+    json.dump({**mine(), "chain": chain}, open(sys.argv[2], "w"))
+    sys.exit(0)
+changes = json.loads(sys.argv[3])
+if "umask" in changes:
+    os.umask(changes["umask"])
+if "gid" in changes:
+    os.setgroups([changes["gid"]])
+    os.setgid(changes["gid"])
+if "ioprio" in changes:
+    assert libc.syscall(IOPRIO[0], 1, 0, changes["ioprio"]) == 0
+if "personality" in changes:
+    libc.personality(libc.personality(0xFFFFFFFF) | changes["personality"])
+if "nice" in changes:
+    os.nice(changes["nice"])
+if "core" in changes:
+    import resource
+    resource.setrlimit(resource.RLIMIT_CORE, (changes["core"], resource.getrlimit(resource.RLIMIT_CORE)[1]))
+from tsm.schedulers.local.scheduler import LocalScheduler
+from tsm.specs import AppDef, Role
+s = LocalScheduler("t")
+app_id = s.submit(AppDef("ctx", [Role("r", entrypoint=sys.executable, args=["-I", "-S", __file__, "replica", sys.argv[2]])]), {})
+state = s.wait(app_id, timeout=60).state.name
+print(json.dumps({"state": state, "caller": mine()}))
+'''
+
+_SETTINGS = {  # what a caller may run under, and how it is set
+    "umask 022 (the launcher works under 077)": {"umask": 0o022},
+    "umask 002": {"umask": 0o002},
+    "ionice -c3 (idle I/O class)": {"ioprio": 3 << 13},
+    "ionice -c2 -n7": {"ioprio": (2 << 13) | 7},
+    "setarch -R (no address randomisation)": {"personality": 0x0040000},
+    "nice 5": {"nice": 5},
+    "ulimit -c 0": {"core": 0},
+    "sg / newgrp (another primary group, no supplementary ones)": {"gid": 12345},
+}
+
+
+@pytest.mark.reliability(
+    "a replica runs with the caller's credentials and settings however its supervisor started",
+    expect="under umask 022/002, ionice -c3 / -c2 -n7, setarch -R, nice 5, ulimit -c 0 or another primary group, "
+    "the replica's uid, gids, groups, umask, I/O priority, nice, limits and personality are the caller's",
+    group="Security",
+)
+@pytest.mark.parametrize("started", ["forked by the launcher", "spawned"])
+def test_a_replica_runs_with_the_callers_credentials_and_settings_however_its_supervisor_started(
+        sched: LocalScheduler, tmp_path: Path, started: str, figure) -> None:  # type: ignore[no-untyped-def]
+    """The caller's uid, gids, groups, umask, I/O priority, nice value, limits and personality are the replica's,
+    whether a launcher (started by a caller with other settings) forked its supervisor or the caller spawned it."""
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("the probe knows ioprio's system call numbers on x86_64 and aarch64 only")
+    launcher_at = None
+    env = {**os.environ, "TSM_LAUNCHER": "0"}
+    if started == "forked by the launcher":
+        first = sched.submit(counting_app(tmp_path, "first"), {})  # starts a launcher with this process's settings
+        assert sched.wait(first, timeout=HANG).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+        launcher_at = launcher_pid()
+        env = {k: v for k, v in os.environ.items() if k != "TSM_LAUNCHER"}
+    probe = tmp_path / "caller.py"
+    probe.write_text(_CALLER)
+    import json
+
+    wrong, checked = [], 0
+    for setting, changes in _SETTINGS.items():
+        if "gid" in changes and os.geteuid() != 0:
+            continue  # changing the primary group needs root
+        out = tmp_path / "replica.json"
+        r = subprocess.run([sys.executable, str(probe), "caller", str(out), json.dumps(changes)], capture_output=True,
+                           text=True, timeout=HANG, env=env)
+        assert r.returncode == 0, r.stderr
+        result = json.loads(r.stdout)
+        assert result["state"] == "SUCCEEDED", r
+        replica = json.loads(out.read_text())
+        chain = replica.pop("chain")
+        checked += 1
+        if replica != result["caller"]:  # every setting, not only the one changed
+            wrong.append(f"{setting}: replica {replica} != caller {result['caller']}")
+        if launcher_at is not None and "umask" in changes and chain[2] != launcher_at:
+            wrong.append(f"{setting}: the launcher did not serve a caller that differs only in its umask")
+    assert wrong == [], "\n".join(wrong)
+    figure("settings checked", checked, "")

@@ -22,9 +22,11 @@ REPORTER = """
     import tsm.lifecycle as lc
     lc.on_warning(lambda: print("warned", flush=True))
     signal.signal(signal.SIGTERM, lambda s, f: print("got SIGTERM", flush=True))
-    print("attempt", lc.attempt(), "restarts", lc.restart_count(), "last", lc.last_exit(),
-          "env", os.environ["TSM_ATTEMPT"], os.environ["TSM_RESTART_COUNT"], repr(os.environ["TSM_LAST_EXIT"]),
-          flush=True)
+    # one write of the whole line: a warning handled while it is printed must not split it
+    sys.stdout.write(" ".join(map(str, ["attempt", lc.attempt(), "restarts", lc.restart_count(), "last",
+        lc.last_exit(), "env", os.environ["TSM_ATTEMPT"], os.environ["TSM_RESTART_COUNT"],
+        repr(os.environ["TSM_LAST_EXIT"])])) + "\\n")
+    sys.stdout.flush()
 """
 
 
@@ -98,7 +100,7 @@ def test_requeues_stop_at_max_preemptions(sched: LocalScheduler) -> None:
     app_id = sched.submit(AppDef("rqmax", [py(code, max_retries=5)]), cfg)
     desc = finished(sched, app_id)
     assert desc.state == AppState.FAILED
-    assert desc.msg == "time limit 1s reached after 1 requeue(s); max_preemptions=1 used up"
+    assert desc.msg == "time limit 1s reached (no preemptions left: max_preemptions=1)"
     assert desc.num_restarts == 1
     assert [ln.split(" env ")[0] for ln in out(sched, app_id) if ln.startswith("attempt")] == [
         "attempt 0 restarts 0 last None", "attempt 1 restarts 1 last time_limit",
@@ -202,3 +204,34 @@ def test_dry_run_shows_the_lifecycle_and_refuses_bad_values(sched: LocalSchedule
                 {"requeue_on_time_limit": True}, {"max_preemptions": -1}):
         with pytest.raises(InvalidRunOptionError):
             sched.submit_dryrun(AppDef("d", [py("pass")]), bad)
+
+
+def test_on_failure_wait_lets_every_replica_end_and_fails_with_the_first_in_rank_order(
+    sched: LocalScheduler, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # rank 2 fails at once; rank 1 fails only once rank 2 has ended (a file says so), rank 0 once rank 1 has
+    code = f"""
+    import os, pathlib, sys, time
+    k = int(os.environ["TSM_REPLICA_ID"])
+    d = pathlib.Path({str(tmp_path)!r})
+    if k < 2:
+        while not (d / f"ended-{{k + 1}}").exists():
+            time.sleep(0.02)
+    print("rank", k, "ran to its end", flush=True)
+    (d / f"ended-{{k}}").touch()
+    sys.exit(0 if k == 0 else 3)
+    """
+    app_id = sched.submit(AppDef("wait", [py(code, num_replicas=3)]), {"on_failure": "wait"})
+    desc = finished(sched, app_id)
+    assert desc.state == AppState.FAILED
+    assert desc.msg == "r/1 exited with code 3"  # rank 1, though rank 2 failed first
+    assert [out(sched, app_id, k) for k in range(3)] == [[f"rank {k} ran to its end"] for k in range(3)]
+    assert [r.exit_code for r in desc.roles_statuses[0].replicas] == [0, 3, 3]
+
+
+def test_on_failure_takes_stop_or_wait(sched: LocalScheduler) -> None:
+    import pytest
+
+    from tsm.errors import InvalidRunOptionError
+
+    with pytest.raises(InvalidRunOptionError, match="on_failure='later' must be one of stop, wait"):
+        sched.submit_dryrun(AppDef("x", [py("pass")]), {"on_failure": "later"})

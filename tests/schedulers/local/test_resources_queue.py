@@ -18,6 +18,7 @@ from tsm.schedulers.api import Stream
 from tsm.schedulers.local import resources
 from tsm.schedulers.local.scheduler import LocalScheduler
 from tsm.specs import AppDef, AppState, Resource, Role
+from tsm.sweep import run_sweep, sweep_wait
 
 HANG_GUARD = 120.0
 
@@ -176,9 +177,9 @@ def test_sweep_trials_queue_by_default_on_fake_gpus(tmp_path: Path, fake_machine
     out = tmp_path / "out"
     out.mkdir()
     with get_runner() as runner:
-        handle = runner.run_sweep(f"{tmp_path / 'probe.py'}:probe", {"n": "0,1,2,3"}, scheduler="local", parallel=3,
+        handle = run_sweep(runner, f"{tmp_path / 'probe.py'}:probe", {"n": "0,1,2,3"}, scheduler="local", parallel=3,
                                   args=["--out", str(out)])
-        status = runner.sweep_wait(handle, timeout=HANG_GUARD)
+        status = sweep_wait(handle, timeout=HANG_GUARD)
         assert status.state == "SUCCEEDED", status.summary()
     seen = {p.name: p.read_text() for p in out.iterdir()}
     assert sorted(seen) == ["0", "1", "2", "3"]
@@ -195,7 +196,7 @@ def test_a_killed_supervisor_gives_its_fake_gpu_to_the_waiting_app(sched: LocalS
     second = sched.submit(holder("second", gpu=1), {"queue": True})
     try:
         wait_until(lambda: state(sched, second) == AppState.PENDING, "the second app to be PENDING", HANG_GUARD)
-        os.kill(sched._app_row(first)["sup_pid"], signal.SIGKILL)  # its watchdog releases the GPU
+        os.kill(sched.app_row(first)["sup_pid"], signal.SIGKILL)  # its watchdog releases the GPU
         wait_until(lambda: printed(sched, second) is not None, "the second app to start", HANG_GUARD)
         assert printed(sched, second) == "0"
         assert state(sched, first) == AppState.FAILED

@@ -358,3 +358,24 @@ def test_replica_cannot_aim_the_timer_server_at_another_process(sched: LocalSche
     finally:
         bystander.kill()
         bystander.wait()
+
+
+# -- what a replica says reaches the terminal escaped ---------------------------------------------------------
+@pytest.mark.reliability(
+    "text a replica chose never acts on the terminal of tsm status",
+    expect="a replica reaped by an expiration timer it named with ESC/BEL/CR sequences: tsm status and tsm wait "
+    "print the reason with those written as escapes",
+    group=SECURITY,
+)
+def test_a_replicas_words_in_tsm_status_are_escaped(tmp_path: Path) -> None:
+    code = ("import time\nfrom tsm.timer import expires\n"
+            "with expires(after=0.2, scope='\\x1b[2J\\x1b]0;owned\\x07\\rscope'):\n    time.sleep(60)\n")
+    tsm = [PY, "-m", "tsm.cli.main"]
+    r = subprocess.run([*tsm, "run", "--detach", "utils.python", "-c", code], capture_output=True, text=True,
+                       timeout=HANG)
+    assert r.returncode == 0, r
+    handle = r.stdout.split()[-1]
+    for verb in ("wait", "status"):
+        shown = subprocess.run([*tsm, verb, handle], capture_output=True, text=True, timeout=HANG).stdout
+        assert "expired timer" in shown and "\\x1b[2J" in shown, shown
+        assert not any(c in shown for c in "\x1b\x07\r"), repr(shown)

@@ -7,29 +7,19 @@ The real cluster runs the same in ``tests/integration/test_slurm_sweep.py``.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_util import FakeSlurm, directives
+from slurm_util import FakeSlurm, directives, sacct_line, squeue_line
 
 from tsm.errors import InvalidRunOptionError, SubmissionError
 from tsm.schedulers.common.quoting import shell_quote
 from tsm.schedulers.slurm import SlurmQueries, SlurmScheduler, cli as slurm_cli
-from tsm.schedulers.slurm.parse import (
-    SACCT_TEXT_FIELDS,
-    SQUEUE_TEXT_FIELDS,
-    array_tasks,
-    id_key,
-    parse_sacct_json,
-    parse_sacct_text,
-    parse_squeue_json,
-    parse_squeue_text,
-)
-from tsm.schedulers.slurm.script import array_task_script, build_array_script
+from tsm.schedulers.slurm.array import array_task_script, build_array_script
+from tsm.schedulers.slurm.parse import array_tasks, id_key, parse_sacct_text, parse_squeue_text
 from tsm.specs.api import AppDef, AppState, Resource, Role
 from tsm.sweep.api import SweepNative
 
@@ -48,28 +38,25 @@ def _infos(s: SlurmScheduler, apps: list[AppDef]) -> list[Any]:
 
 
 # -- parsing ------------------------------------------------------------------------------------------------
-#: ``squeue --json`` of Slurm 22.05 for ``--array=0-5%2`` with tasks 0 and 1 running (fields trimmed).
-SQUEUE_ARRAY = {"jobs": [
-    {"job_id": 3429, "array_job_id": 3428, "array_task_id": 0, "array_task_string": "", "array_max_tasks": 2,
-     "job_state": "RUNNING", "het_job_id": 0, "name": "sw.trainer", "current_working_directory": "/j/a"},
-    {"job_id": 3430, "array_job_id": 3428, "array_task_id": 1, "array_task_string": "", "array_max_tasks": 2,
-     "job_state": "RUNNING", "het_job_id": 0, "name": "sw.trainer", "current_working_directory": "/j/a"},
-    {"job_id": 3428, "array_job_id": 3428, "array_task_id": None, "array_task_string": "2-5%2",
-     "array_max_tasks": 2, "job_state": "PENDING", "state_reason": "JobArrayTaskLimit", "het_job_id": 0,
-     "name": "sw.trainer", "current_working_directory": "/j/a"},
-    {"job_id": 3176, "array_job_id": 0, "array_task_id": None, "array_task_string": "", "array_max_tasks": 0,
-     "job_state": "PENDING", "het_job_id": 0, "name": "plain.r"},
-]}  # fmt: skip
+#: ``squeue`` (the columns tsm asks for) of ``--array=0-5%2`` with tasks 0 and 1 running, and a plain job, as
+#: Slurm 22.05 writes them: ``JobID`` is each job's own id, ``JobArrayID`` names the task.
+SQUEUE_ARRAY = "".join([
+    squeue_line(JobID=3429, JobArrayID="3428_0", HetJobID="N/A", State="RUNNING", Name="sw.trainer", WorkDir="/j/a"),
+    squeue_line(JobID=3430, JobArrayID="3428_1", HetJobID="N/A", State="RUNNING", Name="sw.trainer", WorkDir="/j/a"),
+    squeue_line(JobID=3428, JobArrayID="3428_[2-5%2]", HetJobID="N/A", State="PENDING", Reason="JobArrayTaskLimit",
+                Name="sw.trainer", WorkDir="/j/a"),
+    squeue_line(JobID=3176, JobArrayID="3176", HetJobID="N/A", State="PENDING", Name="plain.r"),
+])  # fmt: skip
 
-#: ``sacct --json`` of the same array once it ended (the last task keeps the array's own job id).
-SACCT_ARRAY = {"jobs": [
-    {"job_id": 3428, "array": {"job_id": 3428, "task_id": 5, "task": None}, "state": {"current": "COMPLETED"},
-     "time": {"submission": 1795617597, "start": 1795617606, "end": 1795617609}, "name": "sw.trainer"},
-    {"job_id": 3429, "array": {"job_id": 3428, "task_id": 0, "task": None}, "state": {"current": "FAILED"},
-     "time": {"submission": 1795617597, "start": 1795617598, "end": 1795617601}, "name": "sw.trainer"},
-    {"job_id": 3500, "array": {"job_id": 0, "task_id": None, "task": None}, "state": {"current": "COMPLETED"},
-     "time": {"submission": 1, "start": 2, "end": 3}, "name": "plain.r"},
-]}  # fmt: skip
+#: ``sacct`` of the same array once it ended (the last task keeps the array's own job id).
+SACCT_ARRAY = "".join([
+    sacct_line(JobIDRaw=3428, JobID="3428_5", State="COMPLETED", ExitCode="0:0", Submit=1795617597,
+               Start=1795617606, End=1795617609, JobName="sw.trainer"),
+    sacct_line(JobIDRaw=3429, JobID="3428_0", State="FAILED", ExitCode="1:0", Submit=1795617597, Start=1795617598,
+               End=1795617601, JobName="sw.trainer"),
+    sacct_line(JobIDRaw=3500, JobID="3500", State="COMPLETED", ExitCode="0:0", Submit=1, Start=2, End=3,
+               JobName="plain.r"),
+])  # fmt: skip
 
 
 def test_array_task_strings_expand_to_every_task() -> None:
@@ -79,8 +66,8 @@ def test_array_task_strings_expand_to_every_task() -> None:
     assert array_tasks("garbage") == []
 
 
-def test_squeue_json_gives_each_array_task_its_own_app_id_and_expands_the_pending_row() -> None:
-    found = parse_squeue_json(json.dumps(SQUEUE_ARRAY))
+def test_squeue_gives_each_array_task_its_own_app_id_and_expands_the_pending_row() -> None:
+    found = parse_squeue_text(SQUEUE_ARRAY)
     assert sorted(found, key=id_key) == ["3176", "3428_0", "3428_1", "3428_2", "3428_3", "3428_4", "3428_5"]
     assert found["3428_0"][0].job_id == "3429" and found["3428_0"][0].state == AppState.RUNNING
     pending = found["3428_4"][0]
@@ -88,32 +75,15 @@ def test_squeue_json_gives_each_array_task_its_own_app_id_and_expands_the_pendin
     assert found["3176"][0].app_id == "3176"
 
 
-def test_sacct_json_names_array_tasks_by_array_and_task() -> None:
-    found = parse_sacct_json(json.dumps(SACCT_ARRAY))
+def test_sacct_names_array_tasks_by_array_and_task() -> None:
+    found = parse_sacct_text(SACCT_ARRAY)
     assert set(found) == {"3428_5", "3428_0", "3500"}
     assert found["3428_0"][0].state == AppState.FAILED
     assert (found["3428_5"][0].start_time, found["3428_5"][0].end_time) == (1795617606, 1795617609)
-
-
-def test_text_output_reads_array_ids_too() -> None:
-    def sq(job_id: str, state: str) -> str:
-        f = dict.fromkeys(SQUEUE_TEXT_FIELDS, "")
-        f.update(JobID=job_id, State=state, Name="sw.trainer")
-        return "|".join(f[k] for k in SQUEUE_TEXT_FIELDS) + "|"
-
-    found = parse_squeue_text("\n".join([sq("40_0", "RUNNING"), sq("40_[1-3%1]", "PENDING"), sq("41", "RUNNING")]))
-    assert sorted(found, key=id_key) == ["40_0", "40_1", "40_2", "40_3", "41"]
-    assert found["40_2"][0].state == AppState.PENDING
-
-    def sa(raw: str, shown: str, state: str) -> str:
-        f = dict.fromkeys(SACCT_TEXT_FIELDS, "")
-        f.update(JobIDRaw=raw, JobID=shown, State=state, ExitCode="0:0")
-        return "|".join(f[k] for k in SACCT_TEXT_FIELDS)
-
-    found = parse_sacct_text("\n".join([sa("42", "40_0", "COMPLETED"), sa("40", "40_[1-2]", "PENDING"),
-                                        sa("43", "43", "FAILED")]))
-    assert set(found) == {"40_0", "40_1", "40_2", "43"}
-    assert found["40_0"][0].state == AppState.SUCCEEDED
+    sa = [sacct_line(JobIDRaw=42, JobID="40_0", State="COMPLETED", ExitCode="0:0"),
+          sacct_line(JobIDRaw=40, JobID="40_[1-2]", State="PENDING"), sacct_line(JobIDRaw=43, JobID="43", State="FAILED")]
+    found = parse_sacct_text("".join(sa))
+    assert set(found) == {"40_0", "40_1", "40_2", "43"} and found["40_0"][0].state == AppState.SUCCEEDED
 
 
 # -- scripts ------------------------------------------------------------------------------------------------
@@ -192,7 +162,7 @@ def test_schedule_sweep_submits_one_array_and_indexes_each_trial(
         assert (array_script.parent / str(i)).resolve() == job_dir.resolve()
         assert (job_dir / "job_id").read_text().strip() == f"900_{i}"
         assert shell_quote(f"it's {i}") in (job_dir / "job.sbatch").read_text()  # its own args, quoted
-        assert s._indexed_job_dir(f"900_{i}") == job_dir
+        assert s.local.where(f"900_{i}").job_dir == str(job_dir)
         assert oct((job_dir / "job.sbatch").stat().st_mode & 0o777) == "0o600"
 
 
@@ -218,7 +188,7 @@ def test_multi_role_trials_are_not_an_array(sched: SlurmScheduler) -> None:
 
 
 def test_trial_states_come_from_one_squeue(sched: SlurmScheduler) -> None:
-    fake = FakeSlurm(squeue=json.dumps(SQUEUE_ARRAY), sacct=json.dumps({"jobs": []}))
+    fake = FakeSlurm(squeue=SQUEUE_ARRAY, sacct="")
     s = SlurmScheduler("t", queries_=SlurmQueries(runner=fake))
     states = s.trial_states(["3428_0", "3428_1", "3428_2", "3428_5"])
     assert {k: v.state for k, v in states.items()} == {
@@ -231,13 +201,10 @@ def test_trial_states_come_from_one_squeue(sched: SlurmScheduler) -> None:
 def test_tasks_that_never_started_end_with_a_cancelled_array() -> None:
     """After ``scancel``, Slurm keeps the tasks that never started only as the array's own record (no task
     id, no task string): they are CANCELLED too, not left waiting for ever."""
-    squeue = {"jobs": [
-        {"job_id": 3563, "array_job_id": 3562, "array_task_id": 0, "array_task_string": "", "job_state": "CANCELLED"},
-        {"job_id": 3562, "array_job_id": 3562, "array_task_id": None, "array_task_string": "",
-         "job_state": "CANCELLED"},
-    ]}  # fmt: skip
-    assert set(parse_squeue_json(json.dumps(squeue))) == {"3562_0", "3562"}
-    fake = FakeSlurm(squeue=json.dumps(squeue), sacct=json.dumps({"jobs": []}))
+    squeue = squeue_line(JobID=3563, JobArrayID="3562_0", State="CANCELLED") + squeue_line(
+        JobID=3562, JobArrayID="3562", State="CANCELLED")
+    assert set(parse_squeue_text(squeue)) == {"3562_0", "3562"}
+    fake = FakeSlurm(squeue=squeue, sacct="")
     s = SlurmScheduler("t", queries_=SlurmQueries(runner=fake))
     states = s.trial_states(["3562_0", "3562_1", "3562_2"])
     assert {k: v.state for k, v in states.items()} == dict.fromkeys(("3562_0", "3562_1", "3562_2"), AppState.CANCELLED)

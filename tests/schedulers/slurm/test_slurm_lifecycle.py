@@ -13,23 +13,18 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_util import directives, dryrun, two_role_app
+from slurm_util import RecordingHost, directives, dryrun, two_role_app
 
 from testutil import HANG, wait_until
 from tsm.errors import InvalidRunOptionError, SchedulerError
 from tsm.schedulers.api import DescribeAppResponse
 from tsm.schedulers.common.stall import stall_message
 from tsm.schedulers.slurm import SlurmScheduler, cli as slurm_cli
-from tsm.schedulers.slurm.parse import (
-    PREEMPTION_STATES,
-    SlurmJob,
-    preemption_of,
-    read_excluded,
-    read_last_exit,
-    read_node_error,
-    stranded,
-)
-from tsm.schedulers.slurm.script import CANCEL_MARK, slurm_time, warning_of
+from tsm.schedulers.slurm.describe import describe_records
+from tsm.schedulers.slurm.host import Where
+from tsm.schedulers.slurm.jobdir import CANCEL_MARK, JobDir
+from tsm.schedulers.slurm.parse import PREEMPTION_STATES, SlurmJob, preemption_of, stranded
+from tsm.schedulers.slurm.script import slurm_time, warning_of
 from tsm.specs.api import AppDef, AppState, Role
 
 # -- directives ----------------------------------------------------------------------------------------
@@ -60,7 +55,8 @@ def test_a_warning_without_a_time_limit_is_still_asked_for(sched: SlurmScheduler
     """A preemption (preempt_send_user_signal) or a cancel sends it: the batch shell needs --signal and the trap."""
     script = dryrun(sched, two_role_app(), {"warn_signal": "USR2", "warn_before": "30s"}).script
     assert "#SBATCH --signal=B:USR2@30" in directives(script)
-    assert "trap _tsm_warning USR2" in script and not any(x.startswith("#SBATCH --time") for x in directives(script))
+    assert "_tsm_warn=USR2 " in script  # programs/longrun.sh traps it
+    assert not any(x.startswith("#SBATCH --time") for x in directives(script))
     assert warning_of(script) == ("USR2", 30)
     # a requeue's bare USR1 is no warning of the app's: cancel sends nothing then
     bare = dryrun(sched, two_role_app(), {"time_limit": "1h", "requeue_on_time_limit": True}).script
@@ -106,14 +102,14 @@ def test_the_programs_own_ends_are_not(states: list[str]) -> None:
 
 def test_a_requeue_is_a_preemption_unless_the_script_asked_for_it(tmp_path: Path) -> None:
     requeued = job("PENDING", "REQUEUED", reason="BeginTime", restarts=1)
-    assert read_last_exit(tmp_path) == ""  # no file: not started yet
+    assert JobDir(tmp_path).last_exit() == ""  # no file: not started yet
     (tmp_path / "last_exit").write_text("failed:3\n")
-    assert read_last_exit(tmp_path) == "failed:3"
-    assert preemption_of(requeued, read_last_exit(tmp_path)) == ""
+    assert JobDir(tmp_path).last_exit() == "failed:3"
+    assert preemption_of(requeued, JobDir(tmp_path).last_exit()) == ""
     (tmp_path / "last_exit").write_text("preempted\n")
-    assert preemption_of(requeued, read_last_exit(tmp_path)) == "preempted: Slurm requeued the job (restart 1)"
+    assert preemption_of(requeued, JobDir(tmp_path).last_exit()) == "preempted: Slurm requeued the job (restart 1)"
     (tmp_path / "last_exit").write_text("$(rm -rf /)\n")
-    assert read_last_exit(tmp_path) == ""
+    assert JobDir(tmp_path).last_exit() == ""
 
 
 # -- the script, run with bash against stand-ins ---------------------------------------------------------
@@ -249,7 +245,7 @@ def test_failure_requeues_are_counted_apart_from_preemptions(
     assert run_attempt(job_dir, fake_cluster, 1).returncode == 0
     # then the cluster requeues it (no cause recorded): a preemption, within max_preemptions=1
     assert run_attempt(job_dir, fake_cluster, 2).returncode == 0
-    assert read_last_exit(job_dir) == "preempted"
+    assert JobDir(job_dir).last_exit() == "preempted"
     assert lines(job_dir / "r" / "0.stdout") == [
         "attempt 0 restarts 0 last None", "attempt 1 restarts 1 last failed:3", "attempt 2 restarts 2 last preempted",
     ]
@@ -312,7 +308,7 @@ def test_requeue_on_time_limit_requeues_itself_as_a_preemption(
     assert run_attempt(job_dir, fake_cluster, 1).returncode == 0
     assert "attempt 1 restarts 1 last time_limit" in lines(job_dir / "r" / "0.stdout")
     assert not (job_dir / "failures").exists()
-    assert json.dumps(read_last_exit(job_dir)) == '"time_limit"'
+    assert json.dumps(JobDir(job_dir).last_exit()) == '"time_limit"'
 
 
 @pytest.mark.parametrize("preempting", [True, False])
@@ -474,7 +470,7 @@ def test_describe_names_the_stalled_replica(sched: SlurmScheduler, tmp_path: Pat
     (tmp_path / "r" / "1.status").write_text(stalled_status + "\n")
     app = AppDef("a", [Role("r", entrypoint="x", num_replicas=2)])
     rec = SlurmJob(job_id="5", app_id="5", offset=0, name="a.r", states=["FAILED"], restarts=0, exit_code=143)
-    desc = sched.describe_records("5", [rec], tmp_path, app)
+    desc = describe_records("5", [rec], JobDir(tmp_path), app)
     assert desc is not None
     reps = desc.roles_statuses[0].replicas
     assert reps[1].error_msg == "stalled for 15m, last line: 'step 7'" and reps[1].state.name == "FAILED"
@@ -536,21 +532,29 @@ def test_cancel_removes_its_mark_when_no_scancel_follows(
     """The warning could not be sent, or the scancel after it failed: the job runs on, without the mark."""
     req = dryrun(sched, AppDef("c", [Role("r", entrypoint="x")]), {"warn_signal": "USR1", "warn_before": "1s"})
     (tmp_path / "job.sbatch").write_text(req.script)
-    monkeypatch.setattr(sched, "_dir_and_app", lambda app_id, recs: (tmp_path, None))
+    monkeypatch.setattr(sched, "where", lambda app_id: Where(app_id, app_id, sched.local, str(tmp_path)))
     monkeypatch.setattr(sched, "describe", lambda app_id, max_age=1.0: DescribeAppResponse(app_id, AppState.RUNNING))
+    # the warning goes through the host's warn.sh, whose scancel is this stand-in: it records what it was
+    # asked and whether the mark was there while it ran
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    asked = tmp_path / "asked"
+    scancel = bindir / "scancel"
+    scancel.write_text(f'#!/bin/sh\necho "$* mark=$(test -e {tmp_path}/{CANCEL_MARK} && echo yes)" >>{asked}\n'
+                       f"exit {batch_rc}\n")
+    scancel.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     calls: list[list[str]] = []
 
     def run(args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
         calls.append(args)
-        if "--batch" in args:
-            assert (tmp_path / CANCEL_MARK).exists()  # written before the warning, there while it is sent
-        rc = batch_rc if "--batch" in args else 1
-        return subprocess.CompletedProcess(args, rc, "", "scancel: error: Access/permission denied")
+        return subprocess.CompletedProcess(args, 1, "", "scancel: error: Access/permission denied")
 
     monkeypatch.setattr(slurm_cli, "run", run)
     with pytest.raises(SchedulerError, match="permission denied"):
         sched.cancel("77")
-    assert calls == [["scancel", "--batch", "--signal=USR1", "77"], ["scancel", "77"]][: len(calls)]
+    assert asked.read_text() == "--batch --signal=USR1 77 mark=yes\n"  # the mark was written before the warning
+    assert calls == [["scancel", "77"]]
     assert not (tmp_path / CANCEL_MARK).exists()
 
 
@@ -595,23 +599,23 @@ def test_a_restart_given_a_failed_node_moves_off_it_and_a_refused_move_fails_the
     assert moves == ["scontrol requeuehold 4242", "scontrol update JobId=4242 ExcNodeList=node9,fake0",
                      "scontrol release 4242"]
     assert (job_dir / "moves").read_text().strip() == "1"
-    assert read_excluded(job_dir) == ["fake0 NODE_FAIL (reason: tsm-test)"]
+    assert JobDir(job_dir).excluded() == ["fake0 NODE_FAIL (reason: tsm-test)"]
     assert not (job_dir / "r" / "0.stdout").exists()  # nothing ran on the failed node
     second = run_attempt(job_dir, dict(env, SLURM_JOB_NODELIST="fake1"), 2)
     if not refused:  # kept off fake0: it runs, its restart still the cluster's
         assert second.returncode == 0, second.stderr
         assert lines(job_dir / "r" / "0.stdout") == ["attempt 2 restarts 2 last preempted"]
-        assert read_node_error(job_dir) == ""
+        assert JobDir(job_dir).node_error() == ""
         return
     said = ("Slurm refused to keep the job off node(s) fake0 (scontrol update JobId=4242 ExcNodeList=node9,fake0: "
             "Job is no longer pending execution for job 4242); the app fails")
     assert f"tsm: {said}" in first.stderr
-    assert read_node_error(job_dir) == said
+    assert JobDir(job_dir).node_error() == said
     # the released job fails as its next attempt starts, before running anything, and says why
     assert second.returncode == 1 and f"tsm: {said}" in second.stderr
     assert (job_dir / "exit").read_text().strip() == "1" and not (job_dir / "r" / "0.stdout").exists()
     rec = SlurmJob(job_id="4242", app_id="4242", offset=0, name="mv.r", states=["FAILED"], restarts=2, exit_code=1)
-    desc = sched.describe_records("4242", [rec], job_dir, app)
+    desc = describe_records("4242", [rec], JobDir(job_dir), app)
     assert desc is not None and desc.state == AppState.FAILED and said in desc.msg, desc
 
 
@@ -624,8 +628,8 @@ def test_moves_off_failed_nodes_stop_at_max_preemptions(
     (job_dir / "moves").write_text("1\n")
     result = run_attempt(job_dir, dict(fake_cluster, FAKE_SACCT="NODE_FAIL|fake0"), 2)
     assert result.returncode == 1, result.stderr
-    assert "after 1 move(s) off failed nodes" in read_node_error(job_dir)
-    assert f"tsm: {read_node_error(job_dir)}" in result.stderr
+    assert "after 1 move(s) off failed nodes" in JobDir(job_dir).node_error()
+    assert f"tsm: {JobDir(job_dir).node_error()}" in result.stderr
     assert not any(ln.split()[1] in ("requeuehold", "update") for ln in lines(tmp_path / "fake.log"))
     assert not (job_dir / "r" / "0.stdout").exists() and (job_dir / "moves").read_text().strip() == "1"
 
@@ -646,7 +650,7 @@ def test_describe_flags_preempted_replicas(
     (tmp_path / "last_exit").write_text(last)
     app = AppDef("a", [Role("r", entrypoint="x", num_replicas=2)])
     rec = SlurmJob(job_id="5", app_id="5", offset=0, name="a.r", states=states, restarts=1)
-    desc = sched.describe_records("5", [rec], tmp_path, app)
+    desc = describe_records("5", [rec], JobDir(tmp_path), app)
     assert desc is not None
     for r in desc.roles_statuses[0].replicas:
         assert r.preempted == bool(preempted) and (r.error_msg == preempted or not preempted)
@@ -667,7 +671,7 @@ def test_a_task_the_cancel_ended_before_its_wrapper_was_signalled_is_cancelled(
     (tmp_path / "w" / "1.status").write_text("exited 143 1 0 - node1\n")
     app = AppDef("a", [Role("w", entrypoint="x", num_replicas=2)])
     rec = SlurmJob(job_id="5", app_id="5", offset=0, name="a.w", states=[job_state], restarts=0, exit_code=0)
-    desc = sched.describe_records("5", [rec], tmp_path, app)
+    desc = describe_records("5", [rec], JobDir(tmp_path), app)
     assert desc is not None
     reps = desc.roles_statuses[0].replicas
     assert (reps[0].state.name, reps[0].error_msg) == ("CANCELLED", "stopped by SIGTERM (exit code 143)")
@@ -684,7 +688,7 @@ def test_a_task_the_preemption_ended_before_its_wrapper_was_signalled_is_preempt
         (tmp_path / "w" / f"{k}.status").write_text(status + "\n")
     app = AppDef("a", [Role("w", entrypoint="x", num_replicas=3)])
     rec = SlurmJob(job_id="5", app_id="5", offset=0, name="a.w", states=["PREEMPTED"], restarts=0)
-    desc = sched.describe_records("5", [rec], tmp_path, app)
+    desc = describe_records("5", [rec], JobDir(tmp_path), app)
     assert desc is not None
     reps = desc.roles_statuses[0].replicas
     assert [r.preempted for r in reps] == [True, True, False], reps
@@ -716,14 +720,14 @@ def test_a_look_requeues_the_components_slurm_left_behind_once(
     calls: list[list[str]] = []
     monkeypatch.setattr(slurm_cli, "run", lambda args, **_: calls.append(args))
     recs = [_component(0, "PENDING", 1), _component(1, "FAILED", 0)]
-    sched.requeue_stranded("9", recs)
-    sched.requeue_stranded("9", recs)  # the next look, before Slurm's answer changed: not again
+    sched.local.requeue_stranded(sched.local.where("9"), recs)
+    sched.local.requeue_stranded(sched.local.where("9"), recs)  # the next look, before Slurm's answer changed: not again
     assert calls == [["scontrol", "requeue", "9"]]
-    sched.requeue_stranded("9", [_component(0, "PENDING", 2), _component(1, "FAILED", 1)])  # a later restart
-    assert calls == [["scontrol", "requeue", "9"]] * 2
-    sched.requeue_stranded("10", [_component(0, "PENDING", 1), _component(1, "PENDING", 1)])
+    sched.local.requeue_stranded(sched.local.where("9"), [_component(0, "PENDING", 2), _component(1, "FAILED", 1)])
+    assert calls == [["scontrol", "requeue", "9"]] * 2  # a later restart
+    sched.local.requeue_stranded(sched.local.where("10"), [_component(0, "PENDING", 1), _component(1, "PENDING", 1)])
     assert len(calls) == 2
     # an app submitted over SSH: the command runs on its login node, by the leader's job id there
-    remote: list[list[str]] = []
-    sched.requeue_stranded("login-9", recs, remote.append)
-    assert remote == [["scontrol", "requeue", "9"]] and len(calls) == 2
+    login = RecordingHost()
+    login.requeue_stranded(Where("login-9", "9", login), recs)
+    assert login.calls == [["scontrol", "requeue", "9"]] and len(calls) == 2

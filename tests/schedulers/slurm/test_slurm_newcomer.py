@@ -3,7 +3,6 @@ in a replica, and a cancel that returns once the job has ended."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_util import DATA, JOBS, FakeSlurm, directives, dryrun
+from slurm_util import FakeSlurm, directives, dryrun, squeue_with
 from test_slurm_script import fake_cluster, run_locally  # noqa: F401 (fixture)
 
 from tsm.runner.api import get_runner
@@ -95,10 +94,8 @@ def test_case_c_nodes_run_the_launching_venv_not_the_system_python(
 
 
 def _squeue(app_id: str, state: str) -> str:
-    data = json.loads((DATA / "squeue_22.05.json").read_text())
-    rec = dict(next(j for j in data["jobs"] if j["job_id"] == int(JOBS["timeout"])))
-    rec.update(job_id=int(app_id), het_job_id=0, het_job_offset=0, job_state=state, state_reason="None")
-    return json.dumps({**data, "jobs": [rec]})
+    """Only job ``app_id``, in ``state`` (a copy of a real record)."""
+    return squeue_with(app_id, State=state, Reason="None").splitlines(keepends=True)[-1]
 
 
 def test_cancel_waits_for_the_terminal_state(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,7 +103,7 @@ def test_cancel_waits_for_the_terminal_state(monkeypatch: pytest.MonkeyPatch) ->
     fake = FakeSlurm()
 
     def squeue(args: list[str]) -> subprocess.CompletedProcess[str]:
-        if args[0] == "squeue":
+        if "squeue" in args:
             fake.calls.append(args)
             return subprocess.CompletedProcess(args, 0, _squeue("77", next(states, "CANCELLED")), "")
         return fake(args)

@@ -1,26 +1,21 @@
-"""Reading Slurm's answers: squeue/sacct JSON (22.05 as captured from the real cluster by
-``data/capture_slurm_data.py``, and the newer format derived from it by :func:`_to_newer_format`), their
-text columns, state names, host lists and replica status files."""
+"""Reading Slurm's answers: squeue/sacct in the columns tsm asks for (22.05 as captured from the real cluster
+by ``data/capture_slurm_data.py``), state names, host lists and replica status files."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_util import DATA, JOBS
+from slurm_util import DATA, JOBS, squeue_line
 
 from tsm.schedulers.slurm import (
-    SlurmQueries,
+    SQUEUE_ARGS,
     expand_hostlist,
-    parse_sacct_json,
     parse_sacct_text,
-    parse_squeue_json,
     parse_squeue_text,
     read_status,
+    sacct_args,
     slurm_state,
 )
 from tsm.specs.api import AppState
@@ -60,28 +55,6 @@ def test_state_mapping(names: Any, state: AppState) -> None:
     assert slurm_state(names) == state
 
 
-def _to_newer_format(obj: Any, key: str = "") -> Any:
-    """The 22.05 capture as Slurm 23.02+ writes it: state lists and ``{"set", "infinite", "number"}`` numbers."""
-    if isinstance(obj, dict):
-        return {k: _to_newer_format(v, k) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_to_newer_format(v) for v in obj]
-    if key == "job_state" and isinstance(obj, str):
-        return [obj]
-    if key == "current" and isinstance(obj, str):
-        return [obj]
-    if isinstance(obj, int) and not isinstance(obj, bool) and key in {
-        "job_id", "het_job_id", "het_job_offset", "restart_cnt", "submit_time", "start_time", "end_time", "tasks",
-        "job_offset", "submission", "start", "end", "return_code",
-    }:  # fmt: skip
-        return {"set": True, "infinite": False, "number": obj}
-    if key == "exit_code" and isinstance(obj, int):  # newer squeue: a structured exit code
-        return {"status": ["SIGNALED"] if obj & 0x7F else ["SUCCESS" if obj == 0 else "FAILED"],
-                "return_code": {"set": True, "number": (obj >> 8) & 0xFF},
-                "signal": {"id": {"set": True, "number": obj & 0x7F}, "name": ""}}  # fmt: skip
-    return obj
-
-
 SQUEUE_EXPECTED = {
     "completed": (AppState.SUCCEEDED, ["ok.trainer", "ok.ps"], "node[1-2]"),
     "failed": (AppState.FAILED, ["bad.trainer", "bad.ps"], "node[1-2]"),
@@ -93,12 +66,8 @@ SQUEUE_EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("newer", [False, True], ids=["22.05", "newer"])
-def test_parse_squeue(newer: bool) -> None:
-    text = (DATA / "squeue_22.05.json").read_text()
-    if newer:
-        text = json.dumps(_to_newer_format(json.loads(text)))
-    jobs = parse_squeue_json(text)
+def test_parse_squeue() -> None:
+    jobs = parse_squeue_text((DATA / "squeue_22.05.txt").read_text())
     for case, (state, names, nodes) in SQUEUE_EXPECTED.items():
         recs = jobs[JOBS[case]]
         assert [r.name for r in recs] == names, case
@@ -119,12 +88,8 @@ def test_parse_squeue(newer: bool) -> None:
     )
 
 
-@pytest.mark.parametrize("newer", [False, True], ids=["22.05", "newer"])
-def test_parse_sacct(newer: bool) -> None:
-    text = (DATA / "sacct_22.05.json").read_text()
-    if newer:
-        text = json.dumps(_to_newer_format(json.loads(text)))
-    jobs = parse_sacct_json(text)
+def test_parse_sacct() -> None:
+    jobs = parse_sacct_text((DATA / "sacct_22.05.txt").read_text())
     expected = {
         "completed": AppState.SUCCEEDED,
         "failed": AppState.FAILED,
@@ -143,54 +108,21 @@ def test_parse_sacct(newer: bool) -> None:
     assert jobs[JOBS["pending"]][0].nodes == "node[1-4]"
 
 
-def _by_case(jobs: dict[str, list[Any]]) -> dict[str, list[tuple[Any, ...]]]:
-    return {
-        case: [
-            (r.job_id, r.offset, r.name, r.state, r.nodes, r.restarts, r.work_dir) for r in jobs[JOBS[case]]
-        ]
-        for case in JOBS
-        if JOBS[case] in jobs
-    }
+def test_times_are_epoch_seconds_whatever_the_time_zone() -> None:
+    """tsm asks for epoch seconds (``SLURM_TIME_FORMAT=%s``): a login node in another time zone than this
+    machine still gives the right times."""
+    assert SQUEUE_ARGS[:2] == ["env", "SLURM_TIME_FORMAT=%s"] and sacct_args()[:2] == SQUEUE_ARGS[:2]
+    line = squeue_line(JobID=7, JobArrayID=7, State="COMPLETED", SubmitTime=1700000000, StartTime=1700000005,
+                       EndTime=1700000065, exit_code=36608)
+    rec = parse_squeue_text(line)["7"][0]
+    assert (rec.submit_time, rec.start_time, rec.end_time, rec.exit_code) == (1700000000, 1700000005, 1700000065, 143)
+    assert parse_squeue_text(squeue_line(JobID=8, JobArrayID=8, StartTime="N/A"))["8"][0].start_time is None
 
 
-def test_squeue_text_columns_say_what_the_json_says() -> None:
-    from_json = parse_squeue_json((DATA / "squeue_22.05.json").read_text())
-    from_text = parse_squeue_text((DATA / "squeue_22.05.txt").read_text())
-    assert _by_case(from_text) == _by_case(from_json)
-    assert set(from_text) == set(from_json)
-    run = from_text[JOBS["running"]][0]
-    assert run.num_tasks == 2 and run.submit_time == from_json[JOBS["running"]][0].submit_time
-
-
-def test_sacct_text_columns_say_what_the_json_says() -> None:
-    from_json = parse_sacct_json((DATA / "sacct_22.05.json").read_text())
-    from_text = parse_sacct_text((DATA / "sacct_22.05.txt").read_text())
-    assert _by_case(from_text) == _by_case(from_json)
-    assert (
-        from_text[JOBS["requeued"]][0].exit_code == 5
-    )  # the text columns keep exit codes 22.05's JSON drops
-    assert from_text[JOBS["requeued"]][0].restarts == 1
-
-
-def test_slurm_without_json_is_read_from_text_columns() -> None:
-    calls: list[list[str]] = []
-
-    def runner(args: list[str]) -> subprocess.CompletedProcess[str]:
-        calls.append(args)
-        if "--json" in args:
-            return subprocess.CompletedProcess(args, 1, "", f"{args[0]}: unrecognized option '--json'\n")
-        name = "squeue_22.05.txt" if args[0] == "squeue" else "sacct_22.05.txt"
-        return subprocess.CompletedProcess(args, 0, (DATA / name).read_text(), "")
-
-    q = SlurmQueries(runner=runner)
-    assert q.job(JOBS["running"])[0].state == AppState.RUNNING  # type: ignore[index]
-    assert q.json is False
-    q._snapshot = {}
-    q._snapshot_at = time.monotonic()
-    failed = q.job(JOBS["failed"], max_age=60)
-    assert failed is not None and failed[0].state == AppState.FAILED
-    assert [c[0] for c in calls] == ["squeue", "squeue", "sacct"]
-    assert calls[-1][:3] == ["sacct", "-P", "-n"]
+def test_names_and_paths_with_separators_stay_whole() -> None:
+    line = squeue_line(JobID=9, JobArrayID=9, State="RUNNING", Name="a|b c", WorkDir="/x|y/ z")
+    rec = parse_squeue_text(line)["9"][0]
+    assert (rec.name, rec.work_dir) == ("a|b c", "/x|y/ z")
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_util import DATA, JOBS, FakeSlurm, dryrun, two_role_app
+from slurm_util import JOBS, FakeSlurm, dryrun, squeue_with, two_role_app
 
 from tsm.errors import (
     InvalidAppError,
@@ -26,7 +25,8 @@ from tsm.schedulers.slurm import (
     SlurmScheduler,
     cli as slurm_cli,
 )
-from tsm.schedulers.slurm.scheduler import _index_dir
+from tsm.schedulers.slurm.cli import command_name
+from tsm.schedulers.slurm.host import LocalHost
 from tsm.specs.api import AppDef, AppState, Role
 
 # -- describe / wait / cancel / list against captured answers ---------------------------------------------
@@ -40,7 +40,7 @@ def write_job_dir(s: SlurmScheduler, app: AppDef, app_id: str, tmp_path: Path) -
     (job_dir / "app.json").write_text(req.app_json)
     for role in req.roles:
         (job_dir / role).mkdir()
-    index = _index_dir()
+    index = LocalHost.index()
     index.mkdir(parents=True, exist_ok=True)
     (index / app_id).write_text(str(job_dir) + "\n")
     return job_dir
@@ -85,13 +85,13 @@ def test_describe_pending_and_requeued(sched: SlurmScheduler) -> None:
 
 
 def test_describe_unknown_and_malformed_ids() -> None:
-    s = SlurmScheduler("t", queries_=SlurmQueries(runner=FakeSlurm(sacct=json.dumps({"jobs": []}))))
+    s = SlurmScheduler("t", queries_=SlurmQueries(runner=FakeSlurm(sacct="")))
     assert s.describe("424242") is None
     assert s.describe("../etc") is None
 
 
 def test_describe_from_the_sacct_record_after_squeue_forgot() -> None:
-    s = SlurmScheduler("t", queries_=SlurmQueries(runner=FakeSlurm(squeue=json.dumps({"jobs": []}))))
+    s = SlurmScheduler("t", queries_=SlurmQueries(runner=FakeSlurm(squeue="")))
     d = s.describe(JOBS["requeued"])
     assert d is not None and d.state == AppState.FAILED and d.num_restarts == 1
     assert "BeginTime" not in d.msg  # a stale pending reason is not shown for an ended job
@@ -161,6 +161,23 @@ def test_list_merges_queue_and_accounting_newest_first() -> None:
     )
 
 
+def test_list_asks_squeue_and_sacct_at_once() -> None:
+    """A list waits for the slower of its two commands, not for both one after the other: each answers only
+    once the other has been asked."""
+    fake = FakeSlurm()
+    asked = {"squeue": threading.Event(), "sacct": threading.Event()}
+
+    def runner(args: list[str]) -> subprocess.CompletedProcess[str]:
+        name = command_name(args)
+        asked[name].set()
+        other = "sacct" if name == "squeue" else "squeue"
+        assert asked[other].wait(timeout=60), f"{name} answered before {other} was asked"
+        return fake(args)
+
+    rows = SlurmScheduler("sess", queries_=SlurmQueries(runner=runner)).list()
+    assert JOBS["running"] in {r.app_id for r in rows} and fake.count("squeue") == fake.count("sacct") == 1
+
+
 def test_schedule_writes_private_files_and_indexes_the_job(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -181,7 +198,7 @@ def test_schedule_writes_private_files_and_indexes_the_job(
     assert (job_dir.stat().st_mode & 0o777) == 0o700
     assert (job_dir.parent.stat().st_mode & 0o777) == 0o700
     assert ((job_dir / "app.json").stat().st_mode & 0o777) == 0o600
-    assert (_index_dir() / "777").read_text().strip() == str(job_dir)
+    assert (LocalHost.index() / "777").read_text().strip() == str(job_dir)
     with pytest.raises(SubmissionError, match="already holds an app"):
         s.schedule(info)
 
@@ -210,20 +227,11 @@ def test_remove_deletes_only_what_tsm_wrote(tmp_path: Path) -> None:
     (job_dir / "ps" / "mine.txt").write_text("user file")
     assert s.remove("9002") is True
     assert sorted(p.relative_to(job_dir).as_posix() for p in job_dir.rglob("*")) == ["ps", "ps/mine.txt"]
-    assert not (_index_dir() / "9002").exists()
+    assert not (LocalHost.index() / "9002").exists()
     assert s.remove("9002") is False  # nothing of ours is left
 
 
 # -- logs ------------------------------------------------------------------------------------------------
-
-
-def squeue_with(app_id: str, **fields: Any) -> str:
-    """The captured squeue answer plus a running job ``app_id`` (a copy of a real record)."""
-    data = json.loads((DATA / "squeue_22.05.json").read_text())
-    rec = dict(next(j for j in data["jobs"] if j["job_id"] == int(JOBS["timeout"])))
-    rec.update(job_id=int(app_id), het_job_id=0, het_job_offset=0, **fields)
-    data["jobs"].append(rec)
-    return json.dumps(data)
 
 
 def logs_app(tmp_path: Path) -> tuple[SlurmScheduler, Path]:
@@ -248,8 +256,8 @@ def test_log_iter_found_from_another_directory_via_workdir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s, job_dir = logs_app(tmp_path)
-    (_index_dir() / "9001").unlink()  # another TSM_HOME: only Slurm's WorkDir leads there
-    squeue = squeue_with("9001", current_working_directory=str(job_dir))
+    (LocalHost.index() / "9001").unlink()  # another TSM_HOME: only Slurm's WorkDir leads there
+    squeue = squeue_with("9001", WorkDir=str(job_dir))
     s2 = SlurmScheduler("t", queries_=SlurmQueries(runner=FakeSlurm(squeue=squeue)))
     monkeypatch.chdir(tmp_path)
     assert list(s2.log_iter("9001", "trainer", 1, streams=Stream.STDERR)) == ["warn é\n"]
@@ -271,7 +279,7 @@ def test_log_iter_unknowns(tmp_path: Path) -> None:
     with pytest.raises(UnknownAppError, match="replicas 0..1"):
         list(s.log_iter("9001", "trainer", 2))
     s2 = SlurmScheduler(
-        "t", queries_=SlurmQueries(runner=FakeSlurm(squeue='{"jobs": []}', sacct='{"jobs": []}'))
+        "t", queries_=SlurmQueries(runner=FakeSlurm(squeue="", sacct=""))
     )
     with pytest.raises(UnknownAppError):
         list(s2.log_iter("31337", "trainer", 0))

@@ -31,7 +31,9 @@ from tsm.schedulers.slurm import (
     parse_version,
     read_status,
 )
-from tsm.schedulers.slurm.parse import SlurmJob, read_excluded
+from tsm.schedulers.slurm.describe import replica_status
+from tsm.schedulers.slurm.jobdir import JobDir
+from tsm.schedulers.slurm.parse import SlurmJob
 from tsm.schedulers.slurm.script import REPLICA_WRAPPER
 from tsm.specs.api import AppDef, Resource, Role
 
@@ -187,7 +189,7 @@ def test_every_option_has_help(sched: SlurmScheduler) -> None:
 def test_options_are_typed_once_at_dry_run(sched: SlurmScheduler) -> None:
     """The command line's strings become SlurmOptions' types in one place (runopts.resolve)."""
     from tsm.schedulers.slurm import SlurmOptions
-    from tsm.schedulers.slurm.remote import SshOptions
+    from tsm.schedulers.slurm.ssh_host import SshOptions
 
     assert [name for name, _ in sched.run_opts()] == [
         name for name, _ in [*SlurmOptions.runopts(), *SshOptions.runopts()]
@@ -403,7 +405,7 @@ def test_replica_env_and_runtime_macros(
             "TSM_HOME": os.environ["TSM_HOME"],  # the submitter's environment travels with the job
             "TSM_PYTHON_BIN": os.path.dirname(sys.executable),  # the interpreter rule (test_python_*)
             # and whatever else of tsm's own the submitter had set (the test home's launcher setting)
-            **{k: v for k, v in os.environ.items() if k.startswith(("TSM_LAUNCHER", "TSM_KEEPER"))},
+            **{k: v for k, v in os.environ.items() if k.startswith(("TSM_LAUNCHER", "TSM_KEEPER", "TSM_CLI_SERVER"))},
         }
         f = read_status(job_dir / "w" / f"{k}.status")
         assert (
@@ -455,7 +457,7 @@ def test_wrapper_records_a_replica_the_nodes_oom_killer_ended(tmp_path: Path) ->
     assert (tmp_path / "oom_nodes").read_text() == line + "\n"
     assert "tsm: r/0 was killed by the kernel's OOM killer on node7; later attempts avoid it" in proc.stderr
     (tmp_path / "excluded").write_text(line + "\n")  # as the batch script copies it at the restart
-    assert read_excluded(tmp_path) == [line]
+    assert JobDir(tmp_path).excluded() == [line]
     assert (tmp_path / "r" / "0.status").read_text().startswith("exited 137 ")
 
 
@@ -504,10 +506,10 @@ def test_wrapper_records_a_failure_with_a_gpu_fault_on_the_node(
     assert proc.returncode == 3, proc.stderr
     line = f"node7 GPU (r/0: {why})"
     assert (tmp_path / "oom_nodes").read_text() == line + "\n"
-    assert read_excluded(tmp_path, "oom_nodes") == [line]  # the restart keeps the app off node7
+    assert JobDir(tmp_path).excluded("oom_nodes") == [line]  # the restart keeps the app off node7
     assert f"tsm: r/0 failed with a GPU fault on node7 ({why}); later attempts avoid it" in proc.stderr
     rec = SlurmJob("5", "5", 0, "app", ["FAILED"], nodes="node7", num_tasks=1)
-    rs = SlurmScheduler._replica_status(Role("r", entrypoint="x"), 0, rec, ["node7"], tmp_path, 0)
+    rs = replica_status(Role("r", entrypoint="x"), 0, rec, ["node7"], JobDir(tmp_path), 0)
     assert rs.error_msg == f"exited with code 3: a GPU fault on node7: {why} (later attempts avoid it)"
 
 
@@ -581,9 +583,20 @@ def test_the_warning_reaches_the_program_under_a_launcher_and_spares_the_launche
     assert _processes_with(marker) == []  # the wrapper's helper and its sleep are gone with the task
 
 
+CHILDREN_OF_PARENT = """\
+import os
+def parent_of(p):
+    try:
+        with open(f"/proc/{p}/stat") as f:
+            return f.read().split(") ")[1].split()[1]
+    except OSError:  # ended meanwhile: not a child of anything any more
+        return None
+print(sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and parent_of(p) == str(os.getppid())))
+"""
+
+
 def test_the_wrapper_starts_no_helper_without_a_warning(tmp_path: Path) -> None:
-    proc = run_wrapper(tmp_path, "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()"
-                                 " and open(f'/proc/{p}/stat').read().split(') ')[1].split()[1] == str(os.getppid())))")
+    proc = run_wrapper(tmp_path, CHILDREN_OF_PARENT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() != "" and len(json.loads(proc.stdout)) == 1, proc.stdout  # only this python
 
@@ -595,7 +608,7 @@ def test_a_replica_the_nodes_oom_killer_ended_says_so(tmp_path: Path) -> None:
     (tmp_path / "oom_nodes").write_text("node7 OOM (the kernel's OOM killer ended r/0)\n")
     rec = SlurmJob("5", "5", 0, "app", ["FAILED"], nodes="node[7-8]", num_tasks=2)
     role = Role("r", entrypoint="x", num_replicas=2)
-    r0, r1 = (SlurmScheduler._replica_status(role, k, rec, ["node7", "node8"], tmp_path, 0) for k in (0, 1))
+    r0, r1 = (replica_status(role, k, rec, ["node7", "node8"], JobDir(tmp_path), 0) for k in (0, 1))
     assert r0.error_msg == "exited with code 137: killed by the kernel's OOM killer on node7 (later attempts avoid it)"
     assert r1.error_msg == "exited with code 137"
 

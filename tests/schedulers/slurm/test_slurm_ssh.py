@@ -27,8 +27,8 @@ from tsm.schedulers.common.ssh import (
     parse_ssh_options,
     quote_command,
 )
-from tsm.schedulers.slurm.remote import Remote, SshOptions, is_remote_id
 from tsm.schedulers.slurm.script import SlurmBatchRequest
+from tsm.schedulers.slurm.ssh_host import SshHost, SshOptions, is_remote_id
 
 HOSTILE = [
     "plain",
@@ -196,7 +196,7 @@ def test_follow_resumes_from_its_offset_across_dropped_connections(tmp_path: Pat
         'echo "Connection to h closed by remote host." >&2; exit 255; fi\n'
         'printf %s "$out"'
     )
-    rem = Remote(SshConnection(SshTarget("h"), control_dir=tmp_path / "c", ssh=fake_ssh(tmp_path, body)))
+    rem = SshHost(SshConnection(SshTarget("h"), control_dir=tmp_path / "c", ssh=fake_ssh(tmp_path, body)))
     reader = rem.reader(str(log))
     reads = [0]
 
@@ -214,7 +214,7 @@ def test_follow_resumes_from_its_offset_across_dropped_connections(tmp_path: Pat
 
 def test_submission_says_when_sbatch_is_missing_remotely(tmp_path: Path) -> None:
     body = 'PATH=/nonexistent /bin/sh -c "$cmd"'
-    rem = Remote(SshConnection(SshTarget("h"), control_dir=tmp_path / "c", ssh=fake_ssh(tmp_path, body)))
+    rem = SshHost(SshConnection(SshTarget("h"), control_dir=tmp_path / "c", ssh=fake_ssh(tmp_path, body)))
     req = SlurmBatchRequest(script="#!/bin/bash\n", job_dir=str(tmp_path / "job-abc"), app_name="a", roles=["r"],
                             app_json="{}")
     with pytest.raises(SchedulerUnavailableError, match="sbatch is not on the remote PATH"):
@@ -238,7 +238,7 @@ def test_submission_is_idempotent_when_the_connection_drops_after_sbatch(tmp_pat
         'echo "Connection to h closed by remote host." >&2; exit 255; fi\n'
         'exec sh -c "$cmd"'
     )
-    rem = Remote(SshConnection(SshTarget("h"), control_dir=tmp_path / "c", ssh=fake_ssh(tmp_path, body)))
+    rem = SshHost(SshConnection(SshTarget("h"), control_dir=tmp_path / "c", ssh=fake_ssh(tmp_path, body)))
     job_dir = tmp_path / "remote" / "job-1234abcd"
     req = SlurmBatchRequest(script="#!/bin/bash\ntrue\n", job_dir=str(job_dir), app_name="a", roles=["r"],
                             app_json='{"x": 1}')
@@ -255,8 +255,42 @@ def test_submission_is_idempotent_when_the_connection_drops_after_sbatch(tmp_pat
 
 def test_remote_paths_resolve_against_the_remote_home(tmp_path: Path) -> None:
     body = 'HOME=/home/far exec sh -c "$cmd"'
-    rem = Remote(SshConnection(SshTarget("h"), control_dir=tmp_path / "c", ssh=fake_ssh(tmp_path, body)))
+    rem = SshHost(SshConnection(SshTarget("h"), control_dir=tmp_path / "c", ssh=fake_ssh(tmp_path, body)))
     assert rem.resolve("~/.tsm") == "/home/far/.tsm"
     assert rem.resolve("scratch") == "/home/far/scratch"
     assert rem.resolve("/abs") == "/abs"
     assert subprocess.run(["true"]).returncode == 0
+
+
+def test_the_mirror_of_a_remote_job_directory_holds_what_describe_reads(tmp_path: Path, tsm_home: Path) -> None:
+    """Every record of the batch script describe reads (a stall, excluded nodes, why a move failed, the last
+    exit) is copied; one the job's next attempt removed goes from the mirror too; the app's record stays."""
+    from tsm.schedulers.slurm.host import Where
+    from tsm.schedulers.slurm.jobdir import JobDir
+
+    job = tmp_path / "remote" / "job-1"
+    (job / "w").mkdir(parents=True)
+    (job / "app.json").write_text("{}")
+    (job / "stalled").write_text("w/0 stalled for 15m, last line: 'step 7'\n")
+    (job / "excluded").write_text("node3 NODE_FAIL (reason: gone)\n")
+    (job / "last_exit").write_text("stalled\n")
+    (job / "w" / "0.status").write_text("running node1 1 1\n")
+    (job / "w" / "0.stdout").write_text("a\nlast\n")
+    host = SshHost(SshConnection(SshTarget("h"), control_dir=tmp_path / "c", ssh=fake_ssh(tmp_path)))
+    where = Where("h-5", "5", host, str(job))
+    host.sync([where], tails=True)
+    mirror = host.local_dir(where, None)
+    assert mirror is not None
+    seen = JobDir(mirror)
+    assert seen.stalled() == ("w", 0, "stalled for 15m, last line: 'step 7'")
+    assert seen.excluded() == ["node3 NODE_FAIL (reason: gone)"] and seen.last_exit() == "stalled"
+    assert (mirror / "w" / "0.stdout").read_text() == "a\nlast\n"  # the tail, for the views
+    (job / "stalled").unlink()  # the next attempt began
+    (job / "w" / "0.status").write_text("exited 0 2 1 - node1\n")
+    (job / "exit").write_text("0\n")
+    host.sync([where])
+    assert JobDir(mirror).stalled() is None and (mirror / "app.json").exists()
+    assert JobDir(mirror).status("w", 0).exit_code == 0  # type: ignore[union-attr]
+    (job / "excluded").unlink()
+    host.sync([where])  # the final exit code is in the mirror: nothing changes after it
+    assert JobDir(mirror).excluded() == ["node3 NODE_FAIL (reason: gone)"]

@@ -3,12 +3,13 @@ lookup of many jobs (one squeue, one sacct) behind it."""
 
 from __future__ import annotations
 
-import json
+import time
 
 import pytest
-from slurm_util import JOBS, FakeSlurm
+from slurm_util import JOBS, FakeSlurm, RecordingHost, squeue_line
 
 from tsm.schedulers.slurm import SlurmQueries, SlurmScheduler, cli as slurm_cli
+from tsm.schedulers.slurm.host import Where
 from tsm.schedulers.slurm.parse import SlurmJob
 from tsm.schedulers.slurm.view import SlurmView, StepUsage, _Rate, cpu_seconds, mem_mb, parse_sstat
 from tsm.specs.api import AppState
@@ -63,7 +64,7 @@ def test_many_jobs_cost_one_squeue_and_one_sacct() -> None:
 
 
 def test_jobs_the_controller_forgot_are_looked_up_together() -> None:
-    fake = FakeSlurm(squeue=json.dumps({"jobs": []}))
+    fake = FakeSlurm(squeue="")
     q = SlurmQueries(runner=fake)
     got = q.jobs([JOBS["failed"], JOBS["completed"], "999999"], max_age=0)
     assert got[JOBS["failed"]][0].state == AppState.FAILED and "999999" not in got
@@ -81,9 +82,22 @@ def test_a_view_requeues_a_stranded_app_where_it_runs(sched: SlurmScheduler, mon
     monkeypatch.setattr(slurm_cli, "run", lambda args, **_: local.append(args))
     recs = [SlurmJob(job_id=str(41 + k), app_id="41", offset=k, name=f"a.r{k}", states=[state], restarts=n)
             for k, (state, n) in enumerate([("PENDING", 1), ("FAILED", 0)])]  # fmt: skip
-    remote: list[list[str]] = []
-    view = SlurmView(sched)
-    view._view("login-41", recs, {}, remote.append)
-    assert remote == [["scontrol", "requeue", "41"]] and local == []
-    view._view("41", [SlurmJob(**{**r.__dict__, "restarts": r.restarts + 1}) for r in recs], {})
+    login = RecordingHost()
+    view = SlurmView(sched.where, sched.backend)
+    view._view(Where("login-41", "41", login), recs, {})
+    assert login.calls == [["scontrol", "requeue", "41"]] and local == []
+    view._view(sched.local.where("41"), [SlurmJob(**{**r.__dict__, "restarts": r.restarts + 1}) for r in recs], {})
     assert local == [["scontrol", "requeue", "41"]]
+
+
+def test_a_pending_job_has_not_started_whatever_start_slurm_expects() -> None:
+    """Slurm's StartTime of a pending job is when it expects to start it (a ``--begin`` time, the backfill's
+    estimate): the view and a sweep's trial say it has not started, and its duration counts from its
+    submission, not 0.0s from a start in the future."""
+    now = time.time()
+    squeue = squeue_line(JobID=9100, JobArrayID="9100_3", HetJobID="N/A", State="PENDING", Reason="JobArrayTaskLimit",
+                         SubmitTime=int(now - 60), StartTime=int(now + 3600), EndTime=int(now + 7200), Name="sw.r")
+    s = SlurmScheduler("t", queries_=SlurmQueries(runner=FakeSlurm(squeue=squeue, sacct="")))
+    (view,) = s.view_snapshot(["9100_3"])
+    assert view.started is None and (view.duration(now) or 0) >= 59
+    assert s.trial_states(["9100_3"])["9100_3"].started is None

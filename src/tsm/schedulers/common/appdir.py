@@ -70,6 +70,11 @@ class AppDir:
         """The text of the file ``name``, or None when it cannot be read."""
         return read_text(self.path / name)
 
+    def count_up(self, name: str) -> None:
+        """Add one to the counter kept in the file ``name`` (a missing or unreadable one counts from 0)."""
+        now = (self.read(name) or "").strip()
+        self.write(name, f"{int(now) + 1 if now.isdigit() else 1}\n")
+
     def remove(self) -> bool:
         """Delete the app directory and everything in it; True when there was one."""
         if not self.path.exists():

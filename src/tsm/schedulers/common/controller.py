@@ -7,7 +7,8 @@ tsm, in the process that looks at the app. Each look is three steps:
 1. **observe** (the backend): one batched list of the app's containers or pods, read into an
    :class:`~tsm.schedulers.common.status.AppStatusView` (:func:`~tsm.schedulers.common.status.aggregate_roles`);
 2. **decide** (here, pure, no I/O): :func:`decide` turns that view, the app's :class:`RoleShape` rows, the
-   try each role is on and the clock into at most one :data:`Decision`;
+   try each role is on and the clock into the lifecycle policy's record (:mod:`tsm.lifecycle.policy`, which
+   holds the rules) and its answer into at most one :data:`Decision`;
 3. **act** (the backend's ``act``): replace the objects of a :class:`Retry`, stop or delete what a
    :class:`Finish` says.
 
@@ -21,12 +22,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tsm.schedulers.common.durations import format_duration
+from tsm.lifecycle import policy
 from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS
 from tsm.schedulers.common.status import AppStatusView
 from tsm.specs.api import AppState
 
-POLICIES = ("REPLICA", "ROLE", "APPLICATION")
+POLICIES = policy.POLICIES
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class Limits:
     @property
     def message(self) -> str:
         """The app's failure at its limit: ``time limit 2h reached``."""
-        return f"time limit {format_duration(self.time_limit or 0)} reached"
+        return policy.time_limit_message(self.time_limit or 0)
 
 
 #: What one look decides: nothing to do (None), a retry, a warning, or the end.
@@ -147,69 +148,84 @@ def decide(
     preemptions: int = 0,
     max_preemptions: int = DEFAULT_MAX_PREEMPTIONS,
     role_preemptions: Mapping[str, int] | None = None,
+    hopeless: str = "",
 ) -> Decision:
-    """What to do about an app after one look (pure: same inputs, same answer).
+    """What to do about an app after one look (pure: same inputs, same answer): the lifecycle policy's
+    outcome (:func:`tsm.lifecycle.policy.decide`, whose docstring states the rules) for what the look saw.
 
-    * not ``owned``: nothing (only the submitter acts);
-    * a time limit (``limits``) reached now or on an earlier look: with ``limits.requeue`` and fewer than
-      ``max_preemptions`` restarts made as preemptions (``preemptions``, app-wide), a :class:`Retry` of every
-      role as a preemption (``time_limit``); else :class:`Finish` FAILED "time limit X reached" that stops
-      what runs (``time_limit``), before any retry: the stopped replicas' exits are not the program's
-      failures; within ``warn_before`` of it, with a warning signal not yet sent: :class:`Warn`;
-    * FAILED with a replica to blame that the cluster ended (its ``ReplicaStatus.preempted``): a
-      :class:`Retry` as a preemption of its role (ROLE, REPLICA) or of every role (APPLICATION) while
-      ``preemptions < max_preemptions``, whatever ``max_retries`` is; else :class:`Finish` FAILED "... (no
-      preemptions left: max_preemptions=N)";
-    * FAILED with a replica to blame: a :class:`Retry` of the failed replica's role (ROLE) or of every role
-      (APPLICATION) while the tries made for failures (``attempts``: role -> try, less the tries of that
-      role that were preemption restarts, ``role_preemptions``: role -> count, see :func:`count_preemptions`;
-      the highest in scope counts) are fewer than the role's ``max_retries``; else :class:`Finish` FAILED
-      that stops the others;
-    * not every replica running ``gang_timeout`` seconds after ``waiting_since`` (the current try's start):
-      :class:`Finish` FAILED with the first reason a replica gives (``gang``);
-    * any other terminal state: :class:`Finish` in it (nothing left to stop);
-    * else nothing.
+    The look becomes the policy's record: the replicas that succeeded, the replica to blame for a FAILED
+    app (:class:`~tsm.lifecycle.policy.Lost` when the cluster ended it, its ``ReplicaStatus.preempted``), a
+    time limit already reached (``limits.reached``: the app ended at it, and later looks say what that look
+    said), the clock, and what was spent: ``preemptions`` (app-wide) and the failure restarts of the failed
+    role's scope (``attempts``: role -> try, less the tries of that role that were preemption restarts,
+    ``role_preemptions``, see :func:`count_preemptions`; the highest in scope counts). A REPLICA role's
+    failure reaches the look only once the engine spent its restarts, so tsm never retries it.
+
+    Besides the policy, for the container engines: nothing unless ``owned`` (only the submitter acts); not
+    every replica running ``gang_timeout`` seconds after ``waiting_since`` (the current try's start):
+    :class:`Finish` FAILED with the first reason a replica gives (``gang``), at once when a replica can never
+    start by itself (``hopeless``: the engine's reason, e.g. an image no registry has); a terminal view the
+    policy has nothing to say about: :class:`Finish` in it.
     """
     if not owned:
         return None
-    every = tuple(r.name for r in shape)
-    if limits is not None and limits.time_limit is not None and (
-        limits.reached or (not view.state.is_terminal and limits.started is not None
-                           and now - limits.started >= limits.time_limit + limits.slack)
-    ):
-        if limits.requeue and not limits.reached:
-            if preemptions < max_preemptions:
-                tried = max((attempts.get(r, 0) for r in every), default=0)
-                return Retry(every, tried + 1, limits.message, preemption=True, time_limit=True)
-            return Finish(AppState.FAILED, f"{limits.message} ({_spent(max_preemptions)})", stop=True, time_limit=True)
-        return Finish(AppState.FAILED, (limits.reached and limits.reached_msg) or limits.message, stop=True,
-                      time_limit=True)
-    if view.state == AppState.FAILED and view.first_failure is not None:
-        role_name, k = view.first_failure
-        role = next((r for r in shape if r.name == role_name), RoleShape(role_name, 1))
-        if _preempted(view, role_name, k):
-            scope = every if role.policy == "APPLICATION" else (role_name,)
-            tried = max((attempts.get(r, 0) for r in scope), default=0)
-            if preemptions < max_preemptions:
-                return Retry(scope, tried + 1, view.msg, preemption=True)
-            return Finish(AppState.FAILED, f"{view.msg} ({_spent(max_preemptions)})", stop=True)
-        scope = (role_name,) if role.policy == "ROLE" else every
-        tried = max((attempts.get(r, 0) for r in scope), default=0)
-        by_role = role_preemptions if role_preemptions is not None else dict.fromkeys(scope, preemptions)
-        failed_tries = max((attempts.get(r, 0) - by_role.get(r, 0) for r in scope), default=0)
-        if role.policy in ("ROLE", "APPLICATION") and max(0, failed_tries) < role.max_retries:
-            return Retry(scope, tried + 1, view.msg)
-        return Finish(AppState.FAILED, view.msg, stop=True)
-    if view.state.is_terminal:
+    if limits is not None and limits.time_limit is not None and limits.reached:
+        return Finish(AppState.FAILED, limits.reached_msg or limits.message, stop=True, time_limit=True)
+    settings = policy.Settings(
+        [policy.Rule(r.name, r.replicas, r.max_retries, r.policy) for r in shape], max_preemptions=max_preemptions,
+        time_limit=limits.time_limit if limits is not None else None,
+        requeue_on_time_limit=limits is not None and limits.requeue,
+        warn_before=limits.warn_before if limits is not None else 120.0, warn=limits is not None and limits.warn,
+        slack=limits.slack if limits is not None else 0.0,
+    )
+    events, retries = _events(view, shape, attempts, preemptions, role_preemptions)
+    record = policy.Record(events, policy.Spent(retries, preemptions), now=now, attempts=attempts,
+                           started=limits.started if limits is not None else None,
+                           warned=limits is not None and limits.warned)
+    outcome = policy.decide(settings, record)
+    if isinstance(outcome, policy.Restart):
+        return Retry(outcome.roles, outcome.attempt, outcome.why, preemption=outcome.preemption,
+                     time_limit=outcome.time_limit)
+    if isinstance(outcome, policy.Fail):
+        return Finish(AppState.FAILED, outcome.msg, stop=True, time_limit=outcome.time_limit)
+    if isinstance(outcome, policy.Warn):
+        return Warn(outcome.why)
+    if isinstance(outcome, (policy.Succeed, policy.Cancelled)) or view.state.is_terminal:
         return Finish(view.state, view.msg)
-    if (limits is not None and limits.time_limit is not None and limits.warn and not limits.warned
-            and limits.started is not None and now - limits.started >= limits.time_limit - limits.warn_before):
-        return Warn(f"{limits.message.replace(' reached', '')} in {format_duration(limits.warn_before)}")
+    if hopeless and not view.all_started:
+        return Finish(AppState.FAILED, f"a replica cannot start: {hopeless}", stop=True, gang=True)
     if gang_timeout is not None and waiting_since and not view.all_started and now - waiting_since > gang_timeout:
         why = view.pending_reason or "not scheduled"
         return Finish(AppState.FAILED, f"not every replica was Running within gang_timeout={gang_timeout:g}s: {why}",
                       stop=True, gang=True)
     return None
+
+
+def _events(
+    view: AppStatusView, shape: Sequence[RoleShape], attempts: Mapping[str, int], preemptions: int,
+    role_preemptions: Mapping[str, int] | None,
+) -> tuple[list[policy.Event], dict[str, int]]:
+    """The policy's events of one look (the replicas that succeeded, the one to blame for a failure, a cancel)
+    and the failure restarts its role has spent."""
+    events: list[policy.Event] = [policy.Exit(rs.role, r.id, 0) for rs in view.roles for r in rs.replicas
+                                  if r.state == AppState.SUCCEEDED]
+    retries: dict[str, int] = {}
+    if view.state == AppState.SUCCEEDED:  # the engine says every replica did
+        events = [policy.Exit(r.name, k, 0) for r in shape for k in range(r.replicas)]
+    elif view.state == AppState.CANCELLED:
+        events.append(policy.Cancel(view.msg))
+    elif view.state == AppState.FAILED and view.first_failure is not None:
+        role_name, k = view.first_failure
+        role = next((r for r in shape if r.name == role_name), RoleShape(role_name, 1))
+        if _preempted(view, role_name, k):
+            events.append(policy.Lost(role_name, k, view.msg))
+        else:
+            events.append(policy.Exit(role_name, k, 1, view.msg))  # the code is the backend's to read
+        scope = [r.name for r in shape] if role.policy == "APPLICATION" else [role_name]
+        by_role = role_preemptions if role_preemptions is not None else dict.fromkeys(scope, preemptions)
+        failed_tries = max((attempts.get(r, 0) - by_role.get(r, 0) for r in scope), default=0)
+        retries[role_name] = role.max_retries if role.policy == "REPLICA" else max(0, failed_tries)
+    return events, retries
 
 
 def count_preemptions(events: Iterable[Iterable[str]]) -> tuple[int, dict[str, int]]:
@@ -233,7 +249,3 @@ def _preempted(view: AppStatusView, role: str, k: int) -> bool:
         if rs.role == role:
             return any(r.id == k and r.preempted for r in rs.replicas)
     return False
-
-
-def _spent(max_preemptions: int) -> str:
-    return f"no preemptions left: max_preemptions={max_preemptions}"

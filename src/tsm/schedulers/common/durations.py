@@ -1,7 +1,8 @@
 """Durations and signal names as run options write them: ``90``, ``120s``, ``15m``, ``2h``, ``1h30m``; ``USR1``.
 
 Read by :mod:`.lifecycle_opts` at dry run and by the local supervisor for its messages; imports only the
-standard library and :mod:`tsm.errors`, so the supervisor (started with ``python -S``) stays light.
+standard library, :mod:`tsm.errors` and the lifecycle policy (whose messages write durations), so the
+supervisor (started with ``python -S``) stays light.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import re
 import signal
 
 from tsm.errors import InvalidRunOptionError
+from tsm.lifecycle.policy import format_duration
 
 __all__ = ["MAX_DURATION", "format_duration", "parse_duration", "parse_signal"]
 
@@ -37,19 +39,6 @@ def parse_duration(text: str, name: str = "duration") -> float:
             "s, m, h or d (120s, 15m, 2h, 1h30m), above zero and at most a year"
         )
     return total
-
-
-def format_duration(seconds: float) -> str:
-    """``seconds`` as :func:`parse_duration` reads it, in the largest units that are exact: 900 → ``15m``."""
-    s = round(seconds)
-    if s != seconds or s <= 0:
-        return f"{seconds:g}s"
-    out = ""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if s >= size:
-            out += f"{s // size}{unit}"
-            s %= size
-    return out
 
 
 def parse_signal(text: str, name: str = "warn_signal") -> signal.Signals:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,6 +29,29 @@ def make_private_dirs(path: Path) -> None:
         except FileExistsError:
             continue  # made by someone else meanwhile: left as it is
         d.chmod(0o700)  # mkdir's mode is masked by the umask (e.g. 0o277 would leave 0o500): the owner needs rwx
+
+
+class NotPrivateError(OSError):
+    """A folder that must be this user's alone is not: another owner, a link, or open to others."""
+
+
+def own_private_dir(path: Path) -> Path:
+    """``path`` as a folder only this user can use: made 0700 when missing (its parent must exist), else checked.
+
+    An existing one must be a real directory (not a link to one) owned by this user; its mode is set to 0700
+    (the owner's own folder, widened by a umask or by hand). Anything else raises :class:`NotPrivateError`
+    naming what is wrong: such a folder is never used, whoever made it.
+    """
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise NotPrivateError(f"{path} is not a directory (a link or a file is there)")
+    if st.st_uid != os.geteuid():
+        raise NotPrivateError(f"{path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700, follow_symlinks=False)
+    return path
 
 
 def write_private(path: Path, text: str) -> None:

@@ -1,4 +1,4 @@
-"""Whether a node's GPUs failed under a replica: ``nvidia-smi``'s view before and after it ran (issue 25).
+"""Whether a node's GPUs failed under a replica: ``nvidia-smi``'s view before and after it ran.
 
 A replica that fails while a GPU of its node has fallen off the bus (``nvidia-smi`` can no longer reach it:
 ``Unable to determine the device handle for GPU ...: GPU is lost``, ``Unknown Error``) or returns new

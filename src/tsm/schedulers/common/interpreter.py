@@ -14,6 +14,15 @@ script's ``#!/usr/bin/env python``) gets the interpreter chosen here, first of t
 
 The chosen interpreter's directory goes first on the replica's ``PATH`` (unless the role sets ``PATH``
 itself, which then is exactly the role's), and the dry run names it with the reason.
+
+A scheduler that builds lockfile environments (:mod:`tsm.env`; local) puts one rule before these: a role's
+own ``environment``, and after rule 1 the run option ``environment``, run the environment's interpreter
+(:mod:`tsm.schedulers.local.envs`).
+
+A role may name the Python packages its replicas import (role metadata :data:`NEEDS_KEY`, a comma-separated
+list: ``dist.ddp`` names ``torch``); a scheduler that runs replicas with this host's interpreters checks them at
+dry run (:func:`check_needs`), so a missing one is refused with the line that installs it instead of failing
+in every replica.
 """
 
 from __future__ import annotations
@@ -28,6 +37,12 @@ from tsm.errors import InvalidRunOptionError
 
 #: The role env variable that picks a role's interpreter (rule 1 of the module doc).
 ROLE_ENV = "TSM_PYTHON"
+
+#: The role metadata naming the Python packages its replicas import (comma-separated), checked by :func:`check_needs`.
+NEEDS_KEY = "tsm.python_needs"
+
+#: (interpreter, package) -> whether it is there: one look per process.
+_found: dict[tuple[str, str], bool] = {}
 
 
 @dataclass(frozen=True)
@@ -112,3 +127,45 @@ def replica_path_with(python: Interpreter, role_path: str | None, prefix: list[s
     env = os.environ if environ is None else environ
     rest = [role_path] if role_path is not None else [python.bin_dir, env.get("PATH", os.defpath)]
     return os.pathsep.join([*(prefix or []), *rest])
+
+
+def check_needs(python: Interpreter, role_name: str, metadata: Mapping[str, object]) -> None:
+    """Refuse a role whose replicas would run ``python`` without a package its :data:`NEEDS_KEY` names.
+
+    The interpreter running tsm is asked in-process (the package is found, not imported); another one with
+    one short run of it. An interpreter that cannot be run at all is left to fail where it runs.
+    """
+    needs = metadata.get(NEEDS_KEY)
+    if not isinstance(needs, str):
+        return
+    for package in (p.strip() for p in needs.split(",") if p.strip()):
+        if not _has(python.path, package):
+            from tsm.errors import InvalidAppError
+
+            raise InvalidAppError(
+                f"role '{role_name}' needs the Python package '{package}' in the python its replicas run, "
+                f"{python.describe()}, which does not have it: {python.path} -m pip install {package}, or run "
+                "them with a python that has it (activate its environment, or -c python=PATH)"
+            )
+
+
+def _has(path: str, package: str) -> bool:
+    key = (path, package)
+    if key not in _found:
+        if path == os.path.abspath(sys.executable):
+            import importlib.util
+
+            try:
+                _found[key] = importlib.util.find_spec(package) is not None
+            except (ImportError, ValueError):
+                _found[key] = False
+        else:
+            import subprocess
+
+            code = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 3)"
+            try:
+                rc = subprocess.run([path, "-c", code, package], capture_output=True, timeout=60).returncode
+            except (OSError, subprocess.SubprocessError):
+                rc = 0  # cannot be run here: the replica says why
+            _found[key] = rc != 3
+    return _found[key]

@@ -8,8 +8,11 @@ some process asks (``tsm status``, ``tsm wait``, an attached ``tsm run``, the vi
 stalled. The keeper is the look nobody has to make.
 
 How. ``schedule`` calls :func:`ensure` once the app's files are written: when no keeper of this backend
-holds ``$TSM_HOME/<backend>/.keeper.lock``, it starts the keeper (this interpreter, this tsm) detached (a session of its own, output to ``.keeper.log``: 0600 in the backend's 0700 folder). The keeper
-takes the lock (a second one exits at once) and, every :data:`TICK` seconds, describes each app of the
+holds ``$TSM_HOME/<backend>/.keeper.lock``, it starts the keeper (this interpreter, this tsm, isolated from
+the caller's working directory) detached (:mod:`tsm.util.daemon`: a session of its own, output to
+``.keeper.log``: 0600 in the backend's 0700 folder). Of many submissions at once (a sweep's workers) only
+one starts it (:func:`tsm.util.daemon.start_once`). The keeper takes the lock (a second one exits at once)
+and, every :data:`TICK` seconds, describes each app of the
 home that has no recorded end (one engine list per tick, shared by every app: the scheduler's
 :class:`~tsm.schedulers.common.watcher.StatusWatcher`), until none has been running for :data:`IDLE`
 seconds. An app seen ended is not looked at again. Looks take each app's lock as any other look does, so a
@@ -26,17 +29,15 @@ code it runs changes on disk (an upgrade) it starts itself again on the new code
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tsm.schedulers.common import flock
 from tsm.schedulers.common.appdir import FINAL, REQUEST
 from tsm.schedulers.common.files import make_private_dirs
+from tsm.util import daemon
 
 #: Seconds between two rounds of looks.
 TICK = 1.0
@@ -61,6 +62,9 @@ BACKENDS = ("docker", "kubernetes")
 LOCK = ".keeper.lock"
 LOG = ".keeper.log"
 
+#: The keeper's entry point (:func:`tsm.util.daemon.command`).
+ENTRY = "tsm.schedulers.common.keeper:main"
+
 
 def running_apps(root: Path) -> list[str]:
     """The apps under ``root`` this home submitted (a request) whose end is not recorded (no final status)."""
@@ -76,7 +80,7 @@ def running_apps(root: Path) -> list[str]:
 
 def held(root: Path) -> bool:
     """Whether a keeper holds ``root``'s lock now."""
-    return flock.held(root / LOCK)
+    return daemon.held(root / LOCK)
 
 
 #: When each (backend, root) was last checked by :func:`ensure` with ``at_most_every`` (this process).
@@ -95,32 +99,18 @@ def ensure(backend: str, root: Path, at_most_every: float = 0.0) -> None:
     _checked[(backend, root)] = now
     if os.environ.get("TSM_KEEPER", "1") == "0" or held(root):
         return
+
+    def start(fd: int) -> None:
+        daemon.spawn(_command(backend, root, fd), log=root / LOG, pass_fds=(fd,))
+
     with contextlib.suppress(OSError):
         make_private_dirs(root)
-        log = os.open(root / LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            subprocess.Popen(_command(backend, root), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=log, start_new_session=True, cwd="/")
-        finally:
-            os.close(log)
+        daemon.start_once(root / LOCK, start)
 
 
-def _command(backend: str, root: Path) -> list[str]:
-    """The keeper's command line: this interpreter, with the tsm this process runs first on its path."""
-    pkg = str(Path(__file__).resolve().parents[3])
-    code = "import sys; sys.path.insert(0, sys.argv.pop(1)); from tsm.schedulers.common.keeper import main; sys.exit(main())"
-    return [sys.executable, "-c", code, pkg, backend, str(root)]
-
-
-def code_key() -> str:
-    """A hash of the (name, size, mtime) of every source file of the installed tsm package."""
-    pkg = Path(__file__).resolve().parents[2]
-    h = hashlib.blake2b(digest_size=8)
-    for p in sorted(pkg.rglob("*.py")):
-        with contextlib.suppress(OSError):
-            st = p.stat()
-            h.update(f"{p.relative_to(pkg)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode(errors="surrogateescape"))
-    return h.hexdigest()
+def _command(backend: str, root: Path, handover_fd: int = -1) -> list[str]:
+    """The keeper's command line: this interpreter and this tsm, isolated (:func:`tsm.util.daemon.command`)."""
+    return daemon.command(ENTRY, backend, str(root), handover_fd=handover_fd)
 
 
 class Keeper:
@@ -137,10 +127,11 @@ class Keeper:
     def lock(self) -> bool:
         """Take the keeper's lock; False when another keeper holds it."""
         make_private_dirs(self.root)
-        fd = flock.take(self.root / LOCK)
+        fd = daemon.take(self.root / LOCK)
         if fd is None:
             return False
         self.lock_fd = fd
+        daemon.started()
         return True
 
     def unlock(self) -> None:
@@ -175,20 +166,20 @@ class Keeper:
         or another keeper took over (``"taken"``); the lock is held throughout and released on return."""
         if self.lock_fd < 0 and not self.lock():
             return "taken"
-        quiet_since = time.monotonic()
+        quiet = daemon.Idle(self.idle)
         try:
             while True:
                 apps = self.pending()
                 if apps:
-                    quiet_since = time.monotonic()
+                    quiet.busy()
                     self.round(apps)
-                elif time.monotonic() - quiet_since >= self.idle:
+                elif quiet.over():
                     self.unlock()
                     if not self.pending():  # a submission that saw the lock held just now is looked at too
                         return "idle"
                     if not self.lock():
                         return "taken"
-                    quiet_since = time.monotonic()
+                    quiet.busy()
                     continue
                 if changed():
                     return "changed"
@@ -211,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} keeper[{os.getpid()}] {text}\n")
         sys.stderr.flush()
 
-    keeper = Keeper(root, lambda app_id: False, idle=float(os.environ.get("TSM_KEEPER_IDLE") or IDLE), log=log,
-                    give_up=float(os.environ.get("TSM_KEEPER_GIVE_UP") or GIVE_UP))
+    keeper = Keeper(root, lambda app_id: False, idle=daemon.idle_limit("TSM_KEEPER_IDLE", IDLE), log=log,
+                    give_up=daemon.idle_limit("TSM_KEEPER_GIVE_UP", GIVE_UP))
     if not keeper.lock():
         return 0
     sched = importlib.import_module(f"tsm.schedulers.{backend}").create_scheduler("keeper")
@@ -222,14 +213,14 @@ def main(argv: list[str] | None = None) -> int:
         return desc is None or desc.state.is_terminal
 
     keeper.look = look
-    key, next_check = code_key(), time.monotonic() + CODE_CHECK
+    key, next_check = daemon.code_key(), time.monotonic() + CODE_CHECK  # every source of this tsm
 
     def changed() -> bool:
         nonlocal next_check
         if time.monotonic() < next_check:
             return False
         next_check = time.monotonic() + CODE_CHECK
-        return code_key() != key
+        return daemon.code_key() != key
 
     try:
         why = keeper.run(changed)
@@ -238,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
             sched.close()
     if why == "changed":  # an upgrade: the same keeper on the new code (the lock was released on return)
         log("tsm's code changed on disk: starting again on it")
-        os.execv(sys.executable, _command(backend, root))
+        argv = _command(backend, root)
+        os.execv(argv[0], argv)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The run options of long runs, shared by every backend that supports them (issue 25), and their parsing.
+"""The run options of long runs, shared by every backend that supports them, and their parsing.
 
 ``-c time_limit=2h -c warn_signal=USR1 -c warn_before=120s -c max_preemptions=3 -c stall_timeout=15m
 -c on_stall=restart -c requeue_on_time_limit=true -c exclude_nodes=node3,node4``

@@ -4,6 +4,9 @@
 needs it::
 
     kubernetes = import_client("kubernetes", extra="kubernetes", backend="kubernetes")
+
+Every import of a client library goes through it (a part of one too: Ray's packaging), so a missing library
+is one :class:`SchedulerUnavailableError` naming the ``pip install`` line, never a bare ``ModuleNotFoundError``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ def import_client(module: str, *, extra: str, backend: str) -> ModuleType:
     except ModuleNotFoundError as e:
         if e.name is None or not (module == e.name or module.startswith(e.name + ".")):
             raise
+        package = e.name.partition(".")[0]  # what pip installs
         raise SchedulerUnavailableError(
-            f"the {backend} scheduler needs the Python package '{e.name}': pip install 'tsm[{extra}]'"
+            f"the {backend} scheduler needs the Python package '{package}': pip install 'tsm[{extra}]'", scheduler=backend
         ) from e

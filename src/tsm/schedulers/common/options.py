@@ -29,9 +29,10 @@ from tsm.specs.runopts import CfgVal, runopts
 T = TypeVar("T", bound="RunOptions")
 
 
-def option(help: str, default: Any = None, *, required: bool = False) -> Any:
-    """A run-option field: its help text and default (lists and dicts default to None: an empty value)."""
-    return dataclasses.field(default=default, metadata={"help": help, "required": required})
+def option(help: str, default: Any = None, *, required: bool = False, trusted: bool = False) -> Any:
+    """A run-option field: its help text and default (lists and dicts default to None: an empty value);
+    ``trusted``: only from the command line or the user's own config (see :class:`tsm.specs.runopts.runopt`)."""
+    return dataclasses.field(default=default, metadata={"help": help, "required": required, "trusted": trusted})
 
 
 def _option_type(annotation: Any) -> Any:
@@ -59,7 +60,8 @@ class RunOptions:
             if "help" not in f.metadata:
                 continue
             default: CfgVal = None if f.default is dataclasses.MISSING else f.default
-            opts.add(f.name, _option_type(hints[f.name]), f.metadata["help"], default, f.metadata["required"])
+            opts.add(f.name, _option_type(hints[f.name]), f.metadata["help"], default, f.metadata["required"],
+                     trusted=f.metadata.get("trusted", False))
         return opts
 
     @classmethod

@@ -45,13 +45,52 @@ RESERVED_OPTIONS = frozenset(
         "ControlMaster",
         "ControlPath",
         "ControlPersist",
-        "PermitLocalCommand",
-        "LocalCommand",
         "RemoteCommand",
         "RequestTTY",
-        "KnownHostsCommand",
     )
 )
+
+#: ``ssh -o`` keys refused wherever they come from (``-c``, ``tsm.toml``, a ``.torchxconfig`` in the working
+#: directory): each makes ``ssh`` run or load a program on this machine (a proxy or local command, a PKCS#11
+#: or security-key library, an ``xauth``, a ``Match exec``, another config file), or hands the remote host
+#: this machine's agent, X display or ports. A host that needs one is set up in the user's own
+#: ``~/.ssh/config`` (``Host cluster`` ... ``ProxyCommand ...``), which ssh reads itself, and named with
+#: ``ssh=cluster``: no file tsm finds by walking into a folder can then make a ``tsm`` command run anything.
+COMMAND_OPTIONS = frozenset(
+    k.lower()
+    for k in (
+        "ProxyCommand",
+        "ProxyUseFdpass",
+        "LocalCommand",
+        "PermitLocalCommand",
+        "KnownHostsCommand",
+        "PKCS11Provider",
+        "SecurityKeyProvider",
+        "XAuthLocation",
+        "Match",
+        "Host",
+        "Include",
+        "ForwardAgent",
+        "ForwardX11",
+        "ForwardX11Trusted",
+        "LocalForward",
+        "RemoteForward",
+        "DynamicForward",
+        "Tunnel",
+        "TunnelDevice",
+        "GatewayPorts",
+    )
+)
+
+#: ``ssh -o`` keys that choose which host keys count as known: a ``known_hosts`` file planted beside a
+#: project would make a stranger's host trusted, so each file named must be this user's alone, in a folder
+#: nobody else may write to (:func:`_check_known_hosts`).
+KNOWN_HOSTS_OPTIONS = frozenset(k.lower() for k in ("UserKnownHostsFile", "GlobalKnownHostsFile"))
+
+#: A host name, or one hop of ``ProxyJump``, as tsm passes it to ssh: nothing a shell would read (OpenSSH
+#: puts the host into ``%h`` of the user's own ``ProxyCommand``, which a shell runs).
+_HOST_CHARS = re.compile(r"[A-Za-z0-9._-]+")
+_USER_CHARS = re.compile(r"[A-Za-z0-9._+-]+")
 
 #: Seconds a master connection outlives its last use (later tsm commands reuse it within that time).
 CONTROL_PERSIST = 120
@@ -107,6 +146,11 @@ class SshTarget:
         for part, what in ((host, "host"), (user, "user")):
             if part is not None and part.startswith("-"):
                 raise InvalidRunOptionError(f"ssh={text!r}: the {what} may not start with '-'")
+        if not m.group("v6") and not _HOST_CHARS.fullmatch(host):
+            raise InvalidRunOptionError(
+                f"ssh={text!r}: a host name or ~/.ssh/config alias is letters, digits, '.', '_' and '-' only")
+        if user is not None and not _USER_CHARS.fullmatch(user):
+            raise InvalidRunOptionError(f"ssh={text!r}: a user name is letters, digits, '.', '_', '+' and '-' only")
         if port is not None and not 0 < port < 65536:
             raise InvalidRunOptionError(f"ssh={text!r}: port {port} is not between 1 and 65535")
         return cls(host=host, user=user, port=port)
@@ -128,7 +172,10 @@ def parse_ssh_options(values: Iterable[str] | str | None) -> list[str]:
     ``Key Value``: ``-c ssh_options='IdentityFile ~/.ssh/cluster,UserKnownHostsFile ~/.ssh/known_cluster'``;
     in ``tsm.toml`` a list of ``"Key=Value"`` strings works as well. A key tsm sets
     itself (:data:`RESERVED_OPTIONS`: host-key checking, batch mode, the control socket) is refused: tsm never
-    weakens host-key checking, whatever the options say.
+    weakens host-key checking, whatever the options say. So is a key that makes ssh run a program here or
+    forward something to the host (:data:`COMMAND_OPTIONS`: those belong in ``~/.ssh/config``), and a
+    ``ProxyJump`` hop that is not ``[user@]host[:port]``, ``VerifyHostKeyDNS``, and a known-hosts file that
+    is not this user's alone (:data:`KNOWN_HOSTS_OPTIONS`).
     """
     if values is None:
         return []
@@ -141,13 +188,62 @@ def parse_ssh_options(values: Iterable[str] | str | None) -> list[str]:
         m = re.fullmatch(r"([A-Za-z][A-Za-z0-9]*)\s*[= ]\s*(\S.*)", word)
         if not m or "\n" in word:
             raise InvalidRunOptionError(f"ssh_options entry {word!r}: expected Key=Value, e.g. IdentityFile=~/.ssh/id_ed25519")
-        if m.group(1).lower() in RESERVED_OPTIONS:
+        key = m.group(1).lower()
+        if key in RESERVED_OPTIONS:
             raise InvalidRunOptionError(
                 f"ssh_options entry {word!r}: tsm sets {m.group(1)} itself (host keys are always checked, "
                 "never prompted for, and one control socket is shared)"
             )
+        if key in COMMAND_OPTIONS:
+            raise InvalidRunOptionError(
+                f"ssh_options entry {word!r}: {m.group(1)} makes ssh run a program on this machine or forward "
+                "it to the host, which no tsm option may ask for; set it for that host in your ~/.ssh/config "
+                "(Host <alias> ...) and pass ssh=<alias>"
+            )
+        if key in KNOWN_HOSTS_OPTIONS:
+            _check_known_hosts(word, m.group(2))
+        if key == "verifyhostkeydns":
+            raise InvalidRunOptionError(
+                f"ssh_options entry {word!r}: host keys are checked against known_hosts only (a DNS answer could "
+                "vouch for a stranger's host); set it for that host in your ~/.ssh/config if you must"
+            )
+        if key == "proxyjump":
+            _check_jump(word, m.group(2))
         out.append(f"{m.group(1)}={m.group(2)}")
     return out
+
+
+def _check_known_hosts(word: str, value: str) -> None:
+    """Refuse a known-hosts file another user owns or may replace (the file or its folder writable by others).
+    A file or folder that does not exist is let through: ssh then knows no key and refuses every host."""
+    for name in value.split():
+        path = os.path.expanduser(name)
+        for p, what in ((path, "file"), (os.path.dirname(os.path.abspath(path)), "folder")):
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise InvalidRunOptionError(f"ssh_options entry {word!r}: cannot read known-hosts {what} {p}: "
+                                            f"{e.strerror}") from e
+            owners = (os.geteuid(),) if what == "file" else (os.geteuid(), 0)
+            if st.st_uid not in owners or st.st_mode & 0o022:
+                raise InvalidRunOptionError(
+                    f"ssh_options entry {word!r}: known-hosts {what} {p} is not yours alone (owner uid {st.st_uid}, "
+                    f"mode {st.st_mode & 0o7777:04o}), so it could vouch for a stranger's host; use a file of yours "
+                    "that only you can write"
+                )
+
+
+def _check_jump(word: str, value: str) -> None:
+    """Each hop of a ``ProxyJump`` value must be a target :meth:`SshTarget.parse` takes (``none`` is ssh's own)."""
+    if value.strip().lower() == "none":
+        return
+    for hop in value.split(","):
+        try:
+            SshTarget.parse(hop.removeprefix("ssh://"))
+        except InvalidRunOptionError as e:
+            raise InvalidRunOptionError(f"ssh_options entry {word!r}: jump host {hop!r}: {e}") from None
 
 
 def quote_command(args: Sequence[str]) -> str:
@@ -227,30 +323,31 @@ class SshConnection:
         self.bytes_sent = 0
 
     def control_dir(self) -> Path:
-        """The private directory of the control sockets (created 0700 on first use).
+        """The private directory of the control sockets (created 0700 on first use, checked on every one).
 
         ``$TSM_HOME/ssh`` unless that path is too long for a socket name (Unix sockets take about 104
-        bytes, and ``/%C`` adds 41, ssh's temporary suffix 17 more): then a directory of this user's under the temporary directory, named
-        after ``$TSM_HOME``, which must be ours and 0700 (anything else is refused, never used).
+        bytes, and ``/%C`` adds 41, ssh's temporary suffix 17 more): then a folder this process makes under
+        the temporary directory with an unpredictable name (:func:`tempfile.mkdtemp`), whose path is kept in
+        ``$TSM_HOME/ssh.dir`` so later tsm processes share its sockets. A folder that is not a real
+        directory of this user's is never used: ``$TSM_HOME/ssh`` then raises one clear error; a kept
+        temporary one is replaced by a new one.
         """
-        if self._control_dir is None:
-            import hashlib
-            import tempfile
+        from tsm.schedulers.common.files import NotPrivateError, own_private_dir
 
+        if self._control_dir is None:
             from tsm.store import tsm_home
 
-            d = tsm_home() / "ssh"
-            if len(str(d)) + 58 > 104:
-                tag = hashlib.sha256(str(d).encode()).hexdigest()[:10]
-                d = Path(tempfile.gettempdir()) / f"tsm-ssh-{os.getuid()}-{tag}"
-            self._control_dir = d
-        d = self._control_dir
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(d)
-        if st.st_uid != os.getuid() or not os.path.isdir(d) or os.path.islink(d):
-            raise SchedulerUnavailableError(f"ssh control directory {d} is not a directory of this user's")
-        os.chmod(d, 0o700)
-        return d
+            home = tsm_home()
+            d = home / "ssh"
+            self._control_dir = d if _fits(d) else _short_control_dir(home)
+        try:
+            return own_private_dir(self._control_dir)
+        except NotPrivateError as e:
+            raise SchedulerUnavailableError(
+                f"ssh control directory: {e}; tsm keeps its SSH connections only in a folder of yours alone "
+                "(remove it, or set TSM_HOME elsewhere)") from e
+        except OSError as e:
+            raise SchedulerUnavailableError(f"ssh control directory {self._control_dir}: {e.strerror or e}") from e
 
     def ssh_args(self, command: str) -> list[str]:
         """The full ``ssh`` argument list that runs the (already quoted) ``command`` on the host."""
@@ -323,6 +420,40 @@ class SshConnection:
         argv = self.ssh_args("true")
         argv = [argv[0], "-O", "exit", *argv[1:-1]]
         subprocess.run(argv, capture_output=True, timeout=10, stdin=subprocess.DEVNULL, check=False)
+
+
+def _fits(folder: Path) -> bool:
+    """Whether a control socket in ``folder`` (``/%C``, 41 bytes, plus ssh's 17-byte suffix) fits a socket name."""
+    return len(os.fsencode(folder)) + 58 <= 104
+
+
+def _short_control_dir(home: Path) -> Path:
+    """The temporary folder this home's control sockets live in when ``$TSM_HOME/ssh`` is too long a path.
+
+    Made by :func:`tempfile.mkdtemp` (a random name, created 0700 by this process, so nobody can have made it
+    first), its path kept in ``$TSM_HOME/ssh.dir``; the kept one is used while it is still a folder of this
+    user's that fits, else a new one is made (after a reboot cleared the temporary directory).
+    """
+    import tempfile
+
+    from tsm.schedulers.common.files import NotPrivateError, own_private_dir, read_text, write_atomic
+
+    pointer = home / "ssh.dir"
+    kept = (read_text(pointer) or "").strip()
+    if kept and os.path.isabs(kept) and _fits(Path(kept)):
+        try:
+            return own_private_dir(Path(kept))
+        except OSError:  # gone, or not ours (any more): make another
+            pass
+    made = Path(tempfile.mkdtemp(prefix="tsm-ssh-"))
+    if not _fits(made):
+        os.rmdir(made)
+        made = Path(tempfile.mkdtemp(prefix="tsm-ssh-", dir="/tmp"))
+    if not _fits(made):
+        os.rmdir(made)
+        raise NotPrivateError(f"no temporary directory short enough for an ssh control socket ({made.parent})")
+    write_atomic(pointer, f"{made}\n")
+    return made
 
 
 _connections: dict[tuple[SshTarget, tuple[str, ...]], SshConnection] = {}

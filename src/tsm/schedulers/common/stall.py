@@ -1,4 +1,4 @@
-"""What every backend's stall check (``-c stall_timeout=15m``, issue 25) shares: how often it looks, and
+"""What every backend's stall check (``-c stall_timeout=15m``) shares: how often it looks, and
 what a stall's message says.
 
 A replica is stalled when it wrote no log line and used no CPU for ``stall_timeout``. Each backend measures

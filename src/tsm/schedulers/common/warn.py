@@ -1,4 +1,4 @@
-"""Who gets the warning signal (issue 25): the processes of a replica that handle it, and no other.
+"""Who gets the warning signal: the processes of a replica that handle it, and no other.
 
 The local scheduler has always warned this way; every backend does now. A replica is often a launcher
 over the program that checkpoints: ``torchrun`` (which ends at SIGUSR1, as any program without a handler

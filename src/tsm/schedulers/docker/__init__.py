@@ -19,7 +19,7 @@ What it does:
   replica's restarts); ``ROLE`` and ``APPLICATION`` by tsm, which replaces the role's (or app's) containers
   when it observes the failure -- on any ``describe``/``wait``/``status``, so something must be watching
   (``tsm run`` attached, ``tsm wait``); a launcher that is gone retries when the next status call comes.
-* **Long runs** (issue 25), carried out when tsm looks at the app: ``time_limit`` (warned first with
+* **Long runs**, carried out when tsm looks at the app: ``time_limit`` (warned first with
   ``warn_signal``; ``requeue_on_time_limit`` restarts the app as a preemption), preemption by a daemon
   restart (a container ended by a signal before the daemon's start: :mod:`.status`), spent from
   ``max_preemptions`` and never ``max_retries``, ``stall_timeout``/``on_stall`` (:mod:`.stall`). Every

@@ -12,9 +12,10 @@ Only the caller's apps are touched (the owner label). One line per app (``remove
 remove`` with ``--dry-run``); exit status 0, 1 when Docker cannot be reached or refuses, 2 on a usage error.
 
 ``python -m tsm.schedulers.docker stop --after S --grace G ID...`` is the helper the scheduler starts,
-detached, for a stop it decided (a stall, a final failure, after the warning lead): it waits until each
-container has ended or ``S`` seconds have passed (Docker's ``wait``: no polling), then stops it (SIGTERM,
-SIGKILL ``G`` seconds later), so a ``tsm status`` never waits for it and the stop happens after the CLI exits.
+detached and isolated (:mod:`tsm.util.daemon`), for a stop it decided (a stall, a final failure, after the
+warning lead): it waits until each container has ended or ``S`` seconds have passed (Docker's ``wait``: no
+polling), then stops it (SIGTERM, SIGKILL ``G`` seconds later), so a ``tsm status`` never waits for it and
+the stop happens after the CLI exits.
 """
 
 from __future__ import annotations

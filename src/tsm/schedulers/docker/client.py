@@ -183,7 +183,7 @@ class DockerClient(DockerEngine):
             return False
 
     def signal(self, container_id: str, signame: str) -> None:
-        """Send the warning ``signame`` (``USR1``, issue 25) to every process of the container that handles
+        """Send the warning ``signame`` (``USR1``) to every process of the container that handles
         it (:func:`~tsm.schedulers.common.warn.handlers_script`, run with ``exec``): a launcher over the
         program (``torchrun``, a ``bash -c`` wrapper) ends at a signal it does not handle. An image without
         ``/bin/sh`` gets it in its main process, as Docker's ``kill`` sends it. A container already ended or

@@ -15,24 +15,19 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from tsm.schedulers.api import DescribeAppResponse, Stream
-from tsm.schedulers.common.appdir import AppDir
+from tsm.schedulers.common.container import ContainerScheduler
 from tsm.schedulers.common.errors import ApiError
 from tsm.schedulers.common.logs import (
-    check_log_target,
     decode,
-    filter_regex,
     in_window,
-    replica_counts,
     split_lines,
     split_lines_iterator,
-    stream_names,
     utf8_chunks,
 )
 from tsm.schedulers.common.polling import poll_until
 from tsm.schedulers.docker.client import DockerClient
 from tsm.schedulers.docker.request import DockerRequest, dns_name
-from tsm.schedulers.docker.status import Observed, parse_time
+from tsm.schedulers.docker.status import AppView, Observed, parse_time
 
 #: the files a snapshot holds: name -> (stdout, stderr, timestamps)
 SNAPSHOT_FILES = {
@@ -41,25 +36,16 @@ SNAPSHOT_FILES = {
 }
 
 
-class DockerLogs:
-    """The log half of :class:`~tsm.schedulers.docker.scheduler.DockerScheduler` (a mixin)."""
+class DockerLogs(ContainerScheduler[DockerRequest, AppView]):
+    """The log half of :class:`~tsm.schedulers.docker.scheduler.DockerScheduler` (on the container kit's base)."""
 
     @property
     def client(self) -> DockerClient:
         raise NotImplementedError
 
-    def _dir(self, app_id: str) -> AppDir:
-        raise NotImplementedError
-
-    def _request(self, app_id: str) -> DockerRequest | None:
-        raise NotImplementedError
-
-    def describe(self, app_id: str) -> DescribeAppResponse | None:
-        raise NotImplementedError
-
     def _snapshot_logs(self, app_id: str, c: Observed) -> None:
         """Stream a container's output into the app directory (once per try; see the module doc)."""
-        d = self._dir(app_id)
+        d = self.app_dir(app_id)
         base = f"logs/{c.name}/attempt-{c.attempt}"
         if d.exists(f"{base}/done"):
             return
@@ -72,28 +58,11 @@ class DockerLogs:
             raise
         d.write(f"{base}/done", "")
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterator[str]:
-        req = self._request(app_id)
-        roles = replica_counts(req.roles if req else None, lambda: self.describe(app_id))
-        check_log_target("docker", app_id, roles, role_name, k)
-        names = stream_names(streams)
-        return filter_regex(regex, self._lines(app_id, role_name, k, names, since, until, should_tail))
-
     def _lines(self, app_id: str, role: str, k: int, names: builtins.list[str], since: datetime | None,
                until: datetime | None, tail: bool) -> Iterator[str]:
         cname = f"{app_id}-{dns_name(role, k)}"
         live = next((c for c in self.client.list_containers(app_id) if c.name == cname), None)
-        logs = self._dir(app_id).path / "logs" / cname
+        logs = self.app_dir(app_id).path / "logs" / cname
         snaps = sorted(logs.glob("attempt-*"), key=lambda p: int(p.name.split("-")[1])) if logs.is_dir() else []
         for snap in snaps:
             if live is not None and snap.name == f"attempt-{live.attempt}":

@@ -25,8 +25,10 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tsm.env.options import EnvOptions
 from tsm.errors import InvalidAppError, InvalidRunOptionError
-from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS, LifecycleOptions, format_duration
+from tsm.schedulers.common.container_request import LifecycleFields, lifecycle_fields
+from tsm.schedulers.common.lifecycle_opts import LifecycleOptions, format_duration
 from tsm.schedulers.common.options import option
 from tsm.specs.api import AppDef, RetryPolicy, Role, is_null_resource, macros
 from tsm.specs.mounts import BindMount, DeviceMount, VolumeMount
@@ -56,7 +58,7 @@ _NOT_YET = {
 
 
 @dataclass(frozen=True)
-class DockerOptions(LifecycleOptions):
+class DockerOptions(LifecycleOptions, EnvOptions):
     """Run options of the ``docker`` scheduler, with the long-run ones it carries out when tsm looks at the
     app: ``time_limit`` (and ``requeue_on_time_limit``), ``warn_signal`` and ``warn_before`` (before the
     time limit, a cancel or a stall), ``max_preemptions`` (containers ended by a daemon restart),
@@ -113,8 +115,10 @@ class ContainerSpec:
 
 
 @dataclass
-class DockerRequest:
-    """What ``schedule`` does: pull images per policy, create the network, create and start containers."""
+class DockerRequest(LifecycleFields):
+    """What ``schedule`` does: pull images per policy, create the network, create and start containers; the
+    long-run fields are the kit's (:class:`~tsm.schedulers.common.container_request.LifecycleFields`), the
+    time limit counted from ``created``."""
 
     app_id: str
     app_name: str
@@ -130,20 +134,10 @@ class DockerRequest:
     spec: dict[str, Any] = field(default_factory=dict)
     #: the owner label value of every object of the app
     owner: str = ""
-    #: ``time_limit`` in seconds (None: none), counted from ``created``; tsm stops the app there
-    time_limit: float | None = None
     #: seconds before the time limit the warning comes, and a warned replica has before SIGTERM on a cancel
     warn_before: float = 120.0
     #: the submission time (epoch seconds), as the containers' ``tsm.created`` label says
     created: float | None = None
-    #: restarts the cluster's decisions may cause (a daemon restart, a requeue at the time limit)
-    max_preemptions: int = DEFAULT_MAX_PREEMPTIONS
-    #: restart the app at its time limit, as a preemption
-    requeue_on_time_limit: bool = False
-    #: seconds without log output and CPU time after which a replica is stalled (None: never)
-    stall_timeout: float | None = None
-    #: ``restart`` (the replica's own failure) or ``fail`` (the app fails)
-    on_stall: str = "restart"
 
     def to_json(self) -> str:
         """The request as JSON (what is saved beside the app and read back to recreate containers)."""
@@ -285,9 +279,8 @@ def build_request(app: AppDef, opts: DockerOptions, session: str, app_dir_root: 
     return DockerRequest(
         app_id=app_id, app_name=app.name, session=session, network=network, pull=opts.pull, images=images,
         containers=containers, app_dir=os.path.join(app_dir_root, app_id), remove_finished=opts.remove_finished,
-        roles=shape, spec=app.to_dict(), owner=owner, time_limit=opts.time_limit_s, warn_before=opts.warn_before_s,
-        created=round(created, 3), max_preemptions=opts.max_preemptions,
-        requeue_on_time_limit=opts.requeue_on_time_limit, stall_timeout=opts.stall_timeout_s, on_stall=opts.on_stall,
+        roles=shape, spec=app.to_dict(), owner=owner, warn_before=opts.warn_before_s, created=round(created, 3),
+        **lifecycle_fields(opts),
     )
 
 

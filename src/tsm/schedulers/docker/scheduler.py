@@ -4,14 +4,12 @@ Local store: ``$TSM_HOME/docker/<app_id>/`` (:class:`~tsm.schedulers.common.appd
 whole) holds ``request.json`` (the containers, to recreate them for ROLE/APPLICATION retries), ``app.json``
 (the :class:`AppRecord`), ``logs/`` (snapshots of every container's output taken before it is removed) and
 ``final.json`` (the app's last status and its start and end, written when its containers are removed: by
-``cancel``, ``remove``, ``cleanup`` or ``remove_finished``); for long runs (issue 25) ``preemptions.json`` (the
+``cancel``, ``remove``, ``cleanup`` or ``remove_finished``); for long runs ``preemptions.json`` (the
 restarts made as preemptions: a container ended by a daemon restart, a requeue at the time limit; each as
 ``[attempt, [roles]]``, so two roles preempted into the same try are two restarts and two processes deciding
-the same restart record it once; their number is spent from ``max_preemptions``, never ``max_retries``),
-``time_limit_from`` (when the time limit counts from after a requeue), ``warned``/``time_limit_reached``/
-``stall_stopped`` markers (created with ``O_EXCL``: one process acts), ``stall.json``
-(:mod:`tsm.schedulers.docker.stall`) and ``lock`` (the ``flock`` one look of an app holds from load to save,
-:func:`~tsm.schedulers.docker.stall.locked`).
+the same restart record it once; spent from ``max_preemptions``, never ``max_retries``), ``time_limit_from``,
+``warned``/``time_limit_reached``/``stall_stopped`` markers (``O_EXCL``: one process acts), ``stall.json``
+(:mod:`tsm.schedulers.docker.stall`) and ``lock`` (held by one look from load to save).
 
 **Stops do not hold the caller.** A stop the controller decides (a final failure, a stall, after the warning
 lead) is handed to a detached helper process (``python -m tsm.schedulers.docker stop --after S --grace G``,
@@ -20,9 +18,8 @@ them: a ``tsm status`` returns at once, and the stop still happens when the CLI 
 left running unwatched. A scheduler given its client (a fake engine in the tests) cannot be reached from
 another process: it stops in threads of its own process, which a CLI waits for before it exits.
 
-Each status look is the kit's controller step (:mod:`tsm.schedulers.common.controller`): observe (one
-owner-scoped container list), decide (pure), act (:meth:`DockerScheduler.act`). Only an app whose
-``request.json`` this home holds is acted on; any other is reported as seen.
+Each look is the kit's controller step (:mod:`tsm.schedulers.common.controller`): observe (one container list),
+decide (pure), act (:meth:`DockerScheduler.act`), only for an app whose ``request.json`` this home holds.
 """
 
 from __future__ import annotations
@@ -30,24 +27,18 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterator, Mapping
+from typing import Any
 
+from tsm.env import image as env_image
 from tsm.errors import SchedulerError, SubmissionError
-from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler
+from tsm.schedulers.api import DescribeAppResponse, LockfileEnvironments
 from tsm.schedulers.common import keeper
-from tsm.schedulers.common.appdir import (
-    REQUEST,
-    AppDir,
-    kept_status,
-    list_rows,
-    preemption_events,
-    record_preemption,
-)
+from tsm.schedulers.common.appdir import kept_status
+from tsm.schedulers.common.container import mark_cancelled
+from tsm.schedulers.common.container_lock import claim, locked
 from tsm.schedulers.common.controller import (
     Decision,
     Finish,
@@ -63,10 +54,10 @@ from tsm.schedulers.common.files import unlink
 from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS
 from tsm.schedulers.common.owner import owner
 from tsm.schedulers.common.polling import poll_until, poll_until_terminal
-from tsm.schedulers.common.record import AppRecord, ended_status, with_record
+from tsm.schedulers.common.record import AppRecord
 from tsm.schedulers.common.status import AppStatusView
-from tsm.schedulers.common.watcher import StatusWatcher
 from tsm.schedulers.docker.client import DockerClient
+from tsm.schedulers.docker.debug import DockerDebug
 from tsm.schedulers.docker.logs import DockerLogs
 from tsm.schedulers.docker.request import (
     LABEL_APP,
@@ -82,17 +73,14 @@ from tsm.schedulers.docker.request import (
     format_request,
     validate,
 )
-from tsm.schedulers.docker.stall import StallState, check, claim, locked
+from tsm.schedulers.docker.stall import StallState, check
 from tsm.schedulers.docker.status import AppView, Observed, app_status, app_times, group, parse_time
-from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Role
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState
 from tsm.specs.runopts import CfgVal, runopts
-from tsm.store import tsm_home
-from tsm.workspace.api import WorkspaceBuilder
-from tsm.workspace.image import ImageEngine, ImagePlan, build_image, plan_image, pull_policy
+from tsm.workspace.image import ImageEngine, ImagePlan, build_image
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from tsm.schedulers.common.viewmodel import AppSummary as ViewOfApp
     from tsm.schedulers.docker.view import DockerView
 
 #: seconds after which a tsm network without containers counts as left behind (cleanup removes it)
@@ -106,7 +94,7 @@ NETWORK_RELEASE = 5.0
 #: marker files in the app's directory: the warning was sent; the time limit was reached
 WARNED, TIME_LIMIT = "warned", "time_limit_reached"
 
-#: a counter in the app's directory, changed by each look that replaces containers (:meth:`DockerScheduler._look`)
+#: a counter in the app's directory, changed by each look that replaces containers (:meth:`DockerScheduler.look`)
 GENERATION = "generation"
 #: files in the app's directory: the restarts made as preemptions (JSON ``[[attempt, [roles]], ...]``); when
 #: the time limit counts from after a requeue (epoch seconds)
@@ -116,43 +104,37 @@ STALL_STOPPED = "stall_stopped"
 #: the app directory's log of the detached stop helpers (their errors: nobody else would see them)
 STOP_LOG = "stop.log"
 
+#: The stop helper's entry point (``python -m tsm.schedulers.docker stop``, started by :func:`tsm.util.daemon.command`).
+STOP_HELPER = "tsm.schedulers.docker.__main__:main"
+
 
 def has_gpus() -> bool:
     """True when this host has NVIDIA GPUs Docker can hand out."""
     return os.path.exists("/dev/nvidiactl")
 
 
-def store_root() -> Path:
-    return tsm_home() / "docker"
-
-
-class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[None], BatchedViews):
-    """Runs each replica as a container on a network of its app (see :mod:`tsm.schedulers.docker`).
+class DockerScheduler(DockerLogs, LockfileEnvironments, DockerDebug):
+    """Runs each replica as a container on a network of its app (see :mod:`tsm.schedulers.docker`), on the
+    container kit (:class:`~tsm.schedulers.common.container.ContainerScheduler`).
 
     Capabilities: ``WorkspaceBuilder`` (a workspace becomes an image built on the first role's) and
-    ``BatchedViews`` (one container list per view refresh). Not ``SizedPlacement``: a role without a size
-    runs without limits, as ``docker run`` does.
+    ``BatchedViews`` (one container list per view refresh: :mod:`tsm.schedulers.docker.view`). Not
+    ``SizedPlacement``: a role without a size runs without limits, as ``docker run`` does.
 
     ``client`` and ``images`` are the seams to the engine (tests pass fakes: ``tests/schedulers/docker/fake_docker.py``).
     """
 
+    max_age = MAX_AGE
+
     def __init__(self, session_name: str, client: DockerClient | None = None, images: ImageEngine | None = None) -> None:
-        super().__init__("docker", session_name)
-        self._client = client
-        self._images = images
         #: a client given by the caller (a fake engine, an embedding program) is not reachable from a helper
         #: process: stops then run in (non-daemon) threads of this process (see the module docstring)
-        self._stop_in_process = client is not None
-        self._watcher = self._new_watcher()
-        self._lock = threading.Lock()
+        super().__init__("docker", session_name, in_process=client is not None, images=images)
+        self._client = client
         #: networks the last :meth:`cleanup` could not remove, with Docker's reason
         self.cleanup_errors: builtins.list[str] = []
-        self._view: DockerView | None = None
         #: app id -> (started, ended) as the last look saw them
         self._times: dict[str, tuple[float | None, float | None]] = {}
-
-    def _new_watcher(self) -> StatusWatcher[DescribeAppResponse]:
-        return StatusWatcher(self._snapshot, self._lookup, is_terminal=lambda d: d.state.is_terminal)
 
     @property
     def client(self) -> DockerClient:
@@ -160,13 +142,6 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         if self._client is None:
             self._client = DockerClient()
         return self._client
-
-    @property
-    def images(self) -> ImageEngine:
-        """The engine's images (:class:`tsm.workspace.image.ImageEngine`, shared with Kubernetes)."""
-        if self._images is None:
-            self._images = ImageEngine()
-        return self._images
 
     # -- requests -----------------------------------------------------------------------------------------
     def run_opts(self) -> runopts:
@@ -177,16 +152,18 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerRequest]:
         opts = DockerOptions.from_cfg(cfg)
-        req = build_request(app, opts, self.session_name, str(store_root()), time.time(), owner())
+        app, env_images = env_image.apply(app, opts, lambda: self.images, opts.pull)  # lockfile environments
+        req = build_request(app, opts, self.session_name, str(self.store_root()), time.time(), owner())
         req.builds = [plan for plan in map(ImagePlan.from_metadata, app.roles) if plan is not None]
-        built = {b.tag for b in req.builds}
+        built = {b.tag for b in req.builds} | {e.tag for e in env_images}
         req.images = [i for i in req.images if i not in built]
-        return AppDryRunInfo(request=req, fmt=format_request)
+        return AppDryRunInfo(request=req, fmt=env_image.fmt(format_request, env_images) if env_images else format_request)
 
     def schedule(self, dryrun_info: AppDryRunInfo[DockerRequest]) -> str:
         req = dryrun_info.request
         app = dryrun_info.app or AppDef.from_dict(req.spec)
-        self._dir(req.app_id).save_submission(req.to_json(), AppRecord("docker", req.session, app, os.getcwd(), {}))
+        env_image.build_all(AppDef.from_dict(req.spec), self.images)  # before anything of the app exists
+        self.app_dir(req.app_id).save_submission(req.to_json(), AppRecord("docker", req.session, app, os.getcwd(), {}))
         self._watcher.submitted(req.app_id)
         for b in req.builds:
             self._build(b)
@@ -206,14 +183,6 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
             raise SubmissionError(f"app {req.app_id} could not start: {e}") from e
         self._ensure_keeper()
         return req.app_id
-
-    def _ensure_keeper(self, by_a_look: bool = False) -> None:
-        """Have this home's Docker keeper (:func:`tsm.schedulers.common.keeper.ensure`) look at its running
-        apps: at each submission, and at most every :data:`~tsm.schedulers.common.keeper.CHECK_EVERY` seconds
-        ``by_a_look`` that saw a running app of the home. Not for a client given by the caller (a fake
-        engine: another process cannot reach it)."""
-        if not self._stop_in_process:
-            keeper.ensure("docker", store_root(), keeper.CHECK_EVERY if by_a_look else 0.0)
 
     def _create(self, req: DockerRequest, specs: builtins.list[ContainerSpec] | None = None) -> None:
         """Create and start the containers ``specs`` (default: every one of ``req``), at most
@@ -238,95 +207,60 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         """Build a workspace image unless its tag is already here (then nothing is built)."""
         build_image(b, self.images)
 
-    # -- workspaces --------------------------------------------------------------------------------------
-    def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]) -> None:
-        """Snapshot ``workspace`` and point ``role`` at the image of it; the build itself runs at ``schedule``
-        (:func:`tsm.workspace.image.plan_image`: content-hash tag on the role image's id, ``Dockerfile.tsm``
-        when the workspace has one; nothing is built when Docker already has the tag)."""
-        plan_image(role, workspace, self.images, pull_policy(cfg))
-
-    def dryrun_push_images(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> None:
-        """Nothing to push: the image is built on this Docker engine, which runs it."""
-        return None
-
-    def push_images(self, images_to_push: None) -> None:
-        """Nothing to push (see :meth:`dryrun_push_images`)."""
-
     # -- status: observe -> decide -> act -------------------------------------------------------------
-    def _dir(self, app_id: str) -> AppDir:
-        return AppDir(store_root(), app_id)
+    def _parse_request(self, text: str) -> DockerRequest:
+        return DockerRequest.from_json(text)
 
-    def _request(self, app_id: str) -> DockerRequest | None:
-        """The request this home submitted for ``app_id``; None for an app it did not submit."""
-        text = self._dir(app_id).request_json()
-        try:
-            return DockerRequest.from_json(text) if text else None
-        except (ValueError, TypeError, KeyError):
-            return None
+    def _app_status(self, view: AppView) -> AppStatusView:
+        return app_status(view)
 
-    def _snapshot(self) -> dict[str, DescribeAppResponse]:
-        out: dict[str, DescribeAppResponse] = {}
-        # each app's generation before the list: a look that then replaced containers changed it (see _look)
-        gens = {a: self._dir(a).read(GENERATION) for a in keeper.running_apps(store_root())}
-        for app_id, view in group(self.client.list_containers()).items():
-            if self._dir(app_id).cancelling:
-                continue  # being cancelled: final.json answers once it is written
-            self._times[app_id] = app_times(view.containers)
-            out[app_id] = self._look(view, gens.get(app_id))
-            if app_id in gens and not out[app_id].state.is_terminal:  # a running app of this home
-                self._ensure_keeper(by_a_look=True)  # a keeper gone with a reboot or a kill starts again
-        return out
+    def _new_view(self) -> DockerView:
+        from tsm.schedulers.docker.view import DockerView
 
-    def _lookup(self, ids: list[str]) -> dict[str, DescribeAppResponse]:
-        out: dict[str, DescribeAppResponse] = {}
-        for app_id in ids:
-            d = self._dir(app_id)
-            kept = kept_status(d)
-            if kept is not None:
-                out[app_id] = kept
-            elif d.exists(REQUEST) and not d.cancelling:
-                # Running, yet absent from the list: a look of another process (the keeper, a `tsm status`)
-                # was replacing its containers (a retry removes the old ones, then makes the new ones) while
-                # the list was taken. That look holds the app's lock: once it is free the new ones are there.
-                with locked(d):
-                    gen = d.read(GENERATION)
-                view = group(self.client.list_containers(app_id)).get(app_id)
-                if view is not None:
-                    out[app_id] = self._look(view, gen)
-        return out
+        return DockerView(self, self.client, self.times)
 
-    def _final(self, app_id: str) -> DescribeAppResponse | None:
-        return self._dir(app_id).final()
+    def _observe(self, app_id: str | None = None) -> dict[str, tuple[AppView, Any]]:
+        """One owner-scoped container list (of ``app_id`` only: an app this home submitted), each app's view
+        with its :data:`GENERATION` read before the list (a look that then replaced containers changed it)."""
+        if app_id is None:
+            gens = {a: self.app_dir(a).read(GENERATION) for a in keeper.running_apps(self.store_root())}
+            views = group(self.client.list_containers())
+            for a, view in views.items():
+                self._times[a] = app_times(view.containers)
+            return {a: (view, gens.get(a)) for a, view in views.items()}
+        d = self.app_dir(app_id)
+        if d.cancelling:
+            return {}
+        # Running, yet absent from the list: a look of another process (the keeper, a `tsm status`) was
+        # replacing its containers (a retry removes the old ones, then makes the new ones) while the list
+        # was taken. That look holds the app's lock: once it is free the new ones are there.
+        with locked(d):
+            gen = d.read(GENERATION)
+        one = group(self.client.list_containers(app_id)).get(app_id)
+        return {} if one is None else {app_id: (one, gen)}
 
     def times(self, app_id: str) -> tuple[float | None, float | None]:
         """``(started, ended)`` of an app: from its containers while Docker has them, else from its final
         status (None each when unknown), for the views' DURATION."""
-        kept = self._dir(app_id).final_times()
+        kept = self.app_dir(app_id).final_times()
         if kept != (None, None):
             return kept
         return self._times.get(app_id, (None, None))
 
-    def _describe_view(self, view: AppView, st: AppStatusView | None = None) -> DescribeAppResponse:
-        st = st or app_status(view)
-        return DescribeAppResponse(
-            app_id=view.app_id, state=st.state, msg=st.msg, num_restarts=st.num_restarts, created=view.created,
-            roles_statuses=st.roles, structured_error_msg=failure_of(st.state, st.msg, st.roles),
-        )
-
-    def _look(self, view: AppView, gen: str | None) -> DescribeAppResponse:
+    def look(self, view: AppView, mark: Any = None) -> DescribeAppResponse:
         """One controller step for an app: observe (``view``), :func:`decide`, :meth:`act`; before deciding,
         the stall check of an app with ``stall_timeout`` (:mod:`tsm.schedulers.docker.stall`). An app this
-        home submitted is stepped under its directory's lock (:func:`~tsm.schedulers.docker.stall.locked`):
+        home submitted is stepped under its directory's lock (:func:`~tsm.schedulers.common.container_lock.locked`):
         two processes looking at it at once (``tsm status`` beside an attached ``tsm run``, the keeper) act
-        in turn, the second on what the first did: ``gen`` is the app's :data:`GENERATION` read before
+        in turn, the second on what the first did: ``mark`` is the app's :data:`GENERATION` read before
         ``view`` was listed, and a look that replaced containers meanwhile changed it, so the app's containers
         are listed again (else the second look would act on containers that no longer exist, a retry twice)."""
-        req = self._request(view.app_id)
+        req = self.request(view.app_id)
         if req is None:
             return self._step(view, None)
-        d = self._dir(view.app_id)
+        d = self.app_dir(view.app_id)
         with locked(d):
-            if d.read(GENERATION) != gen:
+            if d.read(GENERATION) != mark:
                 fresh = group(self.client.list_containers(view.app_id)).get(view.app_id)
                 if fresh is None:  # the other look removed them (an end with remove_finished)
                     return kept_status(d) or self._describe_view(view)
@@ -334,7 +268,7 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
             return self._step(view, req)
 
     def _step(self, view: AppView, req: DockerRequest | None) -> DescribeAppResponse:
-        d = self._dir(view.app_id)
+        d = self.app_dir(view.app_id)
         stall = StallState.load(d) if req is not None and req.stall_timeout is not None else None
         if stall is not None and req is not None:
             restarted = self._restart_in_place(req, view, stall)
@@ -367,22 +301,12 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
                               max_preemptions=req.max_preemptions if req is not None else DEFAULT_MAX_PREEMPTIONS)
         return self.act(view, st, decision, req)
 
-    def _preemptions(self, d: AppDir) -> builtins.list[tuple[int, tuple[str, ...]]]:
-        """The restarts of the app made as preemptions, each ``(attempt, roles)`` (kept in its directory, so
-        every process counts the same; a restart is counted once however many processes decided it)."""
-        return preemption_events(d)
-
-    def _record_preemption(self, d: AppDir, attempt: int, roles: Sequence[str]) -> None:
-        """Add the preemption restart of ``roles`` into try ``attempt`` (idempotent; the caller holds the
-        app's lock, so no other process's record is lost)."""
-        record_preemption(d, attempt, roles)
-
     def _restart_in_place(self, req: DockerRequest, view: AppView, stall: StallState) -> DescribeAppResponse | None:
         """Recreate each replica of a REPLICA role stopped for a stall (``stall.in_place``) whose container has
         ended, as its next attempt with ``TSM_LAST_EXIT=stalled``: the restarts it spent (stall restarts
         and Docker's own of the containers replaced) are recorded first and taken off the new container's
         restart policy, so ``max_retries`` bounds them together. None when there was none to recreate."""
-        d = self._dir(req.app_id)
+        d = self.app_dir(req.app_id)
         done: builtins.list[str] = []
         for c in view.containers:
             if c.id not in stall.in_place or not c.final:
@@ -409,7 +333,7 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         of :mod:`tsm.schedulers.docker.stall`): the stalled replica is warned, then stopped (a REPLICA role's
         to be recreated in place while its restarts last), or the app fails (``on_stall=fail``). The caller
         holds the app's lock: the stall is recorded before anything is sent, and acted on once."""
-        d = self._dir(req.app_id)
+        d = self.app_dir(req.app_id)
         if d.cancelling or req.stall_timeout is None or stall.failed:
             return
         found = check(self.client, stall, view.containers, req.stall_timeout, time.time())
@@ -458,7 +382,7 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         if not ids:
             return
         grace = max((c.stop_grace for c in req.containers), default=10.0)
-        if self._stop_in_process:
+        if self._in_process:
             client = self.client
 
             def one(cid: str) -> None:
@@ -470,20 +394,17 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
                 # not a daemon: a process that exits still waits for the stop (no survivor left unwatched)
                 threading.Thread(target=one, args=(cid,), daemon=False, name="tsm-docker-stop").start()
             return
-        log = self._dir(req.app_id).private_dir() / STOP_LOG
-        with open(log, "ab") as err:
-            subprocess.Popen(
-                [sys.executable, "-m", "tsm.schedulers.docker", "stop", "--after", f"{after:.3f}",
-                 "--grace", f"{grace:g}", *ids],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
-            )
+        from tsm.util import daemon
+
+        argv = daemon.command(STOP_HELPER, "stop", "--after", f"{after:.3f}", "--grace", f"{grace:g}", *ids)
+        daemon.spawn(argv, log=self.app_dir(req.app_id).private_dir() / STOP_LOG)
 
     def _warn(self, req: DockerRequest, containers: builtins.list[Observed]) -> int:
         """Send the warning signal to every running container of ``containers`` once (the ``warned`` marker
         is created first with ``O_EXCL``, so of several looks or processes exactly one sends it); how many
         were signalled."""
         sig = next((c.warn_signal for c in req.containers if c.warn_signal), "")
-        d = self._dir(req.app_id)
+        d = self.app_dir(req.app_id)
         if not sig or not claim(d, WARNED, f"{time.time():.3f}\n"):
             return 0
         n = 0
@@ -496,7 +417,7 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
     def _warned_at(self, req: DockerRequest) -> float | None:
         """When the app's warning was sent (the ``warned`` marker's time), None when it was not."""
         try:
-            return float((self._dir(req.app_id).read(WARNED) or "").strip())
+            return float((self.app_dir(req.app_id).read(WARNED) or "").strip())
         except ValueError:
             return None
 
@@ -508,7 +429,7 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         if isinstance(decision, Warn) and req is not None:
             self._warn(req, view.containers)
         if isinstance(decision, Finish) and decision.time_limit and req is not None and \
-                claim(self._dir(view.app_id), TIME_LIMIT, decision.msg + "\n"):
+                claim(self.app_dir(view.app_id), TIME_LIMIT, decision.msg + "\n"):
             self._warn(req, view.containers)  # not warned yet (no look in the warning window): warn now
         if isinstance(decision, Retry) and req is not None:
             scope = [c for c in view.containers if c.role in decision.roles]
@@ -517,7 +438,7 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
             code = failed.exit_code if failed is not None else None
             last = decision.last_exit or ("stalled" if failed is not None and failed.stalled else
                                           "failed:" + (str(code) if code is not None else "unknown"))
-            d = self._dir(view.app_id)
+            d = self.app_dir(view.app_id)
             if decision.preemption:  # counted before the new try exists, so a crash cannot lose it
                 self._record_preemption(d, decision.attempt, decision.roles)
             if decision.time_limit:  # a requeue at the limit: the limit counts again from now, warned again
@@ -527,10 +448,10 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
             return DescribeAppResponse(app_id=view.app_id, state=AppState.RUNNING, created=view.created,
                                        num_restarts=st.num_restarts + 1, msg=f"retrying after {decision.why}")
         stall_failed = isinstance(decision, Finish) and req is not None and req.stall_timeout is not None and \
-            StallState.load(self._dir(view.app_id)).failed == decision.msg
+            StallState.load(self.app_dir(view.app_id)).failed == decision.msg
         if stall_failed and req is not None:
             # every replica is warned and stopped warn_before later, as on a cancel (once: the marker)
-            if claim(self._dir(view.app_id), STALL_STOPPED, f"{time.time():.3f}\n"):
+            if claim(self.app_dir(view.app_id), STALL_STOPPED, f"{time.time():.3f}\n"):
                 self._warn(req, view.containers)  # now, or already (a time limit's warning): never twice
                 self._stop_warned(req, view.containers, warned_at=self._warned_at(req) or time.time())
         elif isinstance(decision, Finish) and decision.stop and req is not None:
@@ -556,42 +477,25 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
                env: dict[str, str] | None = None) -> None:
         """Replace the containers of ``scope`` by new ones (their logs are snapshotted first), with ``env``
         (the attempt's ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``) laid over their own. The
-        app's :data:`GENERATION` changes first: a look of another process that listed the old containers
-        lists them again (the caller holds the app's lock)."""
-        d = self._dir(req.app_id)
-        now = (d.read(GENERATION) or "").strip()
-        d.write(GENERATION, f"{int(now) + 1 if now.isdigit() else 1}\n")
+        app's :data:`GENERATION` changes before and after: a look of another process that listed the old
+        containers, or listed them half replaced, lists them again (the caller holds the app's lock)."""
+        d = self.app_dir(req.app_id)
         keys = {(c.role, c.replica_id) for c in scope}
-        for c in scope:
-            self.client.kill(c.id)
-        for c in scope:
-            self._snapshot_logs(req.app_id, c)
-            self.client.remove_container(c.id)
-        specs = [spec for spec in req.containers if (spec.role, spec.replica_id) in keys]
-        for spec in specs:
-            spec.labels[LABEL_ATTEMPT] = str(attempt)
-            spec.env.update(env or {})
-        with contextlib.suppress(SchedulerError):  # another process retried them first (the names are taken)
-            self._create(req, specs)
-
-    def describe(self, app_id: str) -> DescribeAppResponse | None:
-        """The app's status, from a container list shared by every app of the process.
-
-        A look is also a controller step (:meth:`act`): for an app this home submitted, a failure with
-        ROLE/APPLICATION retries left is retried and a final one stops the other replicas; an app it did
-        not submit is only reported.
-        """
-        return with_record(self._watcher.get(app_id, max_age=MAX_AGE), self._dir(app_id).path / "app.json")
-
-    def view_snapshot(self, app_ids: Sequence[str]) -> builtins.list[ViewOfApp]:
-        """The views' batch hook (:class:`tsm.schedulers.api.BatchedViews`): every app of ``app_ids`` from one
-        label-filtered container list, usage from a background stats sampler; see
-        :mod:`tsm.schedulers.docker.view`."""
-        if self._view is None:
-            from tsm.schedulers.docker.view import DockerView
-
-            self._view = DockerView(self)
-        return self._view.snapshot(app_ids)
+        d.count_up(GENERATION)
+        try:
+            for c in scope:
+                self.client.kill(c.id)
+            for c in scope:
+                self._snapshot_logs(req.app_id, c)
+                self.client.remove_container(c.id)
+            specs = [spec for spec in req.containers if (spec.role, spec.replica_id) in keys]
+            for spec in specs:
+                spec.labels[LABEL_ATTEMPT] = str(attempt)
+                spec.env.update(env or {})
+            with contextlib.suppress(SchedulerError):  # another process retried them first (the names are taken)
+                self._create(req, specs)
+        finally:  # a look that listed them half replaced (one killed, not yet removed) lists them again
+            d.count_up(GENERATION)
 
     def wait(
         self, app_id: str, timeout: float | None = None, poll_interval: float | None = None
@@ -602,23 +506,14 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         return poll_until_terminal(lambda _pause: self.describe(app_id), timeout, initial=0.05,
                                    cap=min(0.5, poll_interval or 0.5))
 
-    def list(self) -> list[ListAppResponse]:
-        return list_rows(store_root(), self._watcher.all())
-
-    # -- cancel / remove ------------------------------------------------------------------------------
-    def cancel(self, app_id: str) -> None:
-        """Stop every container of the app (SIGTERM, SIGKILL after the grace period), keep their logs,
-        remove them and the network. Only this owner's containers are seen, so another user's app is unknown.
-
-        With ``warn_signal``, every running container first gets the warning, and the cancel waits
-        ``warn_before`` (less as soon as every warned container has ended) before the stop."""
-        current = self.describe(app_id)
-        if current is None or current.state.is_terminal:
-            return
-        d = self._dir(app_id)
+    def _cancel(self, app_id: str, current: DescribeAppResponse) -> None:
+        """Stop every container (SIGTERM, SIGKILL after the grace period), keep their logs, remove them and
+        the network. With ``warn_signal``, every running container first gets the warning, and the cancel
+        waits ``warn_before`` (less as soon as every warned container has ended) before the stop."""
+        d = self.app_dir(app_id)
         with d.cancel_marker():
             containers = self.client.list_containers(app_id)
-            req = self._request(app_id)
+            req = self.request(app_id)
             grace = max((c.stop_grace for c in req.containers), default=10.0) if req else 10.0
             if req is not None and self._warn(req, containers):
                 poll_until(lambda: True if not any(c.state == "running" for c in self.client.list_containers(app_id))
@@ -629,15 +524,8 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
             for t in threads:
                 t.join()
             ended = self.client.list_containers(app_id)
-            view = AppView(app_id, req.roles if req else [], current.created, ended)
-            desc = self._describe_view(view)
-            for rs in desc.roles_statuses:
-                for r in rs.replicas:
-                    if r.state != AppState.SUCCEEDED:
-                        r.state, r.error_msg = AppState.CANCELLED, "cancelled"
-            desc.state, desc.msg, desc.structured_error_msg = AppState.CANCELLED, "cancelled", ""
+            desc = mark_cancelled(self._describe_view(AppView(app_id, req.roles if req else [], current.created, ended)))
             self._finish(app_id, desc, network=req.network if req else f"tsm-{app_id}")
-        self._watcher.invalidate()
 
     def _finish(self, app_id: str, desc: DescribeAppResponse, network: str | None = None) -> None:
         """Snapshot every container's logs, write the final status (with the app's start and end), then
@@ -646,7 +534,7 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         for c in containers:
             self._snapshot_logs(app_id, c)
         started, ended = app_times(containers)
-        self._dir(app_id).save_final(desc, started, ended)
+        self.app_dir(app_id).save_final(desc, started, ended)
         self._teardown(app_id, network or f"tsm-{app_id}", containers=containers)
 
     def _teardown(self, app_id: str, network: str, containers: builtins.list[Observed] | None = None) -> None:
@@ -660,20 +548,14 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
                           initial=0.05, cap=0.5):
             raise SchedulerError(f"remove network {network} failed: dockerd still holds endpoints on it")
 
-    def _write_final(self, req: DockerRequest, state: AppState, msg: str) -> None:
-        now = time.time()
-        self._dir(req.app_id).save_final(ended_status(req.app_id, req.roles, state, msg), now, now)
-
-    def remove(self, app_id: str) -> bool:
-        """Remove the app's containers, network and everything kept of it in ``$TSM_HOME``."""
+    @contextlib.contextmanager
+    def _removing(self, app_id: str) -> Iterator[bool]:
         found = False
         for c in self.client.list_containers(app_id):
             self.client.remove_container(c.id)
             found = True
         self._remove_network(f"tsm-{app_id}")
-        found = self._dir(app_id).remove() or found
-        self._watcher = self._new_watcher()  # it keeps ended apps for good: forget the removed one
-        return found
+        yield found
 
     def cleanup(self, include_running: bool = False, session: str | None = None,
                 dry_run: bool = False) -> builtins.list[str]:
@@ -693,7 +575,7 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
                 continue
             if not desc.state.is_terminal:
                 self.cancel(app_id)
-            elif self._request(app_id) is not None:
+            elif self.request(app_id) is not None:
                 self._finish(app_id, desc)
             else:  # another home's app of this owner: nothing of it is kept here
                 self._teardown(app_id, f"tsm-{app_id}", view.containers)
@@ -713,11 +595,6 @@ class DockerScheduler(DockerLogs, Scheduler[DockerRequest], WorkspaceBuilder[Non
         return done
 
     def close(self) -> None:
-        if self._view is not None:
-            self._view.close()
-            self._view = None
+        super().close()
         if self._client is not None:
             self._client.close()
-        if self._images is not None:
-            self._images.close()
-

@@ -29,11 +29,8 @@ decides and the save of ``stall.json`` run under an exclusive ``flock`` of the a
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,8 +41,6 @@ from tsm.schedulers.docker.status import Observed
 
 #: the file in the app's directory that keeps the checks' marks and the stalls found
 STALL_FILE = "stall.json"
-#: the file in the app's directory whose ``flock`` serialises the looks of several processes (:func:`locked`)
-LOCK_FILE = "lock"
 #: the CPU mark of a container whose stats could not be read (the log alone decides)
 NO_CPU = -1
 #: CPU time (ns) a container must use between two checks to count as moving: 10 ms, a clock tick of
@@ -53,31 +48,6 @@ NO_CPU = -1
 #: every second to reap) uses about 25 us a second (measured), under a millisecond per 30 s tick, so an idle
 #: replica reads as idle; a replica at work uses far more than 10 ms in a tick of 0.2 s or more.
 CPU_MOVED_NS = 10_000_000
-
-
-@contextlib.contextmanager
-def locked(d: AppDir) -> Iterator[None]:
-    """Hold an exclusive ``flock`` of the app's :data:`LOCK_FILE` (made private) while the body runs: the
-    load, check, act and save of one look, never two processes at once. Released when the body ends, or
-    by the kernel when the process dies."""
-    fd = os.open(d.private_dir() / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def claim(d: AppDir, name: str, text: str = "") -> bool:
-    """Create the marker ``name`` in the app's directory with ``text``, only if it does not exist yet
-    (``O_CREAT | O_EXCL``: of several processes exactly one gets True, the one that acts)."""
-    try:
-        fd = os.open(d.private_dir() / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    return True
 
 
 def _idle(before: int | None, now: int | None) -> bool:
@@ -163,5 +133,5 @@ def check(client: DockerClient, state: StallState, containers: Sequence[Observed
     return found
 
 
-__all__ = ["LOCK_FILE", "QUOTE_MAX", "STALL_FILE", "TICK_MAX", "TICK_MIN", "StallState", "check", "claim", "cpu_ns",
-           "last_line", "locked", "stall_message", "tick"]
+__all__ = ["QUOTE_MAX", "STALL_FILE", "TICK_MAX", "TICK_MIN", "StallState", "check", "cpu_ns",
+           "last_line", "stall_message", "tick"]

@@ -3,8 +3,8 @@
 :meth:`DockerScheduler.view_snapshot <tsm.schedulers.docker.scheduler.DockerScheduler.view_snapshot>` hands
 the app ids of a tick to :class:`DockerView`, which makes, whatever the number of apps and replicas:
 
-* **one** label-filtered ``containers.list`` (through the scheduler's shared
-  :class:`~tsm.schedulers.common.watcher.StatusWatcher`, reused for :data:`~.scheduler.MAX_AGE` seconds;
+* **one** label-filtered ``containers.list`` (the scheduler's
+  :meth:`~tsm.schedulers.common.container.ContainerScheduler.live_statuses`, reused for ``MAX_AGE`` seconds;
   an ended container is inspected once in its life for its exit code and cached);
 * for apps whose containers are gone (cancelled or removed), a read of their ``final.json`` in the store,
   once: an ended app is remembered.
@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +34,8 @@ from tsm.schedulers.common.viewmodel import AppSummary, requests_of, settled, vi
 from tsm.specs.api import AppState
 
 if TYPE_CHECKING:
+    from tsm.schedulers.common.container import ContainerScheduler
     from tsm.schedulers.docker.client import DockerClient
-    from tsm.schedulers.docker.scheduler import DockerScheduler
 
 #: Seconds between two stats rounds of the sampler.
 INTERVAL = 5.0
@@ -157,40 +157,39 @@ class StatsSampler:
 
 
 class DockerView:
-    """Builds the views of Docker apps for a tick; one per scheduler, kept across ticks (see the module doc)."""
+    """Builds the views of Docker apps for a tick; one per scheduler, kept across ticks (see the module doc).
 
-    def __init__(self, sched: DockerScheduler, usage: bool = True) -> None:
+    ``sched`` answers the statuses, ``client`` is its engine (stats), ``times`` gives an app's start and end."""
+
+    def __init__(self, sched: ContainerScheduler[Any, Any], client: DockerClient,
+                 times: Callable[[str], tuple[float | None, float | None]], usage: bool = True) -> None:
         self.sched = sched
+        self.times = times
         self._ended: dict[str, AppSummary] = {}
         self._reqs: dict[str, dict[str, tuple[float | None, float | None, int | None]]] = {}
         #: the stats sampler (None with ``usage=False``: usage n/a)
-        self.sampler: StatsSampler | None = StatsSampler(sched.client) if usage else None
+        self.sampler: StatsSampler | None = StatsSampler(client) if usage else None
 
     def snapshot(self, app_ids: Sequence[str]) -> list[AppSummary]:
         """Views of the apps of ``app_ids`` Docker (or the store) knows; see the module doc."""
-        from tsm.schedulers.docker.scheduler import MAX_AGE
-
         ids = list(dict.fromkeys(app_ids))
         out = [self._ended[i] for i in ids if i in self._ended]
         live = [i for i in ids if i not in self._ended]
         if not live:
             return out
-        listed = self.sched._watcher.all(max_age=MAX_AGE)  # one containers.list for every app
+        listed = self.sched.live_statuses()  # one containers.list for every app, reused for the scheduler's max_age
         views = []
         for app_id in live:
-            desc = listed.get(app_id)
-            if desc is None:
-                desc = self.sched._final(app_id)  # its containers are gone: the store has its end
-                if desc is None and self.sched._dir(app_id).cancelling:
-                    desc = self.sched._lookup([app_id]).get(app_id)
+            # its containers are gone (or it is being cancelled): the store has its end
+            desc = listed.get(app_id) or self.sched.kept_status(app_id)
             if desc is None:
                 continue
             reqs = self._reqs.get(app_id)
             if reqs is None:
-                record = self.sched._dir(app_id).record()
+                record = self.sched.app_record(app_id)
                 reqs = self._reqs[app_id] = requests_of(record.app.to_dict()) if record is not None else {}
             view = view_of_describe(desc, "docker", name=app_id.rsplit("-", 1)[0], reqs=reqs)
-            view.started, ended = self.sched.times(app_id)  # a fixed DURATION once the app has ended
+            view.started, ended = self.times(app_id)  # a fixed DURATION once the app has ended
             view.ended = ended if view.terminal else None
             if settled(view):
                 self._ended[app_id] = view

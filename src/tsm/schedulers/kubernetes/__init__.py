@@ -29,14 +29,14 @@ What it does (works on any cluster >= 1.20, built-in objects only):
   replica's restarts); ``ROLE``/``APPLICATION`` -> tsm deletes the role's (app's) Jobs and creates new ones
   labelled ``tsm/attempt=<n>`` when a status refresh sees the failure (so something must be watching:
   ``tsm run`` attached, ``tsm wait``); the attempt count lives on the objects, ``num_restarts`` from it.
-* **Preemptions** (issue 25): a pod evicted (reason ``Evicted``, condition ``DisruptionTarget``, deleted by
+* **Preemptions**: a pod evicted (reason ``Evicted``, condition ``DisruptionTarget``, deleted by
   anyone but tsm: the eviction API, a drain) or lost with its node makes its replica ``preempted``; a look
   restarts its scope as a new attempt on ``max_preemptions`` (never ``max_retries``), once the old pods have
   ended, with ``TSM_LAST_EXIT=preempted``; a lost node is excluded from the new Jobs (a required node
   anti-affinity term, as ``exclude_nodes`` writes), and so is the node of a pod ``OOMKilled`` with no memory
   limit of its own (the node ran out: a failure, retried on ``max_retries``). ``requeue_on_time_limit``: a
   look at the limit restarts the app the same way (``TSM_LAST_EXIT=time_limit``; the limit counts again).
-* **Stalls** (issue 25, ``stall_timeout``/``on_stall``, :mod:`.stall`): a look checks, once a tick, each
+* **Stalls** (``stall_timeout``/``on_stall``, :mod:`.stall`): a look checks, once a tick, each
   running pod's last log line (``tailLines=1``, timestamps) and, where ``metrics.k8s.io`` answers, its CPU
   (without a metrics API the log alone decides); a stalled replica is FAILED "stalled for X, last line: ..."
   and retried as its own failure (``TSM_LAST_EXIT=stalled``) or fails the app, its pods warned by the
@@ -69,6 +69,12 @@ Kubernetes expands ``$(VAR)`` in commands and env values: tsm writes every ``$``
 arrive byte for byte. Values that are not UTF-8 and env names Kubernetes refuses are refused at dry run.
 Run options ``kubeconfig``/``context``/``namespace`` pick the cluster per app; the scheduler's own
 (``create_scheduler(..., namespace=, kubeconfig=, context=)``, default ``$KUBECONFIG``) serves ``list``.
+
+Modules: :mod:`.scheduler` (each look: observe, decide, act; on the kit's
+:class:`~tsm.schedulers.common.container.ContainerScheduler`), :mod:`.request` (pure: AppDef -> manifests),
+:mod:`.dryrun` (their YAML text), :mod:`.manifests` (what a look changes in them), :mod:`.tries` (making Jobs,
+a new try), :mod:`.nodes` (the gang fit, pods the cluster took, nodes a retry avoids), :mod:`.status` (pods ->
+states), :mod:`.stall`, :mod:`.logs`, :mod:`.client` (the API, bounded calls) and :mod:`.view` (the views' hook).
 """
 
 from __future__ import annotations

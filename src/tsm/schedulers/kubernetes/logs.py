@@ -16,21 +16,19 @@ import builtins
 import os
 import re
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
 from tsm.errors import NotSupportedError, SchedulerError
-from tsm.schedulers.api import DescribeAppResponse, Stream
-from tsm.schedulers.common.appdir import AppDir
+from tsm.schedulers.api import Stream
+from tsm.schedulers.common.container import ContainerScheduler
 from tsm.schedulers.common.errors import ApiError
 from tsm.schedulers.common.logs import (
-    check_log_target,
     decode,
-    filter_regex,
     in_window,
-    replica_counts,
     split_lines,
     split_lines_iterator,
     utf8_chunks,
@@ -38,29 +36,23 @@ from tsm.schedulers.common.logs import (
 from tsm.schedulers.common.polling import poll_until
 from tsm.schedulers.kubernetes.client import KubeClient
 from tsm.schedulers.kubernetes.request import KubernetesRequest, host_name
-from tsm.schedulers.kubernetes.status import Pod, from_json
+from tsm.schedulers.kubernetes.status import AppView, Pod, from_json
 
 #: seconds a follow waits for a replica's pod to be made, or to start
 FOLLOW_WAIT = 600.0
 #: seconds a snapshot reads again the log of a container that ran and reads back empty (see _snapshot_log)
 EMPTY_LOG_WAIT = 1.5
+#: seconds past the grace period a stop follows a pod's log for its last lines
+FOLLOW_MARGIN = 10.0
 #: what the kubelet writes into a log stream when the container went away under it
 RUNTIME_ERROR = re.compile(rb"^(rpc error: code = \w+ desc = .*|unable to retrieve container logs for .*)$")
 
 
-class KubernetesLogs:
-    """The log half of :class:`~tsm.schedulers.kubernetes.scheduler.KubernetesScheduler` (a mixin)."""
+class KubernetesLogs(ContainerScheduler[KubernetesRequest, AppView]):
+    """The log half of :class:`~tsm.schedulers.kubernetes.scheduler.KubernetesScheduler` (on the container
+    kit's base)."""
 
-    def _dir(self, app_id: str) -> AppDir:
-        raise NotImplementedError
-
-    def _request(self, app_id: str) -> KubernetesRequest | None:
-        raise NotImplementedError
-
-    def _client_of(self, req: KubernetesRequest | None) -> KubeClient:
-        raise NotImplementedError
-
-    def describe(self, app_id: str) -> DescribeAppResponse | None:
+    def client_for(self, req: KubernetesRequest | None) -> KubeClient:
         raise NotImplementedError
 
     def _log_name(self, p: Pod) -> str:
@@ -78,7 +70,7 @@ class KubernetesLogs:
         back empty for a moment (the runtime's log copier lags its exit): it is read again for up to
         :data:`EMPTY_LOG_WAIT` seconds before an empty log is kept.
         """
-        d = self._dir(app_id)
+        d = self.app_dir(app_id)
         name = self._log_name(p)
         kept = d.path / name
         if _size(kept) > 0 and not again:
@@ -112,7 +104,7 @@ class KubernetesLogs:
         """Keep the log a follow of pod ``p`` read to its end (from the log's start), when it is longer than
         the kept one; the kubelet's error line that ends a follow of a deleted pod is left out. ``stamped``:
         a follow with timestamps, kept as the ``.ts`` copy (``tsm log --since/--until`` reads it)."""
-        d = self._dir(app_id)
+        d = self.app_dir(app_id)
         name = self._log_name(p)
         if stamped:
             name = name[:-4] + ".ts"
@@ -125,32 +117,37 @@ class KubernetesLogs:
             if (d.path / part).exists():
                 _keep_longer(d.path / part, d.path / name)
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterator[str]:
-        req = self._request(app_id)
-        roles = replica_counts(req.roles if req else None, lambda: self.describe(app_id))
-        check_log_target("kubernetes", app_id, roles, role_name, k)
+    def _follow_to_end(self, app_id: str, client: KubeClient, pods: builtins.list[Pod],
+                       timeout: float) -> builtins.list[threading.Thread]:
+        """For each of ``pods``, two follows opened now (plain, and stamped for ``--since/--until``) and read
+        to the container's end in a thread each, which then keeps that copy of the log
+        (:meth:`~.logs.KubernetesLogs._keep_followed`): the lines a pod writes while it is stopped (after the
+        warning, within the grace period) are kept, though its container goes with it."""
+        threads = []
+        for p in pods:
+            for stamped in (False, True):  # the plain log, and the stamped copy that --since/--until read
+                try:
+                    chunks = client.follow_open(p.name, timeout, timestamps=stamped)
+                except SchedulerError:
+                    break  # gone already: its snapshot is what there is
+                t = threading.Thread(target=self._keep_followed, args=(app_id, p, chunks, stamped), daemon=True)
+                t.start()
+                threads.append(t)
+        return threads
+
+    def _log_streams(self, streams: Stream | None) -> builtins.list[str]:
         if streams is not None and Stream(streams) != Stream.COMBINED:
             raise NotSupportedError(
                 "Kubernetes keeps a container's stdout and stderr in one log: only the combined stream can be "
                 f"read (drop --streams {Stream(streams).value}, or write the streams to files in the job)"
             )
-        return filter_regex(regex, self._lines(app_id, role_name, k, since, until, should_tail))
+        return ["stdout", "stderr"]
 
-    def _lines(self, app_id: str, role: str, k: int, since: datetime | None, until: datetime | None,
-               tail: bool) -> Iterator[str]:
-        req = self._request(app_id)
-        client = self._client_of(req)
-        d = self._dir(app_id)
+    def _lines(self, app_id: str, role: str, k: int, streams: builtins.list[str], since: datetime | None,
+               until: datetime | None, tail: bool) -> Iterator[str]:
+        req = self.request(app_id)
+        client = self.client_for(req)
+        d = self.app_dir(app_id)
 
         def live_pods() -> builtins.list[Pod]:
             if d.final() is not None:
@@ -212,14 +209,14 @@ class KubernetesLogs:
             raw = _without_runtime_error(client.follow(p.name, since=since), lambda: self._gone(client, app_id, p))
             yield from split_lines_iterator(decode(b) for b in utf8_chunks(raw))
         except SchedulerError:  # the pod went away (the app ended and was deleted): its snapshot has the log
-            f = self._dir(app_id).path / self._log_name(p)
+            f = self.app_dir(app_id).path / self._log_name(p)
             if not f.exists():
                 raise
             yield from split_lines(decode(f.read_bytes()))
 
     def _gone(self, client: KubeClient, app_id: str, p: Pod) -> bool:
         """True when pod ``p`` is deleted or being deleted (or its app is being cancelled or has ended)."""
-        d = self._dir(app_id)
+        d = self.app_dir(app_id)
         if d.cancelling or d.final() is not None:
             return True
         cur = next((from_json(x) for x in client.list_pods(app_id) if x["metadata"]["name"] == p.name), None)

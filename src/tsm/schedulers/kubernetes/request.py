@@ -1,11 +1,11 @@
 """Pure: an AppDef and :class:`KubernetesOptions` -> :class:`KubernetesRequest`, the exact manifests to create.
 
-No API call happens here (a dry run needs no cluster). :func:`format_request` prints the manifests as the
-YAML documents ``schedule`` creates, in order: the app's headless Service first (the *anchor*: every other
+No API call happens here (a dry run needs no cluster). :func:`~.dryrun.format_request` prints the manifests
+as the YAML documents ``schedule`` creates, in order: the app's headless Service first (the *anchor*: every other
 object gets an ``ownerReference`` to it, filled with its ``uid`` once it exists, so one delete removes all),
 the app's Secret (the roles' env values: a Job spec names them, never holds them), then one ``batch/v1`` Job
-per replica. Every string in that YAML is quoted, so a YAML 1.1 reader (kubectl's) reads ``yes``, ``On``,
-``NO`` or ``Null`` as the strings they are.
+per replica. What a look changes in them later (the owner's uid, rank 0's IP, a retry's Job) is
+:mod:`.manifests`.
 
 Naming, per app ``<app_id>`` (``<name>-<8 hex>``, a DNS-1035 label):
 
@@ -34,9 +34,10 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tsm.env.options import EnvOptions
 from tsm.errors import InvalidAppError, InvalidRunOptionError
-from tsm.schedulers.common.durations import format_duration
-from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS, LifecycleOptions
+from tsm.schedulers.common.container_request import LifecycleFields, lifecycle_fields
+from tsm.schedulers.common.lifecycle_opts import LifecycleOptions
 from tsm.schedulers.common.options import option
 from tsm.schedulers.common.warn import handlers_script
 from tsm.specs.api import AppDef, RetryPolicy, Role, is_null_resource, macros
@@ -78,7 +79,7 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True)
-class KubernetesOptions(LifecycleOptions):
+class KubernetesOptions(LifecycleOptions, EnvOptions):
     """Run options of the ``kubernetes`` scheduler, with the long-run ones it carries out: ``time_limit``
     (each pod's ``activeDeadlineSeconds``, and tsm's looks for the app as a whole), ``warn_signal`` and
     ``warn_before`` (a ``preStop`` hook that signals the container's PID 1, inside a termination grace
@@ -103,7 +104,9 @@ class KubernetesOptions(LifecycleOptions):
     shm_fraction: float = option("/dev/shm (a memory emptyDir) as a fraction of the role's memMB; 0 = none", 0.5)
     dns: str = option("rank 0 by cluster DNS: auto (detect), yes, no (rank 0's pod IP is handed to the others)",
                       "auto")
-    kubeconfig: str | None = option("kubeconfig file; default: $KUBECONFIG, ~/.kube/config, or in-cluster")
+    kubeconfig: str | None = option("kubeconfig file; default: $KUBECONFIG, ~/.kube/config, or in-cluster "
+                                    "(its exec plugins run commands: not taken from a project's config file)",
+                                    trusted=True)
     context: str | None = option("kubeconfig context; default: its current-context")
 
     def check(self) -> None:
@@ -137,8 +140,9 @@ class Need:
 
 
 @dataclass
-class KubernetesRequest:
-    """What ``schedule`` creates: ``service`` then ``jobs`` (manifests as the API takes them)."""
+class KubernetesRequest(LifecycleFields):
+    """What ``schedule`` creates: ``service`` then ``jobs`` (manifests as the API takes them); the long-run
+    fields are the kit's (:class:`~tsm.schedulers.common.container_request.LifecycleFields`)."""
 
     app_id: str
     app_name: str
@@ -160,18 +164,8 @@ class KubernetesRequest:
     builds: list[dict[str, Any]] = field(default_factory=list)
     #: the app's Secret: the roles' env values, which the Jobs reference by key
     secret: dict[str, Any] = field(default_factory=dict)
-    #: ``time_limit`` in seconds (None: none), counted from the submission (from the last requeue after one)
-    time_limit: float | None = None
-    #: restarts the cluster's decisions may cause (evictions, lost nodes, requeues at the time limit)
-    max_preemptions: int = DEFAULT_MAX_PREEMPTIONS
-    #: ``requeue_on_time_limit``: the time limit restarts the app (a preemption) rather than ending it
-    requeue_on_time_limit: bool = False
     #: ``exclude_nodes``: nodes no pod of the app may run on (each Job carries the term already)
     exclude_nodes: list[str] = field(default_factory=list)
-    #: ``stall_timeout`` in seconds (None: never): no log line (and no CPU, where metrics are served) that long
-    stall_timeout: float | None = None
-    #: ``on_stall``: ``restart`` (the stalled replica retried as its own failure) or ``fail`` (the app fails)
-    on_stall: str = "restart"
 
     def to_json(self) -> str:
         """The request as JSON (saved beside the app; read back to recreate Jobs on ROLE/APPLICATION retries)."""
@@ -387,117 +381,68 @@ def _resources(role: Role, fraction: float) -> tuple[dict[str, Any], Need]:
     return {"requests": requests, "limits": limits}, Need(role.name, cpu_milli, mem, max(res.gpu, 0))
 
 
+@dataclass
+class _App:
+    """What the manifests of every replica of an app share (the working state of :func:`build_request`)."""
+
+    app_id: str
+    opts: KubernetesOptions
+    shape: list[list[Any]]
+    created: float
+    rank0: str
+    warn_sig: str
+    warn_s: int
+    labels: dict[str, str]
+    excluded: list[str]
+    #: the Secret's data: each distinct env value of the roles under its key (:func:`secret_key`)
+    secret_data: dict[str, str] = field(default_factory=dict)
+
+
 def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_root: str, created: float,
                   owner: str = "x") -> KubernetesRequest:
     """The manifests for ``app`` (labelled with ``owner``); pure but for a fresh random app id."""
     app_id = new_app_id(app.name)
     ns = opts.namespace
-    role0 = app.roles[0].name
-    rank0 = f"{host_name(role0, 0)}.{app_id}"
     shape = [[r.name, r.num_replicas, r.max_retries, r.retry_policy.value] for r in app.roles]
     sig = opts.warn_signum
     warn_sig = sig.name.removeprefix("SIG") if sig is not None else ""
-    warn_s = math.ceil(opts.warn_before_s) if warn_sig else 0
-    base_labels = {LABEL_SCHEDULER: "kubernetes", LABEL_APP: app_id, LABEL_SESSION: label_value(session),
-                   LABEL_OWNER: label_value(owner)}
-    secret_data: dict[str, str] = {}
+    given: Any = opts.exclude_nodes or []  # a list; "n1,n2" from a cfg dict given in Python
+    a = _App(app_id=app_id, opts=opts, shape=shape, created=created, rank0=f"{host_name(app.roles[0].name, 0)}.{app_id}",
+             warn_sig=warn_sig, warn_s=math.ceil(opts.warn_before_s) if warn_sig else 0,
+             labels={LABEL_SCHEDULER: "kubernetes", LABEL_APP: app_id, LABEL_SESSION: label_value(session),
+                     LABEL_OWNER: label_value(owner)},
+             excluded=[n for n in (given.split(",") if isinstance(given, str) else given) if n])
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": app_id, "namespace": ns, "labels": dict(base_labels),
+        "metadata": {"name": app_id, "namespace": ns, "labels": dict(a.labels),
                      "annotations": {ANN_ROLES: json.dumps(shape), ANN_CREATED: f"{created:.3f}"}},
         "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {LABEL_APP: app_id},
                  "ports": [{"name": "tsm", "port": 29500}]},
     }
     jobs: list[dict[str, Any]] = []
     needs: list[Need] = []
-    given: Any = opts.exclude_nodes or []  # a list; "n1,n2" from a cfg dict given in Python
-    excluded = [n for n in (given.split(",") if isinstance(given, str) else given) if n]
     for role in app.roles:
         resources, need = _resources(role, opts.request_fraction)
         shm = int(role.resource.memMB * opts.shm_fraction) if not is_null_resource(role.resource) else 0
         vols, vmounts = _volumes(role, shm)
-        selector = {str(k): str(v) for k, v in role.resource.capabilities.items()}
         for i in range(role.num_replicas):
             needs.append(need)
             r = macros.Values(img_root="", app_id=app_id, replica_id=str(i)).apply(role)
-            own = {
-                "TSM_APP_ID": app_id, "TSM_ROLE_NAME": role.name, "TSM_REPLICA_ID": str(i),
-                "TSM_NUM_REPLICAS": str(role.num_replicas), RANK0_VAR: rank0, "PYTHONUNBUFFERED": "1",
-                **attempt_env(0, 0, ""),
-            }
-            if warn_sig:
-                own["TSM_WARN_SIGNAL"] = warn_sig
-            if "TORCHX_JOB_ID" in r.env:  # the runner sets TorchX's names unless torchx_env=false
-                own[TORCHX_RANK0_VAR] = rank0
-            env_spec: list[dict[str, Any]] = []
-            for k, v in r.env.items():  # the role's values live in the Secret; the Job names them
-                if k in own:
-                    continue
-                key = secret_key(v)
-                secret_data[key] = v
-                env_spec.append({"name": k, "valueFrom": {"secretKeyRef": {"name": app_id, "key": key}}})
-            env_spec += [env_var(k, v) for k, v in own.items()]
-            labels = {**base_labels, LABEL_ROLE: label_value(role.name), LABEL_REPLICA: str(i), LABEL_ATTEMPT: "0"}
-            annotations = {ANN_ROLE: role.name, ANN_ROLES: json.dumps(shape), ANN_CREATED: f"{created:.3f}",
-                           ANN_RANK0: rank0}
             container: dict[str, Any] = {
                 "name": CONTAINER,
                 "image": role.image,
                 "imagePullPolicy": opts.image_pull_policy,
                 "command": [escape(r.entrypoint)],
-                "args": [escape(a) for a in r.args],
-                "env": env_spec,
+                "args": [escape(x) for x in r.args],
+                "env": _env(a, role, r, i),
             }
             if resources:
                 container["resources"] = resources
             if vmounts:
                 container["volumeMounts"] = vmounts
-            if warn_sig:  # the warning: each process that handles it, then warn_before, then SIGTERM (lifecycle_hook)
-                container["lifecycle"] = lifecycle_hook(warn_sig, warn_s)
-            if role.port_map:
-                container["ports"] = [{"name": port_name(k), "containerPort": p} for k, p in role.port_map.items()]
-            pod: dict[str, Any] = {
-                "restartPolicy": "Never",
-                "hostname": host_name(role.name, i),
-                "subdomain": app_id,
-                "enableServiceLinks": False,
-                "terminationGracePeriodSeconds": opts.grace_period + warn_s,
-                "containers": [container],
-            }
-            limit = opts.time_limit_s
-            if limit is not None and opts.requeue_on_time_limit:  # tsm requeues at the limit; this is a backstop
-                pod["activeDeadlineSeconds"] = math.ceil(limit) + REQUEUE_BACKSTOP
-            elif limit is not None:  # the kubelet ends the pod there (reason DeadlineExceeded), warning first
-                pod["activeDeadlineSeconds"] = max(1, math.ceil(limit) - warn_s)
-            if vols:
-                pod["volumes"] = vols
-            if selector:
-                pod["nodeSelector"] = selector
-            if opts.service_account:
-                pod["serviceAccountName"] = opts.service_account
-            if opts.priority_class:
-                pod["priorityClassName"] = opts.priority_class
-            overlay = r.metadata.get(OVERLAY_KEY)
-            if isinstance(overlay, dict) and isinstance(overlay.get("V1Pod"), dict):  # TorchX's set_overlay(role, "kubernetes", "V1Pod", ...)
-                pod = with_pod_overlay(pod, overlay["V1Pod"])
-            elif isinstance(overlay, dict):
-                pod = deep_merge(pod, overlay)
-            if excluded:
-                pod = with_excluded_nodes(pod, excluded)
-            jobs.append({
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": {"name": job_name(app_id, role.name, i), "namespace": ns, "labels": labels,
-                             "annotations": annotations},
-                "spec": {
-                    "backoffLimit": role.max_retries if role.retry_policy == RetryPolicy.REPLICA else 0,
-                    "completions": 1,
-                    "parallelism": 1,
-                    "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod},
-                },
-            })
-    size = sum(len(k) + len(v.encode("utf-8", "surrogatepass")) for k, v in secret_data.items())
+            jobs.append(_job(a, role, i, _pod(a, role, r, i, container, vols)))
+    size = sum(len(k) + len(v.encode("utf-8", "surrogatepass")) for k, v in a.secret_data.items())
     if size > SECRET_LIMIT - 4096:  # room for the metadata
         raise InvalidAppError(
             f"the roles' distinct env values take {size:,} bytes, over the {SECRET_LIMIT:,} bytes Kubernetes takes "
@@ -505,17 +450,94 @@ def build_request(app: AppDef, opts: KubernetesOptions, session: str, app_dir_ro
         )
     secret = {
         "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-        "metadata": {"name": app_id, "namespace": ns, "labels": dict(base_labels)},
-        "stringData": secret_data,
+        "metadata": {"name": app_id, "namespace": ns, "labels": dict(a.labels)},
+        "stringData": a.secret_data,
     }
     return KubernetesRequest(
         app_id=app_id, app_name=app.name, session=session, namespace=ns, service=service, jobs=jobs, roles=shape,
-        needs=needs, dns=opts.dns, gang_timeout=opts.gang_timeout, grace_period=opts.grace_period + warn_s,
+        needs=needs, dns=opts.dns, gang_timeout=opts.gang_timeout, grace_period=opts.grace_period + a.warn_s,
         app_dir=f"{app_dir_root}/{app_id}", spec=app.to_dict(), kubeconfig=opts.kubeconfig, context=opts.context,
-        secret=secret, time_limit=opts.time_limit_s, max_preemptions=opts.max_preemptions,
-        requeue_on_time_limit=opts.requeue_on_time_limit, exclude_nodes=excluded,
-        stall_timeout=opts.stall_timeout_s, on_stall=opts.on_stall,
+        secret=secret, exclude_nodes=a.excluded, **lifecycle_fields(opts),
     )
+
+
+def _env(a: _App, role: Role, r: Role, i: int) -> list[dict[str, Any]]:
+    """Replica ``i``'s env: the role's values by reference to the app's Secret (kept in ``a.secret_data``),
+    then tsm's own (plain)."""
+    own = {
+        "TSM_APP_ID": a.app_id, "TSM_ROLE_NAME": role.name, "TSM_REPLICA_ID": str(i),
+        "TSM_NUM_REPLICAS": str(role.num_replicas), RANK0_VAR: a.rank0, "PYTHONUNBUFFERED": "1",
+        **attempt_env(0, 0, ""),
+    }
+    if a.warn_sig:
+        own["TSM_WARN_SIGNAL"] = a.warn_sig
+    if "TORCHX_JOB_ID" in r.env:  # the runner sets TorchX's names unless torchx_env=false
+        own[TORCHX_RANK0_VAR] = a.rank0
+    env_spec: list[dict[str, Any]] = []
+    for k, v in r.env.items():  # the role's values live in the Secret; the Job names them
+        if k in own:
+            continue
+        key = secret_key(v)
+        a.secret_data[key] = v
+        env_spec.append({"name": k, "valueFrom": {"secretKeyRef": {"name": a.app_id, "key": key}}})
+    return env_spec + [env_var(k, v) for k, v in own.items()]
+
+
+def _pod(a: _App, role: Role, r: Role, i: int, container: dict[str, Any],
+         vols: list[dict[str, Any]]) -> dict[str, Any]:
+    """Replica ``i``'s pod spec around ``container``: its warning, deadline, placement and overlay."""
+    opts = a.opts
+    if a.warn_sig:  # the warning: each process that handles it, then warn_before, then SIGTERM (lifecycle_hook)
+        container["lifecycle"] = lifecycle_hook(a.warn_sig, a.warn_s)
+    if role.port_map:
+        container["ports"] = [{"name": port_name(k), "containerPort": p} for k, p in role.port_map.items()]
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "hostname": host_name(role.name, i),
+        "subdomain": a.app_id,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": opts.grace_period + a.warn_s,
+        "containers": [container],
+    }
+    limit = opts.time_limit_s
+    if limit is not None and opts.requeue_on_time_limit:  # tsm requeues at the limit; this is a backstop
+        pod["activeDeadlineSeconds"] = math.ceil(limit) + REQUEUE_BACKSTOP
+    elif limit is not None:  # the kubelet ends the pod there (reason DeadlineExceeded), warning first
+        pod["activeDeadlineSeconds"] = max(1, math.ceil(limit) - a.warn_s)
+    if vols:
+        pod["volumes"] = vols
+    selector = {str(k): str(v) for k, v in role.resource.capabilities.items()}
+    if selector:
+        pod["nodeSelector"] = selector
+    if opts.service_account:
+        pod["serviceAccountName"] = opts.service_account
+    if opts.priority_class:
+        pod["priorityClassName"] = opts.priority_class
+    overlay = r.metadata.get(OVERLAY_KEY)
+    if isinstance(overlay, dict) and isinstance(overlay.get("V1Pod"), dict):  # TorchX's set_overlay(role, "kubernetes", "V1Pod", ...)
+        pod = with_pod_overlay(pod, overlay["V1Pod"])
+    elif isinstance(overlay, dict):
+        pod = deep_merge(pod, overlay)
+    return with_excluded_nodes(pod, a.excluded) if a.excluded else pod
+
+
+def _job(a: _App, role: Role, i: int, pod: dict[str, Any]) -> dict[str, Any]:
+    """Replica ``i``'s Job (its labels and annotations on the pod template too)."""
+    labels = {**a.labels, LABEL_ROLE: label_value(role.name), LABEL_REPLICA: str(i), LABEL_ATTEMPT: "0"}
+    annotations = {ANN_ROLE: role.name, ANN_ROLES: json.dumps(a.shape), ANN_CREATED: f"{a.created:.3f}",
+                   ANN_RANK0: a.rank0}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(a.app_id, role.name, i), "namespace": a.opts.namespace, "labels": labels,
+                     "annotations": annotations},
+        "spec": {
+            "backoffLimit": role.max_retries if role.retry_policy == RetryPolicy.REPLICA else 0,
+            "completions": 1,
+            "parallelism": 1,
+            "template": {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod},
+        },
+    }
 
 
 def with_excluded_nodes(pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
@@ -563,167 +585,7 @@ def lifecycle_hook(signame: str, warn_before: int) -> dict[str, Any]:
     return {"preStop": {"exec": {"command": ["/bin/sh", "-c", script]}}}
 
 
-def with_owner(manifest: dict[str, Any], service_uid: str, app_id: str) -> dict[str, Any]:
-    """``manifest`` owned by the app's Service (deleting it deletes the manifest's object)."""
-    out = copy.deepcopy(manifest)
-    out["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Service", "name": app_id,
-                                           "uid": service_uid, "blockOwnerDeletion": False}]
-    return out
-
-
-def rank0_names(job: dict[str, Any]) -> list[str]:
-    """Every name rank 0's pod knows itself by (its ``/etc/hosts`` line, written by the kubelet):
-    ``<host>``, ``<host>.<app_id>``, ``<host>.<app_id>.<ns>.svc`` and ``...svc.<CLUSTER_DOMAIN>`` (what
-    ``socket.getfqdn()`` returns inside it, hence what torch's c10d rendezvous advertises)."""
-    dns = job["metadata"]["annotations"].get(ANN_RANK0)  # "<host>.<app_id>"
-    if not dns:  # a request saved before the annotation existed: the env still holds the DNS name
-        env = {e["name"]: e.get("value", "") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
-        dns = env[RANK0_VAR].replace("$$", "$")
-    short = dns.split(".", 1)[0]
-    svc = f"{dns}.{job['metadata']['namespace']}.svc"
-    return [short, dns, svc, f"{svc}.{CLUSTER_DOMAIN}"]
-
-
-def with_rank0(job: dict[str, Any], host: str) -> dict[str, Any]:
-    """``job`` with ``TSM_RANK0_HOST`` set to ``host`` (rank 0's pod IP on a cluster without DNS).
-
-    The pod also gets ``hostAliases`` mapping rank 0's host names (:func:`rank0_names`) to that IP: a
-    process in rank 0's pod that advertises its own name (torch's c10d rendezvous does, with its FQDN)
-    is then reachable from this pod without cluster DNS.
-    """
-    out = copy.deepcopy(job)
-    pod = out["spec"]["template"]["spec"]
-    names = rank0_names(job)
-    for e in pod["containers"][0]["env"]:
-        if e["name"] in (RANK0_VAR, TORCHX_RANK0_VAR):
-            e["value"] = escape(host)
-    aliases = [a for a in pod.get("hostAliases", []) if a.get("hostnames") != names]
-    pod["hostAliases"] = [*aliases, {"ip": host, "hostnames": names}]
-    return out
-
-
-def with_own_ip_as_rank0(job: dict[str, Any]) -> dict[str, Any]:
-    """Rank 0's ``job`` on a cluster without DNS: ``TSM_RANK0_HOST`` is its own pod IP (the downward API's
-    ``status.podIP``), the address the others are given, so a rendezvous on it sees itself as the host."""
-    out = copy.deepcopy(job)
-    for e in out["spec"]["template"]["spec"]["containers"][0]["env"]:
-        if e["name"] in (RANK0_VAR, TORCHX_RANK0_VAR):
-            e.pop("value", None)
-            e["valueFrom"] = {"fieldRef": {"fieldPath": "status.podIP"}}
-    return out
-
-
 def env_var(name: str, value: str) -> dict[str, str]:
     """One plain env entry of a container. An empty value is left out, as the API server stores it (``value``
     is omitted when empty), so the dry run is exactly what the server holds."""
     return {"name": name, "value": escape(value)} if value else {"name": name}
-
-
-def retried(job: dict[str, Any], app_id: str, attempt: int, env: dict[str, str] | None = None,
-            exclude: list[str] | None = None) -> dict[str, Any]:
-    """``job`` for the ``attempt``-th ROLE/APPLICATION retry: a new name, the attempt label, ``env`` (the
-    attempt's ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT``, ``TSM_LAST_EXIT``) laid over the container's, and the
-    nodes to ``exclude`` (:func:`with_excluded_nodes`: the ones a replica was lost with)."""
-    out = copy.deepcopy(job)
-    if exclude:
-        out["spec"]["template"]["spec"] = with_excluded_nodes(out["spec"]["template"]["spec"], exclude)
-    container_env = out["spec"]["template"]["spec"]["containers"][0]["env"]
-    for k, v in (env or {}).items():
-        for e in container_env:
-            if e["name"] == k:
-                e.pop("valueFrom", None)
-                e.pop("value", None)
-                e.update(env_var(k, v))
-                break
-        else:
-            container_env.append(env_var(k, v))
-    labels = out["metadata"]["labels"]
-    name = out["metadata"]["annotations"][ANN_ROLE]
-    out["metadata"]["name"] = job_name(app_id, name, int(labels[LABEL_REPLICA]), attempt)
-    for meta in (out["metadata"], out["spec"]["template"]["metadata"]):
-        meta["labels"][LABEL_ATTEMPT] = str(attempt)
-    return out
-
-
-#: plain words a YAML 1.1 reader takes for booleans or null (compared lower-case)
-_YAML11_WORDS = {"y", "n", "yes", "no", "true", "false", "on", "off", "null", "~"}
-
-
-def _yaml(obj: Any, indent: int = 0) -> list[str]:
-    """A small YAML writer (block style, every string value quoted): exact under YAML 1.1 and 1.2 readers, and
-    needs no YAML library. Keys stay plain only when they are plain identifiers no reader takes for anything else."""
-    pad = "  " * indent
-    lines: list[str] = []
-    if isinstance(obj, dict):
-        if not obj:
-            return [pad + "{}"]
-        for k, v in obj.items():
-            plain = re.fullmatch(r"[A-Za-z][A-Za-z0-9_./-]*", k) and k.lower() not in _YAML11_WORDS
-            key = k if plain else _quoted(k)
-            if isinstance(v, (dict, list)) and v:
-                lines.append(f"{pad}{key}:")
-                lines += _yaml(v, indent + 1)
-            else:
-                lines.append(f"{pad}{key}: {_scalar(v)}")
-    elif isinstance(obj, list):
-        if not obj:
-            return [pad + "[]"]
-        for v in obj:
-            if isinstance(v, (dict, list)) and v:
-                sub = _yaml(v, indent + 1)
-                lines.append(f"{pad}- {sub[0].lstrip()}")
-                lines += sub[1:]
-            else:
-                lines.append(f"{pad}- {_scalar(v)}")
-    else:
-        lines.append(pad + _scalar(obj))
-    return lines
-
-
-def _scalar(v: Any) -> str:
-    if isinstance(v, bool) or v is None or isinstance(v, (int, float)):
-        return json.dumps(v)
-    if isinstance(v, (dict, list)):
-        return json.dumps(v)
-    return _quoted(str(v))  # every string: YAML 1.1 reads plain yes/On/NO/Null/0x1f/1_000 as something else
-
-
-def _quoted(s: str) -> str:
-    """A YAML double-quoted scalar: printable characters as they are, the rest as YAML escapes."""
-    out = ['"']
-    for ch in s:
-        o = ord(ch)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif (0x20 <= o <= 0x7E or 0xA0 <= o <= 0xD7FF) and o not in (0x2028, 0x2029) or (0xE000 <= o <= 0xFFFD and o != 0xFEFF) or o >= 0x10000:
-            out.append(ch)
-        elif o <= 0xFF:
-            out.append(f"\\x{o:02x}")
-        else:
-            out.append(f"\\u{o:04x}")
-    out.append('"')
-    return "".join(out)
-
-
-def to_yaml(manifest: dict[str, Any]) -> str:
-    """One manifest as a YAML document."""
-    return "\n".join(_yaml(manifest)) + "\n"
-
-
-def format_request(req: KubernetesRequest) -> str:
-    """The request as the YAML documents ``schedule`` creates, in order (``kubectl apply -f`` takes them)."""
-    head = [
-        f"# app {req.app_id} in namespace {req.namespace}: Service {req.app_id} (headless) + {len(req.jobs)} Job(s)",
-        "# every Job gets ownerReferences -> the Service (its uid, known once created): deleting it deletes all",
-        f"# rank 0: {RANK0_VAR} = Service DNS name; dns={req.dns}: without cluster DNS it becomes rank 0's pod IP",
-        f"# gang_timeout {req.gang_timeout:g}s: not every replica Running by then -> deleted, FAILED with the reason",
-    ]
-    if req.stall_timeout is not None:
-        head.append(f"# stall_timeout {format_duration(req.stall_timeout)} (no log line; no CPU where metrics.k8s.io "
-                    f"answers), checked by tsm when it looks at the app; on_stall={req.on_stall}")
-    for b in req.builds:
-        what = "build" if b.get("build") else "reuse (already built)"
-        head.append(f"# workspace image of role '{b['role']}': {what} {b['tag']} on {b['base_image']} "
-                    f"from {b['snapshot']} (local Docker engine, the kubelet's runtime: no registry)")
-    docs = [to_yaml(req.service)] + ([to_yaml(req.secret)] if req.secret else []) + [to_yaml(j) for j in req.jobs]
-    return "\n".join(head) + "\n---\n" + "---\n".join(docs)

@@ -32,12 +32,8 @@ a stall is acted on once.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,45 +45,9 @@ from tsm.schedulers.kubernetes.status import Pod
 
 #: the file in the app's directory that keeps the checks' marks and the stalls found
 STALL_FILE = "stall.json"
-#: the file in the app's directory whose ``flock`` serialises the looks of several processes (:func:`locked`)
-LOCK_FILE = "lock"
 #: cores (metrics-server's rate) at or above which a pod counts as working: 10 millicores, a tenth of a
 #: tenth of a core. An idle ``sleep`` reads 0 to 1 m; a replica at work reads hundreds.
 CPU_BUSY_CORES = 0.01
-
-
-@contextlib.contextmanager
-def locked(d: AppDir, wait: bool = True, give_up: Callable[[], bool] | None = None) -> Iterator[bool]:
-    """Hold an exclusive ``flock`` of the app's :data:`LOCK_FILE` (made private) while the body runs: one
-    look (observe, stall check, decide, act) at a time, across processes and threads. Released when the
-    body ends, or by the kernel when the process dies. Yields True when held; without ``wait``, False at
-    once when another holds it (the body then runs without it and must not act). False too when the app
-    directory is gone (``tsm remove``): it is not made again for a lock. With ``give_up``, the wait asks
-    it every 50 ms and yields False once it says True (the app is being stopped: no need to wait on that)."""
-    try:  # the app directory (private) is made at submit; a lock never makes it again
-        fd = os.open(d.path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except FileNotFoundError:
-        yield False
-        return
-    try:
-        try:
-            if wait and give_up is not None:  # wait, asking ``give_up`` every 50 ms (True: False at once)
-                while True:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        if give_up():
-                            raise
-                        time.sleep(0.05)
-            else:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)  # releases the lock
 
 
 @dataclass
@@ -166,4 +126,4 @@ def check(client: KubeClient, app_id: str, state: StallState, pods: Sequence[Pod
     return found
 
 
-__all__ = ["CPU_BUSY_CORES", "LOCK_FILE", "QUOTE_MAX", "STALL_FILE", "StallState", "check", "last_line", "locked"]
+__all__ = ["CPU_BUSY_CORES", "QUOTE_MAX", "STALL_FILE", "StallState", "check", "last_line"]

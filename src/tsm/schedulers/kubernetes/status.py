@@ -7,7 +7,7 @@ try (``restartPolicy: Never``), so the newest one is the replica and the failed 
 restarts. The pod-level reason Kubernetes gives (ErrImagePull, ImagePullBackOff, Unschedulable, OOMKilled,
 Evicted) is carried into the replica's message.
 
-**Preempted is not failed** (issue 25). A pod the cluster ended is :attr:`Pod.lost` (:func:`lost_why`): the
+**Preempted is not failed**. A pod the cluster ended is :attr:`Pod.lost` (:func:`lost_why`): the
 kubelet's ``Evicted``, the ``DisruptionTarget`` condition (1.26+), a node shutdown, its node lost
 (``NodeLost``, phase ``Unknown``); a pod deleted by someone else (the eviction API, the scheduler's
 preemption, a drain: on 1.20 they only delete the pod) is marked by the scheduler, which alone knows what it
@@ -18,7 +18,7 @@ the Job made after it (on 1.20 the Job replaces a deleted pod: that pod is not t
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -42,9 +42,28 @@ STATES = StateTable({
     AppState.FAILED: {"Failed"},
 })  # "Unknown" (node lost) and any other name -> UNKNOWN
 
-#: waiting reasons that mean the pod will never start by itself
+#: waiting reasons that mean the pod cannot start until something changes (often only a new app will do)
 FATAL_WAITING = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
                  "CreateContainerError", "ErrImageNeverPull", "RunContainerError"}
+
+#: what a pull error's message says when pulling again cannot help: the name does not parse, or the image,
+#: its repository or its registry does not exist (a mistyped image); other pull errors (a registry that is
+#: slow or briefly down) are left to the gang timeout
+_HOPELESS_PULL = ("no such host", "not found", "manifest unknown", "name unknown", "repository does not exist",
+                  "pull access denied", "invalid reference format")
+
+
+def never_starts(pods: Iterable[Pod]) -> str:
+    """Why one of ``pods`` (not yet started) can never start by itself, or "": an image that cannot be pulled
+    (``InvalidImageName``, ``ErrImageNeverPull``, or ``ErrImagePull`` for a name no registry has)."""
+    for p in pods:
+        if p.started or p.exit_code is not None or p.deleting:
+            continue
+        hopeless = p.reason in ("InvalidImageName", "ErrImageNeverPull") or (
+            p.reason == "ErrImagePull" and any(w in p.message.lower() for w in _HOPELESS_PULL))
+        if hopeless:
+            return f"role '{p.role}' replica {p.replica_id}: {p.reason}: {p.message}".rstrip(": ")
+    return ""
 
 
 def quantity(text: str) -> float:
@@ -244,7 +263,7 @@ def replica(pods: list[Pod], role: str, k: int, max_retries: int, policy: str) -
     failed = sum(1 for q in mine if q.phase == "Failed")
     restarts = failed - (1 if p.phase == "Failed" else 0) + p.restarts
     stalled = next((q for q in mine if q.stalled), None)
-    if stalled is not None:  # tsm stopped it for a stall: FAILED, whatever its exit code (issue 25)
+    if stalled is not None:  # tsm stopped it for a stall: FAILED, whatever its exit code
         r = ReplicaStatus(id=k, state=AppState.FAILED, role=role, hostname=stalled.ip or stalled.name,
                           exit_code=stalled.exit_code, error_msg=stalled.stalled, restarts=restarts)
         return r, stalled

@@ -132,6 +132,14 @@ def ids(pid: int) -> tuple[int, int] | None:
     return int(fields[2]), int(fields[3])
 
 
+def alive_for_sure(pid: int, started: int | None) -> bool:
+    """True only when ``pid`` is known to be the same live process (before signalling it)."""
+    try:
+        return is_alive(pid, started)
+    except OSError:
+        return False
+
+
 def is_alive(pid: int | None, started: int | None) -> bool:
     """True when ``pid`` runs and is the same process that started at ``started`` ticks.
 

@@ -1,7 +1,8 @@
 """Talking to a local app's supervisor from any process: connecting, cancelling, and following its reports.
 
 The supervisor serves a Unix socket (``APP_DIR/sock``, see :mod:`.supervisor`): a client is told of every
-state change (``S``) and log growth (``L``), and may send ``cancel``. :func:`cancel` uses it and never waits
+state change (``S``), log growth (``L``) and an end it could not record yet (``E``: the store refused it, a
+full disk; it keeps trying), and may send ``cancel``. :func:`cancel` uses it and never waits
 forever: a supervisor that does not end the app within its grace period plus :data:`CANCEL_MARGIN` seconds
 (stopped with SIGSTOP, hung) is bypassed by :func:`force_cancel`. :class:`SupervisorEvents` is the event
 source of a log follower (``tsm log -f``). Split from ``scheduler.py``, which keeps the scheduler's
@@ -17,7 +18,7 @@ import select
 import signal
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tsm.schedulers.local import _os
 from tsm.specs.api import AppState
@@ -26,7 +27,20 @@ if TYPE_CHECKING:
     # imported where used: ``tsm status``/``tsm list`` import this module and never open a socket
     import socket
 
-    from tsm.schedulers.local.scheduler import LocalScheduler
+    from tsm.schedulers.api import DescribeAppResponse
+    from tsm.store import Store
+
+
+class LocalApps(Protocol):
+    """What these functions ask of the local scheduler (:class:`~tsm.schedulers.local.scheduler.LocalScheduler`)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    def app_row(self, app_id: str) -> Any: ...
+
+    def wait(self, app_id: str, timeout: float | None = ...) -> DescribeAppResponse | None: ...
+
 
 #: terminal AppState values as stored, and as an SQL list
 _TERMINAL = tuple(int(s) for s in AppState if s.is_terminal)
@@ -66,14 +80,14 @@ def connect(app_dir: str, timeout: float | None = CONNECT_TIMEOUT) -> socket.soc
             os.close(dfd)
 
 
-def cancel(sched: LocalScheduler, app_id: str) -> None:
+def cancel(sched: LocalApps, app_id: str) -> None:
     """Ask the supervisor to stop the app and return once it has ended; nothing if it already has.
 
     Idempotent, and a no-op for an id this scheduler does not know (as TorchX's ``cancel``). Never
     waits forever: a supervisor that has not ended the app within its grace period plus
     :data:`CANCEL_MARGIN` seconds (stopped with SIGSTOP, hung) is bypassed, see :func:`force_cancel`.
     """
-    row = sched._app_row(app_id)
+    row = sched.app_row(app_id)
     if row is None or row["state"] in _TERMINAL:
         return
     deadline = time.monotonic() + grace_of(row) + CANCEL_MARGIN
@@ -101,22 +115,31 @@ def cancel(sched: LocalScheduler, app_id: str) -> None:
                 (now, "cancelled by user before its supervisor started", app_id),
             ),
         ])
-        row = sched._app_row(app_id)
+        row = sched.app_row(app_id)
         if row["state"] in _TERMINAL:
             return
         sock = connect(row["app_dir"])
+    unrecorded = False
     try:
         sock.sendall(b"cancel\n")
         # Stay connected until the supervisor exits (EOF): closing at once could race its
         # notifications and lose the request; waiting here also means cancel returns when it's done.
-        while True:
+        while not unrecorded:
             sock.settimeout(max(0.001, deadline - time.monotonic()))
-            if not sock.recv(65536):
+            data = sock.recv(65536)
+            if not data:
                 break
+            unrecorded = b"E" in data
     except OSError:  # includes the timeout: _wait_or_force decides
         pass
     finally:
         sock.close()
+    if unrecorded:  # every process of the app is gone; the supervisor holds its end until the store takes it
+        from tsm._logging import warn
+
+        warn("%s has stopped; its end is recorded once the store takes it again (%s is full or unwritable)",
+             app_id, os.path.dirname(os.path.dirname(row["app_dir"])))
+        return
     wait_or_force(sched, app_id, deadline)
 
 def grace_of(row: Any) -> float:
@@ -135,27 +158,27 @@ def grace_of(row: Any) -> float:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return 10.0
 
-def wait_or_force(sched: LocalScheduler, app_id: str, deadline: float) -> None:
+def wait_or_force(sched: LocalApps, app_id: str, deadline: float) -> None:
     """Wait for the app's recorded end until ``deadline``, then end its processes directly."""
     desc = sched.wait(app_id, timeout=max(0.0, deadline - time.monotonic()))
     if desc is None or desc.state.is_terminal:
         return
     force_cancel(sched, app_id)
 
-def force_cancel(sched: LocalScheduler, app_id: str) -> None:
+def force_cancel(sched: LocalApps, app_id: str) -> None:
     """SIGKILL the app's watchdog, supervisor and every process of the app, then record CANCELLED.
 
     For a supervisor that does not answer (SIGSTOPped, hung): the watchdog goes first so it records
     nothing, then the supervisor, then every process under them and every process started with this
     app's ``TSM_APP_ID`` (escaped ``setsid`` children that re-parented elsewhere).
     """
-    row = sched._app_row(app_id)
+    row = sched.app_row(app_id)
     if row is None or row["state"] in _TERMINAL:
         return
     owners = [(row["watchdog_pid"], row["watchdog_start"]), (row["sup_pid"], row["sup_start"])]
     victims: list[int] = []
     for pid, started in owners:
-        if pid and started is not None and sched._alive_for_sure(pid, started):
+        if pid and started is not None and _os.alive_for_sure(pid, started):
             victims += [pid, *_os.descendants(pid)]
     victims += _os.app_processes(app_id)
     order = list(dict.fromkeys(victims))
@@ -199,13 +222,13 @@ class SupervisorEvents:
     stop a follower whose consumer is gone.
     """
 
-    def __init__(self, sched: LocalScheduler, app_id: str, app_dir: str) -> None:
+    def __init__(self, sched: LocalApps, app_id: str, app_dir: str) -> None:
         self.sched, self.app_id, self.app_dir = sched, app_id, app_dir
         self.sock = connect(app_dir)
 
     def __call__(self) -> str:
         if self.sock is None:
-            row = self.sched._app_row(self.app_id)
+            row = self.sched.app_row(self.app_id)
             if row is None or row["state"] in _TERMINAL:
                 return "S"
             try:

@@ -1,4 +1,4 @@
-"""Long runs inside the supervisor: the time limit, the warning signal, requeues and stall detection (issue 25).
+"""Long runs inside the supervisor: the time limit, the warning signal, requeues and stall detection.
 
 Settings come from ``request.json``'s ``lifecycle`` (built from the run options by
 :func:`.request.lifecycle_request`); none set, nothing here does anything.
@@ -27,14 +27,13 @@ import contextlib
 import os
 import time
 
-from tsm.lifecycle import PREEMPTED_PREFIX
-from tsm.schedulers.common.durations import format_duration
+from tsm.lifecycle import policy
+from tsm.schedulers.common.lastline import last_line as shared_last_line
 from tsm.schedulers.common.stall import QUOTE_MAX, stall_message, tick as stall_tick
 from tsm.schedulers.common.warn import catches
 from tsm.schedulers.local import _os
-from tsm.schedulers.local.logs import mark_restart
 from tsm.schedulers.local.replicas import ReplicaLifecycle
-from tsm.schedulers.local.state import FAILED, Replica
+from tsm.schedulers.local.state import Replica
 
 #: Seconds between two tries to warn a replica that does not handle the warning signal yet (still starting).
 WARN_RETRY = 0.1
@@ -43,21 +42,7 @@ WARN_RETRY = 0.1
 
 def last_line(rep: Replica) -> str:
     """The last non-empty line the replica wrote (of stdout or stderr, whichever was written last), or ""."""
-    best: tuple[float, str] = (-1.0, "")
-    for name in ("stdout", "stderr"):
-        path = os.path.join(rep.rdir, name)
-        try:
-            with open(path, "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - 8192))
-                tail = f.read()
-            mtime = os.stat(path).st_mtime
-        except OSError:
-            continue
-        lines = [ln for ln in tail.decode(errors="replace").splitlines() if ln.strip()]
-        if lines and mtime > best[0]:
-            best = (mtime, lines[-1].strip()[:QUOTE_MAX])
-    return best[1]
+    return shared_last_line((os.path.join(rep.rdir, "stdout"), os.path.join(rep.rdir, "stderr")), QUOTE_MAX)
 
 
 class Deadlines(ReplicaLifecycle):
@@ -67,11 +52,7 @@ class Deadlines(ReplicaLifecycle):
     def _start_clock(self) -> None:
         """Start the time limit (at launch and at each requeue) and the stall checks."""
         now = time.monotonic()
-        limit = self.lc.get("time_limit")
-        if limit:
-            self.limit_at = now + limit
-            if self.lc.get("warn_signal"):
-                self.warn_at = max(now, self.limit_at - self.lc["warn_before"])
+        self.warn_at, self.limit_at = policy.deadlines(self._lc_settings(), now)
         if self.lc.get("stall_timeout") and self.stall_due is None:
             self.stall_due = now + self._stall_tick()
 
@@ -99,12 +80,9 @@ class Deadlines(ReplicaLifecycle):
             self._warn([r for r in self.replicas if r.warn_pending])
         if self.warn_at is not None and now >= self.warn_at:
             self.warn_at = None
-            left = format_duration(max(1, round((self.limit_at or now) - now)))
-            self._note(f"time limit in {left}: warning every replica")
-            self._warn(self.replicas)
+            self._apply(self._ask([]))  # the policy's warning (or its end, when the limit came meanwhile)
         if self.limit_at is not None and now >= self.limit_at:
-            self.limit_at = self.warn_at = None
-            self._time_limit()
+            self._apply(self._ask([policy.TimeLimit()]))
         if self.stall_due is not None and now >= self.stall_due:
             self.stall_due = now + self._stall_tick()
             self._check_stalls(now)
@@ -164,32 +142,27 @@ class Deadlines(ReplicaLifecycle):
         self.app_dirty = True
         self._stop_warned(self.replicas)
 
-    # -- time limit --------------------------------------------------------------------------------
-    def _time_limit(self) -> None:
-        limit = format_duration(self.lc["time_limit"])
-        budget = int(self.lc.get("max_preemptions") or 0)
-        if self.lc.get("requeue_on_time_limit") and self.preemptions < budget:
-            self.preemptions += 1
-            self.num_restarts += 1
-            self.app_dirty = True
-            why = (f"{PREEMPTED_PREFIX}time limit {limit} reached; the app restarts "
-                   f"(preemption {self.preemptions} of max_preemptions={budget}; max_retries untouched)")
-            self._note(why)
-            for rep in self.replicas:
-                rep.stop_reason, rep.last_exit = why, "time_limit"
-                if rep not in self.pending_restart:
-                    self.pending_restart.append(rep)
-                    mark_restart(rep.rdir, rep.restarts + 1)
-            self.clock_pending = True
-            self._stop(self.replicas)
+    # -- what the policy says about long runs ------------------------------------------------------
+    def _apply(self, out: policy.Outcome, rep: Replica | None = None) -> None:
+        """Carry out ``out``: the time limit's end or requeue (the limit counts again once the app is
+        relaunched; each stopped replica's error says why), the warning, or what :class:`ReplicaLifecycle` does."""
+        if isinstance(out, policy.Warn):
+            self._note(f"{out.why}: warning every replica")
+            self._warn(self.replicas)
             return
-        why = f"time limit {limit} reached"
-        if self.lc.get("requeue_on_time_limit"):
-            why += f" after {self.preemptions} requeue(s); max_preemptions={budget} used up"
-        for rep in self.replicas:
-            if rep.live():
-                rep.stop_reason = why
-        super()._finish(FAILED, why)
+        if isinstance(out, (policy.Restart, policy.Fail)) and out.time_limit:
+            self.limit_at = self.warn_at = None
+            why = out.note if isinstance(out, policy.Restart) else out.msg
+            if isinstance(out, policy.Restart):
+                self.clock_pending = True
+            else:
+                for r in self.replicas:
+                    if r.live():
+                        r.stop_reason = why
+            if rep is not None:  # it ended as the limit came (reaped first): the limit ended it
+                rep.error = why
+                self.dirty.add(id(rep))
+        super()._apply(out, rep)
 
     # -- stalls ------------------------------------------------------------------------------------
     def _check_stalls(self, now: float) -> None:
@@ -208,12 +181,14 @@ class Deadlines(ReplicaLifecycle):
                 self._stalled(rep, timeout)
 
     def _stalled(self, rep: Replica, timeout: float) -> None:
-        line = last_line(rep)
-        why = stall_message(timeout, line)
+        """Record ``rep`` stalled and do what the policy says: fail the app, or (it keeps the app running)
+        stop the replica warned, its end then being its failure (``TSM_LAST_EXIT=stalled``)."""
+        why = stall_message(timeout, last_line(rep))
         self._note(f"{rep.name} {why}")
         rep.stop_reason = why
-        if self.lc.get("on_stall") == "fail":
-            self._finish(FAILED, f"{rep.name} {why}", warn=True)
+        out = self._ask([policy.Stalled(rep.role, rep.idx, why, rep.name)])
+        if not isinstance(out, policy.Keep):
+            self._apply(out, rep)
             return
-        rep.stop_failure, rep.next_exit = True, "stalled"
+        rep.stop_failure = True
         self._stop_warned([rep])

@@ -1,20 +1,21 @@
 """The per-user launcher: a long-lived process that forks one supervisor per app, so no app pays a new interpreter.
 
-Why. Starting a supervisor as ``python -S -c ...`` costs an interpreter start and its imports (12-22 ms and
+Why. Starting a supervisor as ``python -I -S -c ...`` costs an interpreter start and its imports (12-22 ms and
 about 20 ms more on a loaded 2-core machine) before it can say it is ready, and about 6 MB of private memory
 per process. A process that has already imported the supervisor's modules can ``fork`` one in about a
 millisecond, and the pages it imported stay shared copy-on-write between every supervisor forked from it.
 
-How it starts. Never on its own: the first supervisor that a caller had to spawn (no launcher was up) forks
-a launcher beside itself before it starts its app (:func:`start_beside`), off the caller's critical path.
+How it starts. Never on its own: the first supervisor that a caller had to spawn (no launcher was up) starts
+a launcher beside itself before it starts its app (:func:`start_beside`, a detached helper of
+:mod:`tsm.util.daemon`: of many supervisors spawned at once, one starts it), off the caller's critical path.
 The launcher then imports what a supervisor needs, takes ``<key>.lock`` (one launcher per key, released by
 the kernel when it dies, even by SIGKILL), binds ``<key>.sock`` under ``$TSM_HOME/launcher/`` (a 0700
 folder: only its owner can reach it) and serves. It exits after :data:`IDLE` seconds without a request, when
 its socket is no longer its own (the folder was removed) or when the code it was started from has changed.
 
 The key. ``<key>`` hashes the interpreter, the folder tsm is imported from and the size and modification
-time of every source file a supervisor runs (:func:`code_key`). After an upgrade the caller asks for another
-key, so a launcher from an older tsm, left running, is never asked to fork a supervisor of the wrong code.
+time of every source file a supervisor runs (:func:`launcher_key`). After an upgrade the caller asks for
+another key, so a launcher from an older tsm, left running, is never asked to fork a supervisor of the wrong code.
 
 A request (:func:`connect`, then :func:`send`). The caller connects before it writes the app's files and
 record, checks that the launcher runs as its own user (``SO_PEERCRED``), and once they are written sends the
@@ -23,10 +24,12 @@ which the supervisor says it is ready (``R``). No fork happens then: the launche
 *standbys* ready, each a watchdog and under it a supervisor forked before anyone asked
 (:func:`_fork_standby`), the supervisor waiting on the launcher's socket with the store open and its request
 path run once on nothing (:func:`_rehearse`). A connection wakes one standby supervisor (``EPOLLEXCLUSIVE``),
-which accepts it and checks the caller's credentials and process settings while the caller writes (another
-uid never makes it start anything), then takes the request, answers ``F``, and registers the app in the
-store before it builds anything else (:func:`supervisor.register
-<tsm.schedulers.local.supervisor.register>`): the caller's ``R`` costs a store write, and reading the request,
+which accepts it and checks the caller's credentials and process settings (:mod:`.caller`: a caller whose
+groups, limits, priorities or personality differ from the launcher's spawns its own supervisor; its umask
+is carried to its replicas) while the caller writes (another uid never makes it start anything), then
+takes the request, answers ``F``, and registers the app in the store before it builds anything else
+(:func:`supervisor.register <tsm.schedulers.local.supervisor.register>`): the caller's ``R`` costs a store
+write, and reading the request,
 taking the caller's environment and open-file limits and the supervisor's set-up come after it, in
 :func:`supervisor.run_app <tsm.schedulers.local.supervisor.run_app>`, exactly the code a spawned supervisor
 runs. Then it tells its watchdog the app folder (the watchdog watches it as a spawned watchdog does) and
@@ -46,16 +49,16 @@ while it waits can still be the one a connection wakes; its caller then spawns a
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import socket
 import struct
 import sys
 import time
 
+from tsm.util import daemon
+
 TYPE_CHECKING = False  # keeps typing out of the supervisor's start-up
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from typing import Any
 
 #: Standby supervisors a launcher keeps ready: two, so a request that comes while the launcher forks the
@@ -75,7 +78,10 @@ ACK_TIMEOUT = 1.0
 CHECK_INTERVAL = 2.0
 
 #: Source folders (relative to the ``tsm`` package) whose files a supervisor runs: the key covers them.
-CODE_DIRS = ("", "schedulers", "schedulers/common", "schedulers/local", "timer")
+CODE_DIRS = ("", "schedulers", "schedulers/common", "schedulers/local", "timer", "util")
+
+#: The launcher's entry point (:func:`tsm.util.daemon.command`).
+ENTRY = "tsm.schedulers.local.launcher:main"
 
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
@@ -89,27 +95,9 @@ def enabled() -> bool:
     return os.environ.get("TSM_LAUNCHER", "1") != "0" and "TSM_APP_ID" not in os.environ
 
 
-def _files(pkg: str) -> Iterator[tuple[str, int, int]]:
-    for sub in CODE_DIRS:
-        with contextlib.suppress(OSError), os.scandir(os.path.join(pkg, sub)) as it:
-            for e in it:
-                if e.name.endswith(".py"):
-                    st = e.stat()
-                    yield f"{sub}/{e.name}", st.st_size, st.st_mtime_ns
-
-
-def code_key(pkg_parent: str, executable: str | None = None) -> str:
-    """A short hash of the interpreter, where tsm lives and the (name, size, mtime) of the supervisor's sources."""
-    h = hashlib.blake2b(digest_size=8)
-    h.update(f"{executable or sys.executable}\0{pkg_parent}\0".encode(errors="surrogateescape"))
-    for name, size, mtime in sorted(_files(os.path.join(pkg_parent, "tsm"))):
-        h.update(f"{name}\0{size}\0{mtime}\0".encode(errors="surrogateescape"))
-    return h.hexdigest()
-
-
-def package_parent() -> str:
-    """The folder tsm is imported from (what a spawned supervisor puts first on ``sys.path``)."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+def launcher_key(pkg_parent: str | None = None, executable: str | None = None) -> str:
+    """The launcher's key: :func:`tsm.util.daemon.code_key` over the folders a supervisor runs (:data:`CODE_DIRS`)."""
+    return daemon.code_key(CODE_DIRS, parent=pkg_parent, executable=executable)
 
 
 def launcher_dir(home: str) -> str:
@@ -124,36 +112,6 @@ def _peer_uid(sock: socket.socket) -> int:
 def _peer_pid(sock: socket.socket) -> int:
     pid: int = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))[0]
     return pid
-
-
-#: Lines of ``/proc/<pid>/status`` a spawned supervisor (and so every replica) would inherit from its caller.
-#: (Not the umask: every supervisor sets its own, 077, whether spawned or forked.)
-_STATUS_KEYS = (b"Groups:", b"Cpus_allowed_list:", b"Mems_allowed_list:", b"NoNewPrivs:", b"Seccomp:",
-                b"CapInh:", b"CapPrm:", b"CapEff:", b"CapBnd:", b"CapAmb:")
-_NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid", "user", "uts")
-
-
-def process_context(pid: int) -> tuple[object, ...]:
-    """What a process passes on to a child besides its environment and open-file limit, as comparable data.
-
-    A forked supervisor inherits these from the launcher, not from the caller that asked for it; the launcher
-    serves a caller only when they are the same as its own, so ``taskset``/``numactl``, a Slurm job's or a
-    systemd scope's cgroup, ``nice``, other rlimits, supplementary groups, capabilities, seccomp
-    and namespaces of the caller are kept exactly as if it had spawned the supervisor itself. Raises OSError
-    when the process is gone or unreadable (the caller then spawns).
-    """
-    from tsm.schedulers.local._os import read_proc
-
-    proc = f"/proc/{pid}/"
-    status = tuple(ln for ln in read_proc(proc + "status").splitlines() if ln.startswith(_STATUS_KEYS))
-    # every rlimit but the open-file one, which is sent along
-    limits = tuple(ln for ln in read_proc(proc + "limits").splitlines() if not ln.startswith(b"Max open files"))
-    ns = []
-    for n in _NAMESPACES:
-        with contextlib.suppress(FileNotFoundError):  # a namespace type this kernel lacks
-            ns.append(os.readlink(f"{proc}ns/{n}"))
-    return (status, read_proc(proc + "cgroup"), limits, read_proc(proc + "oom_score_adj"), tuple(ns),
-            os.getpriority(os.PRIO_PROCESS, pid))
 
 
 # -- the caller's side -----------------------------------------------------------------------------------------
@@ -172,10 +130,10 @@ def connect(home: str) -> socket.socket | None:
         return None
     from tsm.schedulers.local import _os
 
-    pkg = package_parent()
+    pkg = daemon.package_parent()
     key = _key_cache.get((pkg, sys.executable))
     if key is None:  # once per process: a long-lived caller sees the code it imported, not a later upgrade
-        key = _key_cache[(pkg, sys.executable)] = code_key(pkg)
+        key = _key_cache[(pkg, sys.executable)] = launcher_key(pkg)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         sock.settimeout(ACK_TIMEOUT)
@@ -197,17 +155,21 @@ def send(sock: socket.socket, app_dir: str, ready_w: int, queued: bool) -> bool:
     """Ask the launcher on ``sock`` (from :func:`connect`) for the supervisor of ``app_dir``; False: spawn it.
 
     The request is the caller's open-file limits, whether the app waits in the resource queue (its first
-    state), the app folder and, as ``SCM_RIGHTS``, ``ready_w``: the write end of the pipe on which the
-    supervisor says ``R`` once registered. The standby answers ``F`` on the connection once it took the
+    state), the caller's personality (the one setting of :mod:`.caller` the standby may not read itself), the
+    app folder and, as ``SCM_RIGHTS``, ``ready_w``: the write end of the pipe on which the supervisor says
+    ``R`` once registered. The standby answers ``F`` on the connection once it took the
     request; the caller waits for the ``R`` and reads the ``F`` only when the ``R`` is late or the pipe ended
     without one (:func:`tsm.schedulers.local.spawn._wait`). No ``F`` then also means "spawn it yourself".
     ``ready_w`` stays the caller's to close; on False ``sock`` is closed here.
     """
     import resource
 
+    from tsm.schedulers.local.caller import own_personality
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
-        socket.send_fds(sock, [f"{soft} {hard} {int(queued)} ".encode() + os.fsencode(app_dir)], [ready_w])
+        head = f"{soft} {hard} {int(queued)} ".encode() + own_personality() + b" "
+        socket.send_fds(sock, [head + os.fsencode(app_dir)], [ready_w])
         return True
     except OSError:
         sock.close()
@@ -216,41 +178,34 @@ def send(sock: socket.socket, app_dir: str, ready_w: int, queued: bool) -> bool:
 
 # -- the launcher's side ---------------------------------------------------------------------------------------
 def start_beside(home: str, keep_closed: tuple[int, ...] = ()) -> None:
-    """Start a detached launcher for this code and ``home`` unless one runs (or launchers are off).
+    """Start a detached launcher for this code and ``home`` unless one runs, or is starting (or launchers are off).
 
-    Called by a spawned supervisor before it starts its app, so the caller never waits for it: the
-    supervisor forks, the child starts a session of its own, forks again and exits (reaped here at once),
-    and the grandchild, closing ``keep_closed`` (the caller's ready pipe), execs the launcher: its own
-    command line (never mistaken for the supervisor's) and a fresh interpreter with nothing of the app.
+    Called by a spawned supervisor before it starts its app, so the caller never waits for it. The launcher
+    is nobody's child (:func:`tsm.util.daemon.spawn_orphan`: the supervisor ends everything under it when its
+    app ends), closes ``keep_closed`` (the caller's ready pipe) and is a fresh interpreter with nothing of the
+    app, under its own command line (never mistaken for the supervisor's). Of many supervisors spawned at once
+    only one starts it (:func:`tsm.util.daemon.start_once`).
     """
     if not enabled():
         return
-    from tsm.schedulers.common import flock
+    from tsm.schedulers.local import _os
 
-    pkg = package_parent()
-    if flock.held(os.path.join(launcher_dir(home), code_key(pkg) + ".lock")):
-        return  # a live launcher holds the lock: nothing to do (the common case)
-    pid = os.fork()
-    if pid:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-        return
-    try:
-        os.setsid()
-        if os.fork() == 0:
-            for fd in keep_closed:
-                os.close(fd)
-            code = "import sys; sys.path.insert(0, sys.argv.pop(1)); from tsm.schedulers.local.launcher import main; main()"
-            os.execv(sys.executable, [sys.executable, "-S", "-c", code, pkg, home])
-    finally:
-        os._exit(0)
+    ldir = launcher_dir(home)
+    _os.makedirs_private(ldir)
+    lock = os.path.join(ldir, launcher_key() + ".lock")
+
+    def start(fd: int) -> None:
+        argv = daemon.command(ENTRY, home, site=False, handover_fd=fd)
+        daemon.spawn_orphan(argv, close=keep_closed, keep=(fd,))
+
+    daemon.start_once(lock, start)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the launcher's own process: ``launcher HOME`` (``sys.path[0]`` is where tsm lives)."""
+    """Entry point of the launcher's own process: ``launcher HOME`` (:func:`tsm.util.daemon.command`)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
-        return serve(argv[0], package_parent())
+        return serve(argv[0], daemon.package_parent())
     finally:
         os._exit(0)
 
@@ -287,12 +242,11 @@ def serve(home: str, pkg: str) -> int:
     """
     import select
 
-    from tsm.schedulers.common import flock
     from tsm.schedulers.local import _os
 
     os.umask(0o077)
     os.chdir("/")
-    key = code_key(pkg)
+    key = launcher_key(pkg)
     ldir = launcher_dir(home)
     _os.makedirs_private(ldir)
     null = os.open(os.devnull, os.O_RDWR)
@@ -301,19 +255,20 @@ def serve(home: str, pkg: str) -> int:
         os.dup2(src, target)
     os.close(null)
     os.close(log)
-    lock = flock.take(os.path.join(ldir, key + ".lock"))
+    lock = daemon.take(os.path.join(ldir, key + ".lock"))
     if lock is None:
         return 0  # another launcher of this code serves this home
+    daemon.started()
     _prepare()
-    if code_key(pkg) != key:
+    if launcher_key(pkg) != key:
         return 0
     path = os.path.join(ldir, key + ".sock")
     tmp = os.path.join(ldir, f"{key}.{os.getpid()}.tmp")
     listener = _os.listen_unix(tmp, socket.SOCK_CLOEXEC)
     os.rename(tmp, path)  # atomic: a caller sees no socket or a listening one
     ino = os.stat(path).st_ino
-    idle = float(os.environ.get("TSM_LAUNCHER_IDLE") or IDLE)
-    last = next_check = time.monotonic()
+    idle = daemon.Idle(daemon.idle_limit("TSM_LAUNCHER_IDLE", IDLE))
+    next_check = time.monotonic()
     taken_r, taken_w = os.pipe()  # a standby writes T and its watchdog's pid here once its caller was answered
     quit_r, quit_w = os.pipe()  # closed by this process when it ends (even by SIGKILL): idle standbys leave
     poller = select.poll()
@@ -324,21 +279,21 @@ def serve(home: str, pkg: str) -> int:
             while len(ready) < POOL:
                 ready.append(_fork_standby(listener, lock, home, (taken_r, quit_w), (taken_w, quit_r)))
             now = time.monotonic()
-            if now - last > idle:
+            if idle.over():
                 break
             if now >= next_check:
                 next_check = now + CHECK_INTERVAL
                 try:
-                    if os.stat(path).st_ino != ino or code_key(pkg) != key:
+                    if os.stat(path).st_ino != ino or launcher_key(pkg) != key:
                         break
                 except OSError:
                     break
-            if poller.poll(int(min(CHECK_INTERVAL, idle) * 1000) + 1):
+            if poller.poll(int(min(CHECK_INTERVAL, idle.limit) * 1000) + 1):
                 got = os.read(taken_r, 4096)  # whole records: each is one write under PIPE_BUF
                 for (pid,) in _TAKEN.iter_unpack(got[: len(got) - len(got) % _TAKEN.size]):
                     if pid in ready:
                         ready.remove(pid)
-                last = time.monotonic()
+                idle.busy()
             dead = _reap()  # a standby that died before taking a request (or after, as its app ended)
             ready = [pid for pid in ready if pid not in dead]
     finally:
@@ -423,6 +378,37 @@ def _watch(sup: int, app_r: int) -> int:
     return supervisor._watchdog(sup, req)
 
 
+def _next_request(listener: socket.socket, quit_r: int, home: str, mine: tuple[tuple[object, ...], bytes]
+                  ) -> tuple[socket.socket, tuple[str, int, tuple[int, int], bool, int]] | None:
+    """The first connection to ``listener`` with a valid request, and that request (see :func:`_take`); None
+    once the launcher closed ``quit_r``. Closes the listener and ``quit_r`` when it returns a request."""
+    import select
+
+    # Exclusive: a connection wakes one waiting standby, not every one (the others would only find nothing
+    # to accept, on the cores the caller and the taken standby need).
+    poller = select.epoll()
+    poller.register(listener, select.EPOLLIN | select.EPOLLEXCLUSIVE)
+    poller.register(quit_r, select.EPOLLIN)
+    try:
+        while True:
+            if quit_r in dict(poller.poll()):
+                return None
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                continue
+            taken = None
+            with contextlib.suppress(OSError):
+                taken = _take(conn, home, mine)
+            if taken is not None:
+                listener.close()
+                os.close(quit_r)
+                return conn, taken
+            conn.close()
+    finally:
+        poller.close()
+
+
 def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, home: str) -> None:
     """The standby supervisor: take one valid request from the launcher's socket, then run that app. Never returns.
 
@@ -434,42 +420,24 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
     <tsm.schedulers.local.state.SupervisorState._setup>` unblocks them): one that comes in between is
     delivered then, never lost to its default action.
     """
-    import select
     import signal
 
     code = 0
     try:
-        from tsm.schedulers.local import _os, supervisor
+        from tsm.schedulers.local import _os, caller, supervisor
         from tsm.schedulers.local.state import HANDLED, bind_listener
         from tsm.store import Store
 
         store = Store()  # opened while waiting: one step less once a request comes
-        mine = process_context(os.getpid())  # read while waiting too: a request compares the caller's to it
+        # read while waiting too: a request compares the caller's to it
+        mine = (caller.context(os.getpid()), caller.own_personality())
         ids = supervisor.process_ids()
         _rehearse(store, home, mine, ids)
-        # Exclusive: a connection wakes one waiting standby, not every one (the others would only find
-        # nothing to accept, on the cores the caller and the taken standby need).
-        poller = select.epoll()
-        poller.register(listener, select.EPOLLIN | select.EPOLLEXCLUSIVE)
-        poller.register(quit_r, select.EPOLLIN)
-        taken = None
-        while taken is None:
-            events = dict(poller.poll())
-            if quit_r in events:
-                store.close()
-                return  # the launcher ended (closed its end) before anyone asked
-            try:
-                conn, _ = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                continue
-            with contextlib.suppress(OSError):
-                taken = _take(conn, home, mine)
-            if taken is None:
-                conn.close()
-        poller.close()
-        listener.close()
-        os.close(quit_r)
-        app_dir, ready_w, limits, queued = taken
+        got = _next_request(listener, quit_r, home, mine)
+        if got is None:
+            store.close()
+            return  # the launcher ended (closed its end) before anyone asked
+        conn, (app_dir, ready_w, limits, queued, umask) = got
         with contextlib.suppress(OSError):
             conn.sendall(b"F")
         conn.close()
@@ -494,7 +462,7 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
         import resource
 
         resource.setrlimit(resource.RLIMIT_NOFILE, limits)
-        code = supervisor.run_app(app_dir, -1, take_env=True, store=store, listener=own)
+        code = supervisor.run_app(app_dir, -1, take_env=True, store=store, listener=own, umask=umask)
     except BaseException:  # noqa: BLE001 - a forked child never returns into the launcher's loop
         import traceback
 
@@ -505,7 +473,8 @@ def _standby(listener: socket.socket, quit_r: int, taken_w: int, app_w: int, hom
         os._exit(code)
 
 
-def _rehearse(store: Any, home: str, own: tuple[object, ...], ids: tuple[int, int | None, int, int | None]) -> None:
+def _rehearse(store: Any, home: str, own: tuple[tuple[object, ...], bytes],
+              ids: tuple[int, int | None, int, int | None]) -> None:
     """Run, once and on nothing, the code a taken standby runs between its caller's request and its ``R``.
 
     A standby is a fresh fork of the launcher: the first run of any code in it faults in a private copy of
@@ -525,7 +494,8 @@ def _rehearse(store: Any, home: str, own: tuple[object, ...], ids: tuple[int, in
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         r, w = os.pipe()
         try:
-            socket.send_fds(a, [b"0 0 0 " + os.fsencode(os.path.join(home, "local", ".rehearsal"))], [w])
+            msg = b"0 0 0 " + own[1] + b" " + os.fsencode(os.path.join(home, "local", ".rehearsal"))
+            socket.send_fds(a, [msg], [w])
             taken = _take(b, home, own)
             if taken is not None:
                 try:
@@ -547,30 +517,35 @@ def _rehearse(store: Any, home: str, own: tuple[object, ...], ids: tuple[int, in
 
 
 def _take(conn: socket.socket, home: str,
-          own: tuple[object, ...]) -> tuple[str, int, tuple[int, int], bool] | None:
-    """Read and check one request: ``(app_dir, ready pipe, open-file limits, queued)``, or None to refuse it.
+          own: tuple[tuple[object, ...], bytes]) -> tuple[str, int, tuple[int, int], bool, int] | None:
+    """Read and check one request: ``(app_dir, ready pipe, open-file limits, queued, the caller's umask)``, or
+    None to refuse it.
 
-    Refused: another user's process (before anything is read), a caller whose :func:`process_context`
-    differs from this process's (``own``), an app folder outside ``$TSM_HOME/local``, limits this process
-    cannot give, a request that does not come within :data:`ACK_TIMEOUT` of the connection, or a caller
-    that already hung up (it gave up waiting and spawned one).
+    Refused: another user's process (before anything is read), a caller whose :func:`.caller.context` or
+    personality differs from this process's (``own``), an app folder outside ``$TSM_HOME/local``, limits this
+    process cannot give, a request that does not come within :data:`ACK_TIMEOUT` of the connection, or a
+    caller that already hung up (it gave up waiting and spawned one).
     """
+    from tsm.schedulers.local import caller
+
     conn.setblocking(True)
     conn.settimeout(ACK_TIMEOUT)
     if _peer_uid(conn) != os.getuid():
         return None
-    if process_context(_peer_pid(conn)) != own:
-        return None  # the caller's affinity, cgroup, limits, ... differ from ours: it spawns its own supervisor
+    peer = _peer_pid(conn)
+    if caller.context(peer) != own[0]:
+        return None  # the caller's groups, affinity, cgroup, limits, ... differ from ours: it spawns its own
+    umask = caller.umask_of(peer)
     msg, fds, _, _ = socket.recv_fds(conn, 8192, 1)
     try:
-        soft, hard, queued, raw = msg.split(b" ", 3)
+        soft, hard, queued, persona, raw = msg.split(b" ", 4)
         app_dir = os.fsdecode(raw)
         limits = (int(soft), int(hard))
         import resource
 
         mine = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        ok = (len(fds) == 1 and queued in (b"0", b"1") and os.path.isabs(app_dir) and os.path.normpath(app_dir) == app_dir
-              and os.path.basename(app_dir) not in ("", ".", "..")
+        ok = (len(fds) == 1 and queued in (b"0", b"1") and persona == own[1] and os.path.isabs(app_dir)
+              and os.path.normpath(app_dir) == app_dir and os.path.basename(app_dir) not in ("", ".", "..")
               and os.path.dirname(app_dir) == os.path.join(home, "local"))
         if ok and (mine == resource.RLIM_INFINITY or (limits[1] != resource.RLIM_INFINITY and limits[1] <= mine)):
             conn.setblocking(False)
@@ -580,7 +555,7 @@ def _take(conn: socket.socket, home: str,
                 gone = False
             if not gone:
                 ready_w = fds.pop()
-                return app_dir, ready_w, limits, queued == b"1"
+                return app_dir, ready_w, limits, queued == b"1", umask
     except ValueError:
         pass
     finally:

@@ -508,18 +508,34 @@ def follow(
     return Lines(batches) if text_only else batches
 
 
-def _follow(
-    targets: Iterable[tuple[str, int, str]],
-    streams: frozenset[int],
-    states: Callable[[], tuple[bool, dict[tuple[str, int], int]]],
-    wait_event: Callable[[], str] | None,
-    regex: str | None,
-    since: float | None,
-    until: float | None,
-    attempt: int | None,
-    idle: Callable[[], None] | None,
-    text_only: bool,
-) -> Generator[Any, None, None]:
+def _emit(tg: _Target, batches: Iterable[tuple[float, list[str] | int]], text_only: bool, pattern: Any,
+          attempt: int | None, since: float | None, until: float | None) -> Iterator[Any]:
+    """What :func:`_follow` yields of a replica's batches: the lines kept by the filters, as batches (lists)
+    with ``text_only``, else as events, with a marker event where an attempt begins."""
+    reader = tg.reader
+    for t, item in batches:
+        if isinstance(item, int):
+            if not text_only:
+                yield LogEvent(tg.role, tg.k, "", item, True)
+            continue
+        if (attempt is not None and reader.attempt != attempt) or (since is not None and t < since) or (
+                until is not None and t > until):  # fmt: skip
+            continue
+        if pattern is not None:
+            item = [ln for ln in item if pattern.search(ln)]
+        if text_only:
+            if item:
+                yield item  # the whole batch: Lines walks it in C
+        else:
+            n = reader.attempt
+            for ln in item:
+                yield LogEvent(tg.role, tg.k, ln, n)
+
+
+def _follow(targets: Iterable[tuple[str, int, str]], streams: frozenset[int],
+            states: Callable[[], tuple[bool, dict[tuple[str, int], int]]], wait_event: Callable[[], str] | None,
+            regex: str | None, since: float | None, until: float | None, attempt: int | None,
+            idle: Callable[[], None] | None, text_only: bool) -> Generator[Any, None, None]:
     """:func:`follow`'s generator: with ``text_only`` it yields batches (lists) of lines, else events."""
     import re
 
@@ -528,27 +544,7 @@ def _follow(
     live = [_Target(role, k, ReplicaLogReader(rdir, streams, cr=tail)) for role, k, rdir in targets]
 
     def emit(tg: _Target, batches: Iterable[tuple[float, list[str] | int]]) -> Iterator[Any]:
-        reader = tg.reader
-        for t, item in batches:
-            if isinstance(item, int):
-                if not text_only:
-                    yield LogEvent(tg.role, tg.k, "", item, True)
-                continue
-            if (
-                (attempt is not None and reader.attempt != attempt)
-                or (since is not None and t < since)
-                or (until is not None and t > until)
-            ):
-                continue
-            if pattern is not None:
-                item = [ln for ln in item if pattern.search(ln)]
-            if text_only:
-                if item:
-                    yield item  # the whole batch: Lines walks it in C
-            else:
-                n = reader.attempt
-                for ln in item:
-                    yield LogEvent(tg.role, tg.k, ln, n)
+        return _emit(tg, batches, text_only, pattern, attempt, since, until)
 
     if not tail and since is None and until is None and len(streams) == 1:
         app_ended, st = states()

@@ -148,7 +148,7 @@ class OutputPump(SupervisorState):
         A replica signalled to stop since the last pass is left out of this one: most end at once, and their
         end indexes them (``_replica_ended``); one that outlives the signal is indexed from the next pass on.
         On a cancel of thousands of replicas a pass over them all (two ``stat`` each) was a quarter of the
-        supervisor's time between the cancel and the last exit (issue 26).
+        supervisor's time between the cancel and the last exit.
         """
         self.file_index_due = None
         start = time.monotonic()

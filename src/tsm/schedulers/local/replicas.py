@@ -1,10 +1,9 @@
-"""Replica lifecycle inside the supervisor: launching attempts, reaping exits, applying retry policies.
+"""Replica lifecycle inside the supervisor: launching attempts, reaping exits, carrying out the policy.
 
-Owns each attempt's start (clean per-attempt state, environment, ports, outputs), what an exit means
-(the replica's state and error, then a restart of its REPLICA/ROLE/APPLICATION group while its
-role's retry budget lasts, or the app's end), relaunching a stopped group once none of it runs,
-and :meth:`ReplicaLifecycle._finish`, which fixes the app's terminal state. Split from
-``supervisor.py`` so the retry rules live in one place.
+Owns each attempt's start (clean per-attempt state, environment, ports, outputs), what an exit is (the
+replica's state and error), asking the lifecycle policy (:mod:`tsm.lifecycle.policy`, which holds the
+rules) what it means and carrying the answer out: a restart of a REPLICA/ROLE/APPLICATION group (stopped
+whole, relaunched once none of it runs) or the app's end (:meth:`ReplicaLifecycle._finish`).
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import socket
 import subprocess
 import time
 
+from tsm.lifecycle import policy
 from tsm.schedulers.local import _os
 from tsm.schedulers.local.logs import STDERR, STDOUT, mark_attempt, mark_restart
 from tsm.schedulers.local.reaper import Reaper
@@ -40,7 +40,10 @@ def _free_port() -> int:
 
 
 class ReplicaLifecycle(Reaper):
-    """Launches attempts, turns exits into replica states, and restarts or ends the app per retry policy."""
+    """Launches attempts, turns exits into replica states, and restarts or ends the app as the lifecycle
+    policy (:mod:`tsm.lifecycle.policy`) decides."""
+
+    _settings: policy.Settings | None = None
 
     def _launch(self, rep: Replica) -> None:
         """Start one attempt of ``rep`` with clean per-attempt state (never after the app ended)."""
@@ -73,7 +76,7 @@ class ReplicaLifecycle(Reaper):
             try:
                 rep.proc = subprocess.Popen(
                     rep.cmd, env=env, cwd=rep.cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                    start_new_session=True, close_fds=True,
+                    start_new_session=True, close_fds=True, umask=self.replica_umask,
                     preexec_fn=self._child_limits if nofile is not None and lowered is None else None,
                 )
             finally:
@@ -116,7 +119,7 @@ class ReplicaLifecycle(Reaper):
         Also resets the attempt's long-run state: it has not been warned and has made progress just now.
         """
         rep.warned, rep.warn_pending, rep.term_at = False, False, None
-        rep.stop_reason, rep.stop_failure, rep.next_exit = "", False, ""
+        rep.stop_reason, rep.stop_failure = "", False
         rep.quiet_since, rep.progress = time.monotonic(), None
         env = {"TSM_ATTEMPT": str(rep.restarts), "TSM_RESTART_COUNT": str(self.num_restarts),
                "TSM_LAST_EXIT": rep.last_exit}
@@ -131,7 +134,7 @@ class ReplicaLifecycle(Reaper):
         the caller's around the ``Popen``: the lowest free descriptor (what ``Popen``'s own pipe takes) is
         then below that limit, and the replica inherits the caller's limit as it did from ``preexec_fn``.
         Without a ``preexec_fn``, subprocess starts the replica with ``vfork``, not a copy of this process:
-        256 replicas started 3-4 x faster (issue 26). Past that limit, ``preexec_fn`` as before.
+        256 replicas started 3-4 x faster. Past that limit, ``preexec_fn`` as before.
         """
         return self.fd_base + 2 * len(self.pipes) + len(self.clients) + 6 + FD_RESERVE
 
@@ -213,38 +216,84 @@ class ReplicaLifecycle(Reaper):
             if self.final_state is not None and rep.state == FAILED and self.final_state == CANCELLED:
                 rep.state = CANCELLED
             return
+        wait_all = self._lc_settings().wait_all  # on_failure=wait: the policy decides once every replica ended
         if rep.state == SUCCEEDED:
-            if all(r.state == SUCCEEDED for r in self.replicas) and not self.pending_restart:
-                self._finish(SUCCEEDED, "")
+            if all(r.state == SUCCEEDED for r in self.replicas) and not self.pending_restart:  # the policy's to say
+                self._apply(self._ask([policy.Exit(r.role, r.idx, 0, who=r.name) for r in self.replicas]))
+            elif wait_all and not self.pending_restart and any(r.state == FAILED for r in self.replicas):
+                self._apply(self._ask(self._ended()))
             return
-        role = self.roles[rep.role]
-        if role.retries < role.max_retries:
+        events: list[policy.Event] = self._ended() if wait_all else [
+            policy.Exit(rep.role, rep.idx, rep.exit_code or 0, rep.error, rep.name)]
+        if rep.stop_failure:
+            events.append(policy.Stalled(rep.role, rep.idx, rep.stop_reason, rep.name))
+        self._apply(self._ask(events), rep)
+
+    # -- the policy: ask, then carry out -----------------------------------------------------------
+    def _lc_settings(self) -> policy.Settings:
+        """The app's lifecycle settings as the policy reads them (built on first use)."""
+        if self._settings is None:
+            lc, count = self.lc, dict[str, int]()
+            for r in self.replicas:
+                count[r.role] = count.get(r.role, 0) + 1
+            self._settings = policy.Settings(
+                [policy.Rule(r.name, count.get(r.name, 0), r.max_retries, r.policy) for r in self.roles.values()],
+                max_preemptions=int(lc.get("max_preemptions") or 0), time_limit=lc.get("time_limit"),
+                requeue_on_time_limit=bool(lc.get("requeue_on_time_limit")), warn=bool(lc.get("warn_signal")),
+                warn_before=float(lc.get("warn_before") or 0), stall_timeout=lc.get("stall_timeout"),
+                on_stall=lc.get("on_stall") or "restart", wait_all=bool(lc.get("wait_all")))
+        return self._settings
+
+    def _ask(self, events: list[policy.Event]) -> policy.Outcome:
+        """The policy's outcome for ``events`` with what the app spent and the clock of its time limit."""
+        limit = self.lc.get("time_limit")
+        started = self.limit_at - limit if limit and self.limit_at is not None else None
+        roles = self.roles.values()
+        spent = policy.Spent({r.name: r.retries for r in roles}, self.preemptions,
+                             last_by={r.name: r.last_by for r in roles if r.last_by})
+        return policy.decide(self._lc_settings(), policy.Record(events, spent, now=time.monotonic(), started=started))
+
+    def _ended(self) -> list[policy.Event]:
+        """The exits of every replica that has ended in this run."""
+        return [policy.Exit(r.role, r.idx, r.exit_code or 0, r.error, r.name) for r in self.replicas
+                if r.state in (SUCCEEDED, FAILED)]
+
+    def _apply(self, out: policy.Outcome, rep: Replica | None = None) -> None:
+        """Carry out the policy's ``out`` (``rep``: the replica whose end was asked about)."""
+        if isinstance(out, policy.Restart):
+            self._restart(out, rep)
+        elif isinstance(out, policy.Fail):
+            self._finish(FAILED, out.msg, warn=out.stall)
+        elif isinstance(out, policy.Succeed):
+            self._finish(SUCCEEDED, "")
+        elif isinstance(out, policy.Cancelled):
+            self._finish(CANCELLED, out.msg, warn=True)
+
+    def _restart(self, out: policy.Restart, rep: Replica | None) -> None:
+        """Stop the restart's group (relaunched whole by :meth:`_restart_ready`) and count what it spends:
+        ``max_preemptions`` for a preemption, else the failed replica's role's ``max_retries``."""
+        if out.preemption:
+            self.preemptions += 1
+        elif rep is not None:
+            role = self.roles[rep.role]
             role.retries += 1
             role.last_by = rep.name
-            self.num_restarts += 1
-            self.app_dirty = True
-            self._note(f"{rep.name} {rep.error}; restart {role.retries} of {role.max_retries} ({role.policy})")
-            if role.policy == "REPLICA":
-                group = [rep]
-            elif role.policy == "ROLE":
-                group = [r for r in self.replicas if r.role == rep.role]
-            else:
-                group = list(self.replicas)
-            cause = rep.next_exit or f"failed:{rep.exit_code}"
-            for r in group:
-                r.last_exit = cause  # TSM_LAST_EXIT of its next attempt
-                if r not in self.pending_restart:
-                    self.pending_restart.append(r)
-                    # before this end reaches the store: a log follower that sees it keeps following
-                    mark_restart(r.rdir, r.restarts + 1)
-            self._stop(group)
+        self.num_restarts += 1
+        self.app_dirty = True
+        self._note(out.note)
+        if out.scope == "REPLICA" and rep is not None:
+            group = [rep]
         else:
-            tries = ""
-            if role.retries:
-                by = "it" if role.last_by == rep.name else role.last_by
-                tries = (f" after {role.retries} restart(s); role {rep.role}'s retry budget "
-                         f"(max_retries={role.max_retries}, shared by its replicas) was used up, the last retry by {by}")
-            self._finish(FAILED, f"{rep.name} {rep.error}{tries}")
+            group = [r for r in self.replicas if r.role in out.roles]
+        for r in group:
+            r.last_exit = out.cause  # TSM_LAST_EXIT of its next attempt
+            if out.preemption:
+                r.stop_reason = out.note
+            if r not in self.pending_restart:
+                self.pending_restart.append(r)
+                # before this end reaches the store: a log follower that sees it keeps following
+                mark_restart(r.rdir, r.restarts + 1)
+        self._stop(group)
 
     def _restart_ready(self) -> None:
         """Relaunch the pending restart group once none of its replicas is still running.
@@ -267,7 +316,8 @@ class ReplicaLifecycle(Reaper):
         if self.final_state is not None:
             self.pending_restart = []
 
-    def _finish(self, state: int, msg: str) -> None:
+    def _finish(self, state: int, msg: str, warn: bool = False) -> None:
+        """End the app in ``state`` with ``msg`` and stop what runs (``warn``: see :class:`.deadlines.Deadlines`)."""
         if self.final_state is not None:
             return
         self.final_state, self.final_msg = state, msg

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tsm.env.options import EnvOptions
 from tsm.errors import InvalidAppError, InvalidRunOptionError
 from tsm.schedulers.common.interpreter import Interpreter, replica_python
 from tsm.schedulers.common.lifecycle_opts import LifecycleOptions, format_duration
@@ -95,14 +96,21 @@ class LocalRequest:
     #: with ``-c queue=true``: what the supervisor reserves before it starts replicas (see resources.py);
     #: {} when the app does not queue
     queue: dict[str, Any] = field(default_factory=dict)
+    #: each role's lockfile environment (:meth:`tsm.env.spec.EnvPlan.to_dict`), built at schedule; {} when none
+    environments: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+#: The values of ``on_failure``.
+ON_FAILURE = ("stop", "wait")
 
 
 @dataclass(frozen=True)
-class LocalOptions(LifecycleOptions):
+class LocalOptions(LifecycleOptions, EnvOptions):
     """The local run options: where logs go, how replicas start and how they are stopped.
 
     The long-run options (``time_limit``, ``warn_signal``, ``stall_timeout``, ...) come from
-    :class:`~tsm.schedulers.common.lifecycle_opts.LifecycleOptions`; the supervisor enforces them.
+    :class:`~tsm.schedulers.common.lifecycle_opts.LifecycleOptions`; the supervisor enforces them. The
+    environment options (``environment``, ``find_links``, ...) come from :class:`~tsm.env.options.EnvOptions`.
     """
 
     log_dir: str | None = option(
@@ -123,6 +131,11 @@ class LocalOptions(LifecycleOptions):
         True,
     )
     cwd: str | None = option("working directory of replicas whose image is not a directory; default the current one")
+    on_failure: str = option(
+        "what a replica's failure with no retries left does to the others: stop (the app fails at once) or wait "
+        "(they run to their own end, then the app fails with the first failed replica's error, in rank order)",
+        "stop",
+    )
     python: str | None = option(
         "the python replicas run (an interpreter, its bin directory or an environment's root); default: the "
         "activated environment's, else the one running tsm (a role's env TSM_PYTHON wins)"
@@ -141,6 +154,10 @@ class LocalOptions(LifecycleOptions):
                 f"run option grace_period={self.grace_period!r} is out of range: grace_period must be >= 0 and <= "
                 f"{MAX_GRACE_PERIOD:g} seconds (one day) between SIGTERM and SIGKILL"
             )
+        if self.on_failure not in ON_FAILURE:
+            raise InvalidRunOptionError(
+                f"run option on_failure={self.on_failure!r} must be one of {', '.join(ON_FAILURE)}"
+            )
         if self.cwd and not os.path.isdir(self.cwd):
             raise InvalidRunOptionError(f"run option cwd={self.cwd!r} is not a directory; give an existing folder")
 
@@ -149,14 +166,15 @@ def lifecycle_request(opts: LocalOptions) -> dict[str, Any]:
     """The long-run settings of ``opts`` as the supervisor reads them: seconds, a signal number, flags.
 
     Keys: ``time_limit`` and ``stall_timeout`` (seconds or None), ``warn_signal`` (a signal number or
-    None), ``warn_before`` (seconds), ``max_preemptions``, ``on_stall``, ``requeue_on_time_limit``.
+    None), ``warn_before`` (seconds), ``max_preemptions``, ``on_stall``, ``requeue_on_time_limit``, ``wait_all``
+    (``on_failure=wait``).
     """
     sig = opts.warn_signum
     return {
         "time_limit": opts.time_limit_s, "stall_timeout": opts.stall_timeout_s,
         "warn_signal": int(sig) if sig is not None else None, "warn_before": opts.warn_before_s,
         "max_preemptions": opts.max_preemptions, "on_stall": opts.on_stall,
-        "requeue_on_time_limit": opts.requeue_on_time_limit,
+        "requeue_on_time_limit": opts.requeue_on_time_limit, "wait_all": opts.on_failure == "wait",
     }
 
 
@@ -185,6 +203,10 @@ def format_request(req: LocalRequest) -> str:
         gpus = sum(g[2] for g in q["gpus"])
         lines.append(f"# queue: PENDING until {q['cpu']:g} CPU(s), {q['memMB']:g} MB and {gpus} GPU(s) are free; "
                      "GPU replicas get CUDA_VISIBLE_DEVICES then")
+    if req.environments:
+        from tsm.schedulers.local import envs
+
+        lines += envs.lines(req.environments)
     for role in req.roles:
         policy = f"max_retries={role.max_retries} retry_policy={role.retry_policy}"
         lines.append(f"# role {role.name}: {len(role.replicas)} replica(s), {policy}")

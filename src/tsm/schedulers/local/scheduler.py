@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from tsm.errors import InvalidAppError, InvalidRunOptionError, SubmissionError, UnknownAppError
+from tsm.errors import InvalidAppError, InvalidRunOptionError, StoreError, SubmissionError, UnknownAppError
 from tsm.lifecycle import PREEMPTED_PREFIX
 from tsm.schedulers.api import (
     DescribeAppResponse,
     DirectoryWorkspaces,
     EventWait,
     ListAppResponse,
+    LockfileEnvironments,
     MultiReplicaLogs,
     Scheduler,
     StoreRecords,
@@ -40,6 +41,7 @@ from tsm.schedulers.local import (
 from tsm.schedulers.local.control import (  # re-exported: part of this module's face
     CONNECT_TIMEOUT,
 )
+from tsm.schedulers.local.debug import LocalDebug
 from tsm.schedulers.local.logs import STDERR, STDOUT, replica_dir
 from tsm.schedulers.local.view import LocalViews
 from tsm.specs.api import (
@@ -47,21 +49,18 @@ from tsm.specs.api import (
     AppDryRunInfo,
     AppState,
     ReplicaStatus,
-    Role,
     RoleStatus,
     json_default,
-    macros,
 )
 from tsm.specs.runopts import CfgVal, runopts
-from tsm.specs.validate import check_exec_size, exec_limit
-from tsm.store import Store, tsm_home
+from tsm.store import Store
 
 if TYPE_CHECKING:
     # imported where used: ``tsm status``/``tsm list`` read the store and never open a socket or a process
     import socket
     import subprocess
 
-    from tsm.schedulers.local.request import LocalRequest, LocalRoleRequest
+    from tsm.schedulers.local.request import LocalRequest
 
 #: The request types and builders of :mod:`tsm.schedulers.local.request`, still importable from here. They
 #: are imported on first use: ``tsm status``/``tsm list`` never build a request (and the module, with the
@@ -88,13 +87,15 @@ _TERMINAL_SQL = "(" + ", ".join(map(str, _TERMINAL)) + ")"
 
 
 class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, DirectoryWorkspaces, EventWait,
-                     StoreRecords):
+                     StoreRecords, LockfileEnvironments, LocalDebug):
     """Runs apps as local processes under a detached supervisor; the default scheduler.
 
     Capabilities: :class:`~tsm.schedulers.local.view.LocalViews` (``DetailedViews``: two store queries per
     view refresh), ``MultiReplicaLogs`` (``log_iter_many``), ``DirectoryWorkspaces`` (roles run in a
     directory), ``EventWait`` (the supervisor tells ``wait``), ``StoreRecords`` (its records are in tsm's store:
-    the runner's history row is written with them). Not ``SizedPlacement``: replicas run on this
+    the runner's history row is written with them), ``LockfileEnvironments`` (built under ``$TSM_HOME/envs`` at
+    submit: :mod:`tsm.schedulers.local.envs`), :class:`~tsm.schedulers.local.debug.LocalDebug` (exec, stack,
+    port-forward). Not ``SizedPlacement``: replicas run on this
     machine whatever their size, so a role without a resource is fine here.
     """
 
@@ -138,112 +139,10 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
                 )
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[LocalRequest]:
-        from tsm.schedulers.common.interpreter import replica_python
-        from tsm.schedulers.local.request import (
-            LocalOptions,
-            LocalReplicaRequest,
-            LocalRequest,
-            LocalRoleRequest,
-            assign_gpus,
-            detect_gpus,
-            format_request,
-            lifecycle_request,
-            python_entrypoint,
-            replica_path,
-        )
+        from tsm.schedulers.local.build import build_request
+        from tsm.schedulers.local.request import LocalOptions, format_request
 
-        opts = LocalOptions.from_cfg(cfg)
-        # what secrets.token_hex(4) returns, without importing secrets (hmac, hashlib, random: 7 ms of `tsm run`)
-        app_id = f"{app.name}-{os.urandom(4).hex()}"
-        app_dir = str(tsm_home() / "local" / app_id)
-        log_dir = os.path.join(os.path.abspath(opts.log_dir), app_id) if opts.log_dir else os.path.join(app_dir, "logs")
-        default_cwd = os.path.abspath(opts.cwd) if opts.cwd else os.getcwd()
-        queue: dict[str, Any] = {}
-        if opts.queue:  # the supervisor reserves, and assigns GPUs, when the app's turn comes
-            from tsm.schedulers.local import resources
-
-            queue = resources.demand(app.to_dict()["roles"])
-            if (why := resources.too_big(queue, resources.inventory())) is not None:
-                raise InvalidAppError(f"{why}: with -c queue=true it would wait forever; lower the role's resource")
-            queue["assign_gpus"] = opts.auto_set_cuda_visible_devices
-            gpus: dict[tuple[str, int], list[str]] = {}
-        else:
-            gpus = assign_gpus(app.roles, detect_gpus()) if opts.auto_set_cuda_visible_devices else {}
-        roles = []
-        for role in app.roles:
-            img_root = os.path.abspath(role.image) if role.image else default_cwd
-            rreq = LocalRoleRequest(role.name, role.max_retries, role.retry_policy.value, sorted(role.port_map))
-            path_prefix = []
-            if role.image:
-                path_prefix.append(img_root)
-            if opts.prepend_cwd:
-                path_prefix.append(os.getcwd())
-            python = replica_python(role.env, opts.python)  # the one rule: tsm.schedulers.common.interpreter
-            # Unless ${replica_id} is in what a replica runs with, every replica's command is the same and
-            # its environment differs only in TSM_REPLICA_ID (and CUDA_VISIBLE_DEVICES): the macros are
-            # applied once per role, not once per replica, and the exec size is counted once (a replica over
-            # the limit is still checked in full, so the error is the same). 256 replicas: about half the dry
-            # run (issue 26). Only the command and env are substituted (Values.command): no copy of the role.
-            plain = not any("replica_id" in text for text in (role.entrypoint, *role.args, *role.env.values()))
-            shared = macros.Values(img_root=img_root, app_id=app_id, replica_id="0").command(role) if plain else None
-            size0 = None
-            for i in range(role.num_replicas):
-                entrypoint, args, role_env = (
-                    shared or macros.Values(img_root=img_root, app_id=app_id, replica_id=str(i)).command(role)
-                )
-                env = dict(role_env)
-                env.update({
-                    "TSM_APP_ID": app_id,
-                    "TSM_ROLE_NAME": role.name,
-                    "TSM_REPLICA_ID": str(i),
-                    "TSM_NUM_REPLICAS": str(role.num_replicas),
-                    "TSM_RANK0_HOST": "localhost",
-                })
-                # Python replicas' output reaches the log live; a role that sets PYTHONUNBUFFERED itself
-                # (e.g. "" so that print(..., flush=True) is one write) keeps its own value.
-                env.setdefault("PYTHONUNBUFFERED", "1")
-                if "TORCHX_JOB_ID" in env:  # the runner sets TorchX's names unless torchx_env=false
-                    env["TORCHX_RANK0_HOST"] = env["TSM_RANK0_HOST"]
-                env["PATH"] = replica_path(path_prefix, role_env.get("PATH"), python)
-                if (role.name, i) in gpus:
-                    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(role.name, i)])
-                cmd = [*python_entrypoint(entrypoint, img_root, python), *args]
-                # what the supervisor will exec: the caller's environment under the replica's own
-                if size0 is None or size0 + len(str(i)) - 1 > exec_limit():
-                    size = check_exec_size(f"role '{role.name}' replica {i}", cmd, env, inherit=True)
-                    if plain and i == 0 and not gpus:
-                        size0 = size
-                rreq.replicas.append(LocalReplicaRequest(i, cmd, img_root, env))
-            self._check_entrypoint(role, rreq)
-            roles.append(rreq)
-        req = LocalRequest(
-            app_id=app_id, app_name=app.name, session=self.session_name, app_dir=app_dir, log_dir=log_dir,
-            grace_period=opts.grace_period, roles=roles, spec=app.to_dict(), timers=opts.timers,
-            lifecycle=lifecycle_request(opts), queue=queue,
-        )
-        return AppDryRunInfo(request=req, fmt=format_request)
-
-    @staticmethod
-    def _check_entrypoint(role: Role, rreq: LocalRoleRequest) -> None:
-        """Refuse a role whose command cannot start: neither an executable file nor a command on PATH.
-
-        A non-executable ``*.py`` file of the image was already turned into ``<interpreter> FILE`` by
-        :func:`python_entrypoint`, so its command starts with the (executable) interpreter here.
-        """
-        rep = rreq.replicas[0]
-        exe = rep.cmd[0]
-        path = rep.env.get("PATH", os.environ.get("PATH", os.defpath))
-        if os.sep in exe:
-            target = exe if os.path.isabs(exe) else os.path.join(rep.cwd or os.getcwd(), exe)
-            ok = os.path.isfile(target) and os.access(target, os.X_OK)
-        else:
-            import shutil  # not at module level: `tsm status`/`list` never need it
-
-            ok = shutil.which(exe, path=path) is not None
-        if not ok:
-            raise InvalidAppError(
-                f"role '{role.name}': entrypoint {exe!r} is not an executable file or a command on PATH"
-            )
+        return AppDryRunInfo(request=build_request(app, LocalOptions.from_cfg(cfg), self.session_name), fmt=format_request)
 
     # -- schedule ----------------------------------------------------------------------------------
     def schedule(self, dryrun_info: AppDryRunInfo[LocalRequest]) -> str:
@@ -266,6 +165,10 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
         req.base_env = dict(os.environ)
         if os.path.lexists(req.app_dir):
             raise SubmissionError(f"{req.app_dir} already exists: app ids are unique, so something else wrote it")
+        if req.environments:  # built (once per key) before any file or record of the app exists
+            from tsm.schedulers.local import envs
+
+            envs.ensure(req.environments)
         created = [d for d in (req.app_dir, req.log_dir) if not os.path.lexists(d)]
         from tsm.schedulers.local import spawn
 
@@ -277,7 +180,7 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
             if conn is not None:
                 conn.close()
             raise
-        spawn.start_supervisor(self, req, conn)
+        spawn.start_supervisor(self.store, self._launchers, req, conn)
         return req.app_id
 
     def _write(self, req: LocalRequest, created: list[str],
@@ -326,7 +229,8 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
             shutil.rmtree(d, ignore_errors=True)
 
     # -- queries -----------------------------------------------------------------------------------
-    def _app_row(self, app_id: str) -> Any:
+    def app_row(self, app_id: str) -> Any:
+        """The store's row of ``app_id`` (``local_apps``), None for an app this home does not hold."""
         rows = self.store.query("SELECT * FROM local_apps WHERE app_id=?", (app_id,))
         return rows[0] if rows else None
 
@@ -350,19 +254,22 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
             msg = "supervisor died; its replicas were stopped"
             self._kill_orphaned_replicas(row["app_id"])
         now = time.time()
-        self.store.write([
-            (
-                "UPDATE local_replicas SET state=5, ended=COALESCE(ended, ?), "
-                "error=CASE WHEN error='' THEN 'supervisor died' ELSE error END "
-                f"WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
-                (now, row["app_id"]),
-            ),
-            (
-                f"UPDATE local_apps SET state=5, ended=?, msg=? WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
-                (now, msg, row["app_id"]),
-            ),
-        ])
-        return self._app_row(row["app_id"])
+        try:
+            self.store.write([
+                (
+                    "UPDATE local_replicas SET state=5, ended=COALESCE(ended, ?), "
+                    "error=CASE WHEN error='' THEN 'supervisor died' ELSE error END "
+                    f"WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
+                    (now, row["app_id"]),
+                ),
+                (
+                    f"UPDATE local_apps SET state=5, ended=?, msg=? WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}",
+                    (now, msg, row["app_id"]),
+                ),
+            ])
+        except StoreError:  # a full or read-only store: this read says what it found, a later one records it
+            return {**dict(row), "state": int(AppState.FAILED), "ended": now, "msg": msg}
+        return self.app_row(row["app_id"])
 
     @staticmethod
     def _maybe_alive(pid: int | None, started: int | None) -> bool:
@@ -379,17 +286,9 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
             f"SELECT pid, pid_start FROM local_replicas WHERE app_id=? AND state NOT IN {_TERMINAL_SQL}", (app_id,)
         )
         for r in rows:
-            if r["pid"] and r["pid_start"] is not None and self._alive_for_sure(r["pid"], r["pid_start"]):
+            if r["pid"] and r["pid_start"] is not None and _os.alive_for_sure(r["pid"], r["pid_start"]):
                 with contextlib.suppress(OSError):
                     os.killpg(r["pid"], signal.SIGKILL)
-
-    @staticmethod
-    def _alive_for_sure(pid: int, started: int | None) -> bool:
-        """True only when ``pid`` is known to be the same live process (before signalling it)."""
-        try:
-            return _os.is_alive(pid, started)
-        except OSError:
-            return False
 
     def _wait_for_watchdog(self, row: Any, timeout: float | None) -> None:
         """The supervisor is gone: block until its watchdog has recorded the outcome and exited."""
@@ -397,7 +296,7 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
             _os.wait_exit(row["watchdog_pid"], row["watchdog_start"], timeout)
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        row = self._app_row(app_id)
+        row = self.app_row(app_id)
         if row is None:
             return None
         row = self._reconcile(row)
@@ -452,7 +351,7 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
         for row in rows:
             state = AppState(row["state"])
             if not state.is_terminal and row["sup_pid"] and not self._maybe_alive(row["sup_pid"], row["sup_start"]):
-                full = self._reconcile(self._app_row(row["app_id"]))
+                full = self._reconcile(self.app_row(row["app_id"]))
                 state = AppState(full["state"])
             out.append(ListAppResponse(
                 app_id=row["app_id"], state=state, name=row["name"], created=row["created"],
@@ -469,14 +368,14 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
         self, app_id: str, timeout: float | None = None, poll_interval: float | None = None
     ) -> DescribeAppResponse | None:
         """Block until the app ends (told by its supervisor, not by polling: ``poll_interval`` is unused)."""
-        row = self._app_row(app_id)
+        row = self.app_row(app_id)
         if row is None:
             return None
         deadline = None if timeout is None else time.monotonic() + timeout
         sock: socket.socket | None = None
         try:
             while True:
-                row = self._reconcile(self._app_row(app_id))
+                row = self._reconcile(self.app_row(app_id))
                 left = None if deadline is None else deadline - time.monotonic()
                 if row["state"] in _TERMINAL or (left is not None and left <= 0):
                     break
@@ -500,7 +399,7 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
                 if not data:  # the supervisor exited: its last state is in the store, or the watchdog's
                     sock.close()
                     sock = None
-                    row = self._app_row(app_id)
+                    row = self.app_row(app_id)
                     if row["state"] not in _TERMINAL:
                         self._wait_for_watchdog(row, left)
         finally:
@@ -559,7 +458,7 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
         ``text_only`` yields just the lines (no events, no markers). Unknown roles, replicas or attempts
         raise before anything is read.
         """
-        row = self._app_row(app_id)
+        row = self.app_row(app_id)
         if row is None:
             raise UnknownAppError(f"unknown local app '{app_id}'")
         spec = json.loads(row["spec"])
@@ -594,7 +493,7 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
         by_role = {r["name"] for r in with_retries if r.get("retry_policy") == "ROLE"}
 
         def states() -> tuple[bool, dict[tuple[str, int], int]]:
-            row = self._app_row(app_id)
+            row = self.app_row(app_id)
             if row is None:  # removed while followed
                 return True, {}
             if self._reconcile(row)["state"] in _TERMINAL:
@@ -613,7 +512,7 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
 
     def remove(self, app_id: str) -> bool:
         """Delete an ended app's directory, logs and records; a running app is refused."""
-        row = self._app_row(app_id)
+        row = self.app_row(app_id)
         if row is None:
             return False
         row = self._reconcile(row)

@@ -2,7 +2,8 @@
 
 :func:`start_supervisor` is the last step of :meth:`LocalScheduler.schedule <.scheduler.LocalScheduler.schedule>`:
 the request and the record are durable already. It hands the launcher (:mod:`.launcher`) the write end of a
-pipe, or spawns ``python -S -c "... supervisor.main()"`` with it when the launcher does not answer ``F``, and
+pipe, or spawns the supervisor (:data:`ENTRY`, isolated: :func:`tsm.util.daemon.command`) with it when the
+launcher does not answer ``F``, and
 waits for the supervisor's ``R`` (registered) or ``C`` (cancelled before it started). Anything else within 30
 seconds means the supervisor could not start: the app is recorded FAILED with the last line of its
 ``supervisor.log`` and :class:`~tsm.errors.SubmissionError` says so.
@@ -13,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,13 +29,13 @@ if TYPE_CHECKING:
     import subprocess
 
     from tsm.schedulers.local.request import LocalRequest
-    from tsm.schedulers.local.scheduler import LocalScheduler
+    from tsm.store import Store
 
 #: Seconds a caller waits for a new supervisor's ready byte before it calls the start failed.
 READY_TIMEOUT = 30.0
 
-#: The code a spawned supervisor runs (``sys.argv``: where tsm is imported from, the app folder, the pipe).
-SPAWN_CODE = "import sys; sys.path.insert(0, sys.argv.pop(1)); from tsm.schedulers.local.supervisor import main; sys.exit(main())"
+#: What a spawned supervisor runs (its arguments: the app folder, the ready pipe).
+ENTRY = "tsm.schedulers.local.supervisor:main"
 
 
 def connect() -> socket.socket | None:
@@ -43,10 +43,13 @@ def connect() -> socket.socket | None:
     return launcher.connect(str(tsm_home()))
 
 
-def start_supervisor(sched: LocalScheduler, req: LocalRequest, sock: socket.socket | None) -> None:
-    """Start the supervisor of ``req`` and return once it is ready; record and raise when it cannot start.
+def start_supervisor(store: Store, launchers: list[subprocess.Popen[bytes]], req: LocalRequest,
+                     sock: socket.socket | None) -> None:
+    """Start the supervisor of ``req`` and return once it is ready; record (in ``store``) and raise when it
+    cannot start.
 
-    ``sock``: the launcher's connection from :func:`connect` (None: spawn the supervisor).
+    ``sock``: the launcher's connection from :func:`connect` (None: spawn the supervisor). ``launchers``:
+    the supervisors this process spawned (a spawned one joins it; the ended ones leave it).
     """
     r, w = os.pipe()
     try:
@@ -76,9 +79,9 @@ def start_supervisor(sched: LocalScheduler, req: LocalRequest, sock: socket.sock
     finally:
         if r >= 0:
             os.close(r)
-    sched._launchers = [p for p in sched._launchers if p.poll() is None]
+    launchers[:] = [p for p in launchers if p.poll() is None]
     if proc is not None:
-        sched._launchers.append(proc)
+        launchers.append(proc)
     if ready in (b"R", b"C"):  # C: cancelled by someone else before it started: not a failure
         return
     if proc is not None:
@@ -92,7 +95,7 @@ def start_supervisor(sched: LocalScheduler, req: LocalRequest, sock: socket.sock
         rc = proc.poll() if proc is not None else None
         detail = f"it exited with code {rc} and no output" if rc is not None else f"no answer within {READY_TIMEOUT:g}s"
     terminal = ", ".join(str(int(s)) for s in AppState if s.is_terminal)
-    sched.store.write([(
+    store.write([(
         f"UPDATE local_apps SET state=?, msg=?, ended=? WHERE app_id=? AND state NOT IN ({terminal})",
         (int(AppState.FAILED), f"supervisor failed to start: {detail or 'no output'}", time.time(), req.app_id),
     )])
@@ -138,17 +141,9 @@ def _taken(sock: socket.socket) -> bool:
 
 
 def _spawn(req: LocalRequest, w: int) -> subprocess.Popen[bytes]:
-    """Spawn ``python -S -c "... supervisor.main()"`` for ``req`` with ``w`` as its ready pipe."""
-    import subprocess
+    """Spawn the supervisor of ``req`` with ``w`` as its ready pipe: only the standard library and tsm, so no
+    site-packages (:func:`tsm.util.daemon.command` with ``site=False``); output to its ``supervisor.log``."""
+    from tsm.util import daemon
 
-    # The supervisor needs only the standard library and tsm, so it starts without site-packages.
-    log = os.open(os.path.join(req.app_dir, "supervisor.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-S", "-c", SPAWN_CODE, launcher.package_parent(), req.app_dir, str(w)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=log,
-            start_new_session=True, pass_fds=(w,), close_fds=True,
-        )
-    finally:
-        os.close(log)
+    argv = daemon.command(ENTRY, req.app_dir, str(w), site=False)
+    return daemon.spawn(argv, log=os.path.join(req.app_dir, "supervisor.log"), cwd=None, pass_fds=(w,))

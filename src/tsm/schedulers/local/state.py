@@ -42,8 +42,8 @@ INDEX_INTERVAL = 0.005
 FILE_INDEX_INTERVAL = 0.25
 
 #: ... or this many times as long as the last pass took, when that is longer: a pass costs two ``stat``s per
-#: such replica, and at 10,000 of them a pass every 0.25 s kept a quarter of a core busy, more under load
-#: (issue 26). Followers of those replicas then see new lines up to a few pass-times late.
+#: such replica, and with thousands of them a pass every 0.25 s kept a good part of a core busy. Followers of
+#: those replicas then see new lines up to a few pass-times late.
 FILE_INDEX_SHARE = 4.0
 
 #: Descriptors always kept free for clients, the store, log and index files (pipes stop short of it).
@@ -67,7 +67,7 @@ class Replica:
 
     __slots__ = ("role", "idx", "cmd", "env", "cwd", "rdir", "ports", "state", "pid", "proc", "exit_code",
                  "error", "restarts", "started", "ended", "stopping", "sizes", "pid_start", "kill_at",
-                 "pipes", "direct", "warned", "warn_pending", "term_at", "stop_reason", "stop_failure", "next_exit",
+                 "pipes", "direct", "warned", "warn_pending", "term_at", "stop_reason", "stop_failure",
                  "last_exit", "quiet_since", "progress")
 
     def __init__(self, role: str, idx: int, cmd: list[str], env: dict[str, str], cwd: str | None,
@@ -93,7 +93,6 @@ class Replica:
         self.term_at: float | None = None  # when a warned attempt gets SIGTERM (monotonic)
         self.stop_reason = ""  # why tsm is stopping it: becomes its error
         self.stop_failure = False  # the stop counts as the replica's own failure (a stall)
-        self.next_exit = ""  # what TSM_LAST_EXIT will say after this attempt, when not its exit code
         self.last_exit = ""  # TSM_LAST_EXIT of the next launch
         self.quiet_since = 0.0  # monotonic time of its last output or CPU use
         self.progress: tuple[int, int] | None = None  # (log bytes, CPU ticks) at that time
@@ -150,6 +149,10 @@ HANDLED = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 class SupervisorState:
     """The state of one app's supervisor, its process set-up and its notes; the loop is :class:`Supervisor`."""
+
+    #: The umask every replica starts with: the caller's (the supervisor itself works under 077), set by
+    #: :func:`~tsm.schedulers.local.supervisor.run_app`; -1 keeps this process's.
+    replica_umask = -1
 
     def __init__(self, req: dict[str, Any], ready_fd: int, store: Any = None,
                  listener: tuple[socket.socket, str] | None = None) -> None:

@@ -1,8 +1,10 @@
 """The detached process that owns one local app: starts its replicas, watches them, records everything.
 
-Started by :meth:`LocalScheduler.schedule` as ``python -S -c "...; from tsm.schedulers.local.supervisor
-import main; sys.exit(main())" SRC APP_DIR FD`` (``-S``: no site-packages scan, a faster start; ``SRC`` is
-where tsm is imported from) in a session of its own, so the caller may exit, be interrupted or be killed. It runs as two
+Forked by the per-user launcher (:mod:`.launcher`), or spawned by :meth:`LocalScheduler.schedule` as
+``python -I -S -c BOOT ... APP_DIR FD`` (:func:`tsm.util.daemon.command`: isolated, so nothing of the caller's
+working directory is imported, and no site-packages scan, a faster start; tsm comes from where the caller
+imports it) in a session of its own, so the caller may exit, be interrupted or be killed. Either way its
+replicas run with the caller's credentials, limits and umask (see :mod:`.caller`). It runs as two
 processes, both child subreapers:
 
 - the **supervisor** (the child) launches every replica in its own process group, reads the
@@ -58,6 +60,7 @@ import sys
 import time
 
 from tsm.errors import StoreError
+from tsm.lifecycle import policy
 from tsm.schedulers.local import _os
 from tsm.schedulers.local.admission import Admission
 from tsm.schedulers.local.output import OutputPump
@@ -198,7 +201,7 @@ class Supervisor(Admission):
             self._drop(conn)
             return
         if b"cancel" in data:
-            self._finish(CANCELLED, "cancelled by user", warn=True)
+            self._apply(self._ask([policy.Cancel()]))
 
     def _notify(self, what: bytes) -> None:
         for conn in list(self.clients):
@@ -216,7 +219,7 @@ class Supervisor(Admission):
             while len(data) < 65536 and (chunk := conn.recv(4096)):
                 data += chunk
         if b"cancel" in data:
-            self._finish(CANCELLED, "cancelled by user", warn=True)
+            self._apply(self._ask([policy.Cancel()]))
         self._drop(conn)
 
     # -- store -------------------------------------------------------------------------------------
@@ -261,6 +264,8 @@ class Supervisor(Admission):
                 # Keep the app running and the state in memory; write it all once the store takes it.
                 if self.store_retry is None or self.store_delay >= STORE_RETRY_MAX:
                     self._note(f"state not recorded yet, retrying: {e}")
+                if self.recorded:  # its end is what waits: a cancel need not (see control.cancel)
+                    self._notify(b"E")
                 self.store_retry = time.monotonic() + self.store_delay
                 self.store_delay = min(self.store_delay * 2, STORE_RETRY_MAX)
             else:
@@ -459,26 +464,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def start(app_dir: str, ready_fd: int) -> int:
-    """Run the app of ``app_dir`` as watchdog (this process) and supervisor (its child); the watchdog's code."""
-    os.umask(0o077)
+    """Run the app of ``app_dir`` as watchdog (this process) and supervisor (its child); the watchdog's code.
+
+    The umask this process was spawned with is the caller's: the replicas get it, the supervisor keeps 077.
+    """
+    umask = os.umask(0o077)
     with open(os.path.join(app_dir, "request.json"), "rb") as f:
         req = json.load(f)
     _os.set_child_subreaper()
     pid = os.fork()
     if pid == 0:
-        os._exit(run_app(app_dir, ready_fd, req=req))
+        os._exit(run_app(app_dir, ready_fd, req=req, umask=umask))
     os.close(ready_fd)
     return _watchdog(pid, req)
 
 
 def run_app(app_dir: str, ready_fd: int, take_env: bool = False, req: dict[str, Any] | None = None,
-            store: Any = None, listener: tuple[socket.socket, str] | None = None) -> int:
+            store: Any = None, listener: tuple[socket.socket, str] | None = None, umask: int = -1) -> int:
     """The supervisor's code (its watchdog is its parent); its exit code.
 
     ``take_env``: the process was forked by the launcher, so it takes the caller's environment from the
     request (``base_env``), as a spawned supervisor inherits it. ``store``: a store connection the standby
     opened already (used unless the caller's environment asks for another store timeout). ``listener``:
     the standby registered already (:func:`register`) with this socket (its ``ready_fd`` is -1 then).
+    ``umask``: the caller's, which every replica starts with (-1: this process's).
     """
     code = 1
     try:
@@ -495,7 +504,9 @@ def run_app(app_dir: str, ready_fd: int, take_env: bool = False, req: dict[str, 
             if store_timeout() != store.timeout:
                 store.close()
                 store = None
-        code = Supervisor(req, ready_fd, store, listener).run()
+        sup = Supervisor(req, ready_fd, store, listener)
+        sup.replica_umask = umask
+        code = sup.run()
     except BaseException:
         import traceback
 

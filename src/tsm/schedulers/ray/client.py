@@ -154,7 +154,10 @@ class RayClient:
         """
         import logging
 
-        from ray._private.runtime_env.packaging import create_package, get_uri_for_directory
+        from tsm.schedulers.common.optional import import_client
+
+        packaging: Any = import_client("ray._private.runtime_env.packaging", extra="ray", backend="ray")
+        create_package, get_uri_for_directory = packaging.create_package, packaging.get_uri_for_directory
 
         # Ray's packaging logs INFO lines (per package, per .gitignore it honours); tsm prints its own launch line
         logging.getLogger("ray._private.runtime_env.packaging").setLevel(logging.WARNING)

@@ -57,13 +57,16 @@ Long runs (issue 25):
 
 Every attempt gets ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT`` and ``TSM_LAST_EXIT`` (``failed:<code>``,
 ``preempted``, ``time_limit``, ``stalled``).
+
+What each end, stall, lost node or time limit means (retry, requeue, fail, and the words) is decided by the
+lifecycle policy (:mod:`tsm.lifecycle.policy`); the driver records the events, asks it and carries out the
+answer. Placement, exclusions and telling a lost node from a replica's own end are :mod:`.placement`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import signal
 import sys
 import threading
@@ -73,17 +76,15 @@ from typing import Any
 
 import ray as _ray
 
-from tsm.lifecycle import PREEMPTED_PREFIX
-from tsm.schedulers.common.durations import format_duration
+from tsm.lifecycle import PREEMPTED_PREFIX, policy
 from tsm.schedulers.common.stall import stall_message, tick
+from tsm.schedulers.ray.placement import Placement
 from tsm.schedulers.ray.replica import Replica, last_line, logs_dir, session_cpu
 from tsm.schedulers.ray.request import (
     NAMESPACE,
     SHORT_ID,
     DriverPayload,
     ReplicaSpec,
-    exclusion_selector,
-    node_matches,
 )
 
 __all__ = ["Driver", "Replica", "last_line", "logs_dir", "main", "session_cpu"]
@@ -91,40 +92,17 @@ __all__ = ["Driver", "Replica", "last_line", "logs_dir", "main", "session_cpu"]
 #: Ray, untyped here: its stubs do not cover actor options or the internals the driver reads.
 ray: Any = _ray
 
-#: Seconds the driver asks Ray, once a second, whether an unreachable replica's node died or its actor is back.
-LOSS_WAIT = 60.0
+
+def _at_limit(out: policy.Outcome) -> bool:
+    """Whether the policy's ``out`` is the time limit's (a requeue, or the app's end at it)."""
+    return isinstance(out, (policy.Restart, policy.Fail)) and out.time_limit
 
 
-def _actor_info(actor: Any) -> dict[str, Any]:
-    """The GCS's record of an actor (``State``, ``DeathCause``...); {} when it cannot be read."""
-    try:
-        info = ray._private.state.actors(actor._actor_id.hex())
-    except Exception:  # noqa: BLE001 (the GCS busy: ask again)
-        return {}
-    return info if isinstance(info, dict) else {}
-
-
-def _death_cause(cause: Any) -> tuple[bool, str]:
-    """An actor's death cause (Ray's ``ActorDeathCause``): whether its node died, and Ray's words for it."""
-    if cause is None:
-        return False, ""
-    try:
-        which = cause.WhichOneof("context")
-    except (AttributeError, ValueError):
-        return False, str(cause)
-    if which != "actor_died_error_context":
-        return False, " ".join(str(getattr(cause, which, "") or which or "").split())[:300]
-    ctx = cause.actor_died_error_context
-    node_died = bool(ctx.HasField("node_death_info") and ctx.node_death_info.reason != 0)
-    text = " ".join(str(ctx.error_message).split())[:300]
-    return node_died, text
-
-
-class Driver:
+class Driver(Placement):
     """Runs the app of a payload; the status record is its only output the scheduler reads."""
 
     def __init__(self, p: DriverPayload) -> None:
-        self.p = p
+        self.ray, self.p = ray, p
         self.status_path = Path(logs_dir()) / "tsm" / p.app_id / "status.json"
         self.status_path.parent.mkdir(parents=True, exist_ok=True)
         self.roles = {r.name: r for r in p.roles}
@@ -165,20 +143,11 @@ class Driver:
         self.stalled: dict[tuple[str, int], str] = {}
         self.stall_stop_at: dict[tuple[str, int], float] = {}
         self.next_stall_check = 0.0
+        #: the app's lifecycle settings as the policy reads them (:meth:`_settings`)
+        self.lc_settings: policy.Settings | None = None
         #: how many times each replica was placed before (a re-placed actor is named ``<app>/<role>/<k>#<n>``:
         #: the killed actor's name may not be free yet)
         self.placed: dict[tuple[str, int], int] = {}
-
-    def write(self) -> None:
-        with self.lock:
-            roles = [[r.name, [dict(self.reps[(r.name, k)], id=k) for k in range(r.num_replicas)]] for r in self.p.roles]
-            data = {"app_id": self.p.app_id, "state": self.state, "msg": self.msg, "num_restarts": self.num_restarts,
-                    "preemptions": self.preemptions, "max_preemptions": self.p.max_preemptions,
-                    "excluded": [dict(v, node_id=k) for k, v in self.excluded.items()],
-                    "roles": roles, "time": time.time()}
-            tmp = self.status_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data))
-            tmp.replace(self.status_path)
 
     def run(self) -> int:
         self.t0 = time.monotonic()
@@ -256,10 +225,18 @@ class Driver:
         if self.cancelling:  # ended during a cancel's warning: cancelled, not a failure to retry
             rep["state"], rep["msg"] = "CANCELLED", "cancelled"
             return True
-        if stall is not None and self.p.on_stall == "fail":
+        who = f"role '{key[0]}' replica {key[1]}"
+        events: list[policy.Event] = [policy.Exit(key[0], key[1], code, f"exited with code {code}", who)]
+        if stall is not None:
+            events.append(policy.Stalled(key[0], key[1], stall, who))
+        out = self._ask(events, {key[0]: rep["failures"]})
+        if _at_limit(out):
+            rep["state"], rep["msg"] = "FAILED", policy.time_limit_message(self.p.time_limit or 0)
+            return self._limit_now(waits)
+        if isinstance(out, policy.Fail) and out.stall:
             rep["state"], rep["msg"], rep["preempted"] = "FAILED", stall, False
-            self.state, self.msg = "FAILED", f"role '{key[0]}' replica {key[1]} {stall}"
-            self._stop_running(f"stopped after role '{key[0]}' replica {key[1]} stalled")
+            self.state, self.msg = "FAILED", out.msg
+            self._stop_running(f"stopped after {who} stalled")
             waits.clear()
             return False
         rep["state"], rep["msg"] = "FAILED", stall or rep["msg"] or f"exited with code {code}"
@@ -267,9 +244,8 @@ class Driver:
         # the node's doing (its OOM killer, its GPUs): the node is excluded and a whole-app retry moves off it
         node_fault = stall is None and (
             (code in (-signal.SIGKILL, 128 + signal.SIGKILL) and self._oom_on_node(key)) or self._gpu_on_node(key))
-        role = self.roles[key[0]]
         scope = self._scope(key)
-        if rep["failures"] < role.max_retries:
+        if isinstance(out, policy.Restart):
             self.num_restarts += 1
             self._stop_scope(key, scope, waits)
             if node_fault and set(scope) == set(self.specs) and str(rep["node_id"]) in self.excluded:
@@ -282,65 +258,45 @@ class Driver:
                     waits.clear()
                     return False
             for k in scope:
-                self.last_exit[k] = "stalled" if stall else f"failed:{code}"
+                self.last_exit[k] = out.cause
                 self.reps[k]["failures"] += 1
                 self.reps[k]["restarts"] += 1
                 self.reps[k]["attempt"] += 1
             waits.update(self._start_all(scope))
             return True
         self.state = "FAILED"
-        self.msg = f"role '{key[0]}' replica {key[1]} " + (stall or f"exited with code {code}")
-        self._stop_running(f"stopped after role '{key[0]}' replica {key[1]} failed")
+        self.msg = out.msg if isinstance(out, policy.Fail) else f"{who} exited with code {code}"
+        self._stop_running(f"stopped after {who} failed")
         waits.clear()
         return False
 
-    def _oom_on_node(self, key: tuple[str, int]) -> bool:
-        """Whether the kernel's OOM killer ended ``key``'s attempt (its actor says, :meth:`Replica.oom_killed`);
-        if so the replica's message says it and the node is excluded (:meth:`_exclude_for`)."""
-        if not self._ask_actor(key, "oom_killed"):
+    # -- the policy ---------------------------------------------------------------------------------------
+    def _settings(self) -> policy.Settings:
+        """The app's lifecycle settings as the policy reads them (built on first use)."""
+        if self.lc_settings is None:
+            p = self.p
+            self.lc_settings = policy.Settings(
+                [policy.Rule(r.name, r.num_replicas, r.max_retries, r.retry_policy) for r in p.roles],
+                max_preemptions=p.max_preemptions, time_limit=p.time_limit,
+                requeue_on_time_limit=p.requeue_on_time_limit, warn_before=p.warn_before, warn=bool(p.warn_signal),
+                stall_timeout=p.stall_timeout, on_stall=p.on_stall)
+        return self.lc_settings
+
+    def _ask(self, events: list[policy.Event], retries: dict[str, int] | None = None) -> policy.Outcome:
+        """The policy's outcome for ``events``, with the preemptions spent, ``retries`` (the failed replica's
+        failure restarts, by its role) and the time limit's clock (which counts from :attr:`t0`)."""
+        record = policy.Record(events, policy.Spent(retries, self.preemptions), now=time.monotonic(),
+                               started=self.t0, warned=self.warned)
+        return policy.decide(self._settings(), record)
+
+    def _limit_now(self, waits: dict[Any, tuple[str, int]]) -> bool:
+        """An end came as the time limit was reached: the limit's (:meth:`_time_limit`); False when the app ended."""
+        self._time_limit(waits)
+        if self.state == "FAILED":
+            waits.clear()
             return False
-        rep = self.reps[key]
-        self._exclude_for(key, f"killed by the kernel's OOM killer on {self._where(key)}",
-                          f"the kernel's OOM killer ended role '{key[0]}' replica {key[1]} (attempt {rep['attempt']})")
         return True
 
-    def _gpu_on_node(self, key: tuple[str, int]) -> bool:
-        """Whether ``key``'s failed attempt points at its node's GPUs (its actor says, :meth:`Replica.gpu_fault`:
-        one became unreachable or their uncorrectable ECC errors rose while it ran); if so the node is excluded
-        as after an OOM kill."""
-        why = str(self._ask_actor(key, "gpu_fault") or "")
-        if not why:
-            return False
-        rep = self.reps[key]
-        self._exclude_for(key, f"a GPU fault on {self._where(key)}: {why}",
-                          f"a GPU fault under role '{key[0]}' replica {key[1]} (attempt {rep['attempt']}): {why}")
-        return True
-
-    def _ask_actor(self, key: tuple[str, int], method: str) -> Any:
-        """``key``'s actor's answer to ``method()``; None when the actor is gone (it cannot tell, and the end
-        stays as it was)."""
-        try:
-            return ray.get(getattr(self.actors[key], method).remote(), timeout=30)
-        except Exception:  # noqa: BLE001
-            return None
-
-    def _where(self, key: tuple[str, int]) -> str:
-        rep = self.reps[key]
-        return f"node {str(rep['node_id'])[:SHORT_ID]} ({rep['node_ip']})"
-
-    def _exclude_for(self, key: tuple[str, int], what: str, why: str) -> None:
-        """``key``'s failure was its node's: its message says ``what`` and the node is excluded from later
-        placements for ``why``, unless it is the only alive node left (excluding it would leave the app
-        nowhere to run)."""
-        rep = self.reps[key]
-        node_id = str(rep["node_id"])
-        rep["msg"] = f"exited with code {rep['exit_code']}: {what}"
-        alive = {str(n.get("NodeID")) for n in ray.nodes() if n.get("Alive")}
-        if alive - set(self.excluded) - {node_id}:
-            self.excluded.setdefault(node_id, {"node_ip": str(rep["node_ip"]), "why": why})
-            rep["msg"] += " (later placements avoid it)"
-        else:
-            rep["msg"] += " (not excluded: no other node is alive)"
 
     def _start(self, key: tuple[str, int]) -> Any:
         """Start ``key``'s next attempt (see :meth:`_start_all`); the ref its end resolves."""
@@ -433,99 +389,6 @@ class Driver:
         self.stall_stop_at[key] = time.monotonic() + (self.p.warn_before if warned else 0.0)
         self.write()
 
-    # -- placement ----------------------------------------------------------------------------------------
-    def _exclude_given(self) -> None:
-        """Resolve ``exclude_nodes`` (node ids, IPs, hostnames) against the cluster's nodes into :attr:`excluded`."""
-        if not self.p.exclude_nodes:
-            return
-        for n in ray.nodes():
-            for entry in self.p.exclude_nodes:
-                if node_matches(entry, n["NodeID"], n.get("NodeManagerAddress", ""), n.get("NodeManagerHostname", "")):
-                    self.excluded.setdefault(n["NodeID"], {"node_ip": n.get("NodeManagerAddress", ""),
-                                                           "why": f"exclude_nodes={entry}"})
-
-    def _place(self, keys: list[tuple[str, int]]) -> bool:
-        """Place ``keys`` and start one actor each; False (the app FAILED, the reason recorded) when the
-        cluster cannot place them within ``gang_timeout``.
-
-        The app has one placement group, a bundle per replica. The whole app (the first placement, or an
-        APPLICATION scope -- or a ROLE scope of the only role -- restarted after a lost node) gets a new group
-        off every node excluded now; the old group is removed first (its actors were killed), so nothing is
-        held twice while the new one is placed. A part of the app (a REPLICA or ROLE scope restarted after a
-        lost node) goes back into its own bundles of the group: Ray re-places the lost node's bundles on
-        other nodes by itself (with the group's strategy and label selector; the lost node is dead), and the
-        scope's other bundles stay where they are. A group of its own for the part would hold the lost
-        bundle's resources twice -- Ray's re-placed copy and the new group's -- for as long as the old group
-        held any live replica, and a tight cluster could not place the restart. The cost: an
-        ``exclude_nodes`` entry that matches only a node which joined after the group was made does not keep
-        a re-placed bundle off it."""
-        if self.pg is not None and set(keys) != set(self.specs):
-            return self._make_actors(keys, f"restart timed out after {self.p.gang_timeout:g}s: Ray could not "
-                                           f"re-place the placement group bundle(s) of {len(keys)} replica(s)")
-        from ray.util.placement_group import placement_group
-
-        if self.pg is not None:  # the whole app restarts: its old group goes first (its actors were killed)
-            with contextlib.suppress(Exception):
-                ray.util.remove_placement_group(self.pg)
-            self.pg = None
-        if self.p.exclude_nodes:
-            self._exclude_given()  # a node that joined since, with an excluded IP or hostname
-        selector = exclusion_selector(set(self.excluded))
-        keys = list(self.specs)
-        specs = [self.specs[k] for k in keys]
-        pg = placement_group([r.bundle for r in specs], strategy=self.p.strategy, name=f"tsm/{self.p.app_id}/{self.pgs_made}",
-                             bundle_label_selector=[dict(selector) for _ in specs] if selector else None)
-        self.pgs_made += 1
-        ready, _ = ray.wait([pg.ready()], timeout=self.p.gang_timeout)
-        if not ready:
-            with contextlib.suppress(Exception):
-                ray.util.remove_placement_group(pg)
-            msg = (f"gang start timed out after {self.p.gang_timeout:g}s: the cluster could not place all "
-                   f"{len(specs)} replica(s) at once ({self.p.strategy})")
-            if self.excluded:
-                msg += f" off the {len(self.excluded)} excluded node(s)"
-            self._unplaced(keys, msg)
-            return False
-        self.pg, self.bundle = pg, {k: i for i, k in enumerate(keys)}
-        return self._make_actors(keys, "")
-
-    def _make_actors(self, keys: list[tuple[str, int]], timeout_msg: str) -> bool:
-        """One actor per replica of ``keys``, each pinned to its bundle of :attr:`pg`; record where each
-        runs. With ``timeout_msg`` (bundles Ray may still be re-placing) the actors get ``gang_timeout`` to
-        start, else the app FAILS with it (False)."""
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        for k in keys:
-            r, b = self.specs[k], self.specs[k].bundle
-            n = self.placed[k] = self.placed.get(k, -1) + 1
-            self.actors[k] = Replica.options(  # type: ignore[attr-defined]
-                name=r.actor + (f"#{n}" if n else ""), namespace=NAMESPACE, num_cpus=b.get("CPU", 0), num_gpus=b.get("GPU", 0),
-                memory=b.get("memory") or None, max_restarts=0,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=self.bundle[k]),
-            ).remote(self.p.app_id, r.role, r.replica_id, self.p.grace_period)
-        refs = [self.actors[k].where.remote() for k in keys]
-        try:
-            where = ray.get(refs, timeout=self.p.gang_timeout if timeout_msg else None)
-        except ray.exceptions.GetTimeoutError:
-            for k in keys:
-                with contextlib.suppress(Exception):
-                    ray.kill(self.actors[k])
-            self._unplaced(keys, timeout_msg)
-            return False
-        for k, w in zip(keys, where, strict=True):
-            self.reps[k].update(node_ip=w["node_ip"], node_id=w["node_id"])
-        first = self.p.replicas[0]
-        if (first.role, first.replica_id) in keys:  # rank 0 (re)placed: the replicas started from now on see it
-            self.rank0 = self.reps[(first.role, first.replica_id)]["node_ip"]
-        return True
-
-    def _unplaced(self, keys: list[tuple[str, int]], msg: str) -> None:
-        """``keys`` could not be placed: the app FAILS with ``msg``, the replicas still running are stopped."""
-        self.state, self.msg = "FAILED", msg
-        self._stop_running("stopped: " + msg)
-        for k in keys:
-            self.reps[k]["state"], self.reps[k]["msg"] = "FAILED", "not placed: " + msg
-        self.write()
 
     def _scope(self, key: tuple[str, int]) -> list[tuple[str, int]]:
         """The replicas a restart of ``key`` restarts, by its role's retry policy."""
@@ -545,77 +408,6 @@ class Driver:
                     ray.get(sref, timeout=30)
                 waits.pop(sref)
 
-    def _stop_running(self, why: str) -> None:
-        """Stop every running replica (the app ends): each is recorded CANCELLED with ``why``."""
-        for k, r in self.reps.items():
-            if r["state"] == "RUNNING":
-                with contextlib.suppress(Exception):  # an actor already gone has nothing to stop
-                    ray.get(self.actors[k].stop.remote(self.p.grace_period), timeout=self.p.grace_period + 30)
-                r["state"], r["msg"] = "CANCELLED", why
-
-    # -- lost nodes ---------------------------------------------------------------------------------------
-    def _node_death(self, node_id: str) -> str | None:
-        """Why the node died ("" unknown), or None while Ray counts it alive (or does not know it)."""
-        for n in ray.nodes():
-            if n.get("NodeID") == node_id:
-                if n.get("Alive"):
-                    return None
-                return str(n.get("DeathReasonMessage") or "")
-        return None
-
-    def _lost_with_node(self, key: tuple[str, int]) -> str | None:
-        """Why ``key``'s attempt, which ended with a non-zero code, was lost with its node; None when its node
-        is alive (the program's own end).
-
-        A node killed outright can still report such an end: its workers outlive the raylet for a moment and
-        SIGKILL their children as they exit, and the actor's reply (exit code -9) may reach the driver before
-        the actor is seen gone. So the actor is asked whether its raylet is still there
-        (:meth:`Replica.node_alive`, one call); when it is not, or the actor no longer answers, the GCS is
-        asked as :meth:`_why_gone` does, without taking an answering actor for a live node.
-        """
-        try:
-            if ray.get(self.actors[key].node_alive.remote(), timeout=10):
-                return None
-            err: Exception = RuntimeError("the replica's raylet is gone")
-        except Exception as e:  # noqa: BLE001 (gone or unreachable: the GCS says which)
-            err = e
-        verdict, why = self._why_gone(key, err, probe=False)
-        return why if verdict == "node" else None
-
-    def _why_gone(self, key: tuple[str, int], err: Exception, probe: bool = True) -> tuple[str, str]:
-        """Why waiting on a replica's actor raised: ``("node", why)`` when it was lost with its node (Ray says
-        the node died, or the actor's death cause is its node's death), ``("alive", "")`` when the actor
-        answers again (it was only unreachable), else ``("died", why)``: the actor died on a live node.
-
-        A node killed outright is first only unreachable (``ActorUnavailableError``); Ray marks it dead once
-        its health checks fail (seconds), so this asks the GCS once a second for up to :data:`LOSS_WAIT`.
-        Without ``probe`` an actor that still answers is not taken for a live node (its raylet is gone).
-        """
-        rep = self.reps[key]
-        node_id, actor = str(rep["node_id"]), self.actors[key]
-        where = f"node {node_id[:SHORT_ID]} ({rep['node_ip']})"
-        if getattr(err, "preempted", False):  # Ray drained the node for preemption
-            return "node", f"{where} was preempted (drained by Ray)"
-        deadline = time.monotonic() + LOSS_WAIT
-        while True:
-            death = self._node_death(node_id)
-            if death is not None:
-                return "node", f"{where} was lost" + (f" ({death})" if death else "")
-            info = _actor_info(actor)
-            if info.get("State") == "DEAD":
-                node_died, text = _death_cause(info.get("DeathCause"))
-                if node_died:
-                    return "node", f"{where} was lost" + (f" ({text})" if text else "")
-                return "died", text or type(err).__name__
-            if probe:
-                try:
-                    ray.get(actor.running.remote(), timeout=5)
-                    return "alive", ""
-                except Exception:  # noqa: BLE001 (still unreachable: ask again)
-                    pass
-            if time.monotonic() >= deadline:
-                return "died", f"{type(err).__name__}; unreachable for {format_duration(LOSS_WAIT)} on {where}"
-            time.sleep(1.0)
 
     def _preempted(self, key: tuple[str, int], why: str, waits: dict[Any, tuple[str, int]]) -> bool:
         """``key``'s actor was lost with its node: exclude the node and restart its scope (its role's retry
@@ -627,19 +419,23 @@ class Driver:
             "node_ip": str(rep["node_ip"]), "why": f"lost under role '{key[0]}' replica {key[1]} (attempt {rep['attempt']})"})
         scope = self._scope(key)
         budget = self.p.max_preemptions
-        if self.preemptions >= budget:
-            text = f"{PREEMPTED_PREFIX}{why}; max_preemptions={budget} used up"
+        who = f"role '{key[0]}' replica {key[1]}"
+        out = self._ask([policy.Lost(key[0], key[1], PREEMPTED_PREFIX + why, who)])
+        if _at_limit(out):
+            rep.update(state="FAILED", msg=PREEMPTED_PREFIX + why, preempted=True, exit_code=None)
+            return self._limit_now(waits)
+        if not isinstance(out, policy.Restart):
+            text = policy.budget_spent(PREEMPTED_PREFIX + why, budget)
             rep.update(state="FAILED", msg=text, preempted=True, exit_code=None)
-            self.state, self.msg = "FAILED", f"role '{key[0]}' replica {key[1]}: {text}"
-            self._stop_running(f"stopped after role '{key[0]}' replica {key[1]} was lost with its node")
+            self.state, self.msg = "FAILED", out.msg if isinstance(out, policy.Fail) else f"{who} {text}"
+            self._stop_running(f"stopped after {who} was lost with its node")
             waits.clear()
             self.write()
             return False
         self.preemptions += 1
         self.num_restarts += 1
         self._stop_scope(key, scope, waits)
-        text = (f"{PREEMPTED_PREFIX}{why}; restarted elsewhere (preemption {self.preemptions} of "
-                f"max_preemptions={budget}; max_retries untouched)")
+        text = out.note
         for k in scope:
             with contextlib.suppress(Exception):
                 ray.kill(self.actors[k])
@@ -672,38 +468,32 @@ class Driver:
         record the app FAILED "time limit X reached" or, with ``requeue_on_time_limit`` and ``max_preemptions``
         left, restart it whole as a preemption (``TSM_LAST_EXIT=time_limit``; the limit counts again). True
         once the limit is reached (the app FAILED, or restarted with fresh ``waits``)."""
-        limit = self.p.time_limit
-        if limit is None:
+        if self.p.time_limit is None:
             return False
-        elapsed = time.monotonic() - self.t0
-        if elapsed >= limit - self.p.warn_before and elapsed < limit:
+        out = self._ask([])
+        if isinstance(out, policy.Warn):
             self.warn()
-        if elapsed < limit:
+        if not _at_limit(out):
             return False
         self.warn()
-        msg = f"time limit {format_duration(limit)} reached"
         running = [k for k, r in self.reps.items() if r["state"] == "RUNNING"]
         with contextlib.suppress(Exception):  # an actor already gone has nothing to stop
             ray.get([self.actors[k].stop.remote(self.p.grace_period) for k in running],
                     timeout=self.p.grace_period + 30)
-        budget = self.p.max_preemptions
-        if self.p.requeue_on_time_limit and self.preemptions < budget and not self.cancelling:
+        if isinstance(out, policy.Restart) and not self.cancelling:
             for ref in list(waits):  # the stopped attempts' ends
                 with contextlib.suppress(Exception):
                     ray.get(ref, timeout=30)
             waits.clear()
             self.preemptions += 1
             self.num_restarts += 1
-            text = (f"{PREEMPTED_PREFIX}{msg}; the app restarts (preemption {self.preemptions} of "
-                    f"max_preemptions={budget}; max_retries untouched)")
             for k, r in self.reps.items():
-                self.last_exit[k] = "time_limit"
-                r.update(msg=text, preempted=True, restarts=r["restarts"] + 1, attempt=r["attempt"] + 1)
+                self.last_exit[k] = out.cause
+                r.update(msg=out.note, preempted=True, restarts=r["restarts"] + 1, attempt=r["attempt"] + 1)
             self.t0, self.warned = time.monotonic(), False
             waits.update(self._start_all(list(self.specs)))
             return True
-        if self.p.requeue_on_time_limit:
-            msg += f" after {self.preemptions} restart(s); max_preemptions={budget} used up"
+        msg = out.msg if isinstance(out, policy.Fail) else policy.time_limit_message(self.p.time_limit)
         for k in running:
             self.reps[k]["state"], self.reps[k]["msg"] = "FAILED", msg
         self.state, self.msg = "FAILED", msg

@@ -112,7 +112,7 @@ class Replica:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         self.proc = proc
-        self.watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(proc.pid),
+        self.watchdog = subprocess.Popen([sys.executable, "-I", "-S", "-c", WATCHDOG, str(os.getpid()), str(proc.pid),
                                           str(self.grace)], start_new_session=True)
         lock = threading.Lock()
         pumps = [threading.Thread(target=_pump, args=(proc.stdout, b"o", out, lock), daemon=True),

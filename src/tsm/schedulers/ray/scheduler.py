@@ -29,6 +29,7 @@ from tsm.schedulers.common.record import AppRecord, with_record
 from tsm.schedulers.common.watcher import StatusWatcher
 from tsm.schedulers.ray import status as st
 from tsm.schedulers.ray.client import RayClient, resolve_address
+from tsm.schedulers.ray.debug import RayDebug
 from tsm.schedulers.ray.request import (
     IMPLICIT_EXCLUDES,
     MAX_WORKING_DIR_BYTES,
@@ -60,11 +61,6 @@ def store_root() -> Path:
     return tsm_home() / "ray"
 
 
-def _job_status(job: Any) -> str:
-    s = getattr(job, "status", "")
-    return str(getattr(s, "value", s))
-
-
 def parse_log(raw: bytes, names: builtins.list[str], since: datetime | None, until: datetime | None) -> builtins.list[str]:
     """The lines of a replica's log file (records ``<time> <o|e|O|E> <line>``) of the streams ``names``."""
     want = {b"o" if n == "stdout" else b"e" for n in names}
@@ -85,11 +81,12 @@ def parse_log(raw: bytes, names: builtins.list[str], since: datetime | None, unt
     return out
 
 
-class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
+class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, RayDebug):
     """Runs an app as a Ray job whose driver starts one actor per replica (see :mod:`tsm.schedulers.ray`).
 
     Capabilities: ``WorkspaceBuilder`` (the workspace ships as the job's working_dir; without one, the
-    launching directory does) and ``BatchedViews`` (one job list per view refresh). Not ``SizedPlacement``:
+    launching directory does), ``BatchedViews`` (one job list per view refresh) and exec, stack and
+    port-forward (:class:`~tsm.schedulers.ray.debug.RayDebug`). Not ``SizedPlacement``:
     a role without a resource gets :data:`~tsm.schedulers.ray.request.DEFAULT_BUNDLE` per replica (1 CPU, no
     GPU, no memory reservation), as TorchX's Ray scheduler gave such a role.
     """
@@ -111,13 +108,17 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
                 self._clients[addr] = RayClient(addr)
             return self._clients[addr]
 
+    def app_record(self, app_id: str) -> AppRecord | None:
+        """The record tsm wrote of an app at submit (``app.json``: its definition, its cluster), if any."""
+        return AppRecord.load(store_root() / app_id / "app.json") if app_id and "/" not in app_id else None
+
     def address_of(self, app_id: str) -> str:
         """The cluster an app was submitted to (kept in its ``app.json``), else this scheduler's default."""
         with self._lock:
             known = self._app_addresses.get(app_id)
         if known is not None:
             return known
-        rec = AppRecord.load(store_root() / app_id / "app.json") if app_id and "/" not in app_id else None
+        rec = self.app_record(app_id)
         addr = resolve_address(str((rec.details if rec is not None else {}).get("address") or self._address))
         if rec is not None:
             with self._lock:
@@ -269,7 +270,8 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
         """Nothing to push (see :meth:`dryrun_push_images`)."""
 
     # -- status -------------------------------------------------------------------------------------------
-    def _record(self, job: Any, address: str = "") -> dict[str, Any] | None:
+    def record_of(self, job: Any, address: str = "") -> dict[str, Any] | None:
+        """The driver's status record of ``job`` (its replicas' states, nodes, exits), None before the first."""
         return st.parse_record(self.client(address).read(getattr(job, "driver_node_id", "") or "",
                                                          f"tsm/{job.submission_id}/status.json"))
 
@@ -277,8 +279,8 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
         app_id = str(job.submission_id)
         if app_id in self._final:
             return self._final[app_id]
-        status = _job_status(job)
-        d = st.describe(app_id, status, str(job.message or ""), dict(job.metadata or {}), self._record(job, address))
+        status = st.job_status(job)
+        d = st.describe(app_id, status, str(job.message or ""), dict(job.metadata or {}), self.record_of(job, address))
         if status in _TERMINAL_JOB:
             self._final[app_id] = d
         return d
@@ -304,7 +306,7 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
         return self._view.snapshot(app_ids)
 
     def list(self) -> builtins.list[ListAppResponse]:
-        rows = [st.list_row(str(j.submission_id), _job_status(j), dict(j.metadata or {}))
+        rows = [st.list_row(str(j.submission_id), st.job_status(j), dict(j.metadata or {}))
                 for j in self.client().list_jobs() if st.is_tsm_job(j.metadata) and j.submission_id]
         return sorted(rows, key=lambda r: -(r.created or 0))
 
@@ -321,7 +323,7 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
         deadline = time.monotonic() + 120 + warn
         while time.monotonic() < deadline:
             job = c.job(app_id)
-            if job is None or _job_status(job) in _TERMINAL_JOB:
+            if job is None or st.job_status(job) in _TERMINAL_JOB:
                 break
             time.sleep(0.2)
         while time.monotonic() < deadline and c.actors(app_id):
@@ -366,8 +368,8 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews):
         job = c.job(app_id)
         if job is None:
             return {}, True
-        rec = self._record(job, c.address)
-        ended = _job_status(job) in _TERMINAL_JOB
+        rec = self.record_of(job, c.address)
+        ended = st.job_status(job) in _TERMINAL_JOB
         rep = st.replica_of(rec, role, k)
         if rep.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED") and rec is not None:
             ended = ended or rec.get("state") in ("SUCCEEDED", "FAILED", "CANCELLED") or rep.get("state") == "SUCCEEDED"

@@ -28,6 +28,12 @@ JOB_STATES = StateTable({
 })
 
 
+def job_status(job: Any) -> str:
+    """A job's status as a string (``JobStatus`` is an enum in some Ray versions, a string in others)."""
+    s = getattr(job, "status", "")
+    return str(getattr(s, "value", s))
+
+
 def is_tsm_job(metadata: dict[str, str] | None) -> bool:
     """True for a job tsm submitted (its metadata names the scheduler)."""
     return bool(metadata) and (metadata or {}).get(META_SCHEDULER) == "ray"

@@ -21,15 +21,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tsm.schedulers.common.record import AppRecord
 from tsm.schedulers.common.viewmodel import AppSummary, requests_of, settled, view_of_describe
 from tsm.schedulers.ray import status as st
 from tsm.schedulers.ray.request import META_APP
 
-if TYPE_CHECKING:
-    from tsm.schedulers.ray.scheduler import RayScheduler
+
+class RaySource(Protocol):
+    """What the view asks of the Ray scheduler (:class:`~tsm.schedulers.ray.scheduler.RayScheduler`)."""
+
+    def address_of(self, app_id: str) -> str: ...
+
+    def client(self, address: str = "") -> Any: ...
+
+    def record_of(self, job: Any, address: str = "") -> dict[str, Any] | None: ...
+
+    def app_record(self, app_id: str) -> AppRecord | None: ...
+
 
 #: Seconds between two reads of a running app's status record when its job's status has not changed.
 RECORD_INTERVAL = 5.0
@@ -40,7 +50,7 @@ MAX_READS = 8
 class RayView:
     """Builds the views of Ray apps for a tick; one per scheduler, kept across ticks (see the module doc)."""
 
-    def __init__(self, sched: RayScheduler) -> None:
+    def __init__(self, sched: RaySource) -> None:
         self.sched = sched
         self._ended: dict[str, AppSummary] = {}
         self._records: dict[str, tuple[str, float, dict[str, Any] | None]] = {}  # app -> (job status, when, record)
@@ -48,8 +58,6 @@ class RayView:
 
     def snapshot(self, app_ids: Sequence[str]) -> list[AppSummary]:
         """Views of the apps of ``app_ids`` the cluster knows; see the module doc."""
-        from tsm.schedulers.ray.scheduler import _job_status, store_root
-
         ids = list(dict.fromkeys(app_ids))
         out = [self._ended[i] for i in ids if i in self._ended]
         live = set(ids) - set(self._ended)
@@ -63,7 +71,7 @@ class RayView:
         now = time.monotonic()
         due = []
         for app_id, job in jobs.items():
-            status = _job_status(job)
+            status = st.job_status(job)
             seen = self._records.get(app_id)
             if seen is None or seen[0] != status:
                 due.append((0.0, app_id))  # new, or its job changed: read first
@@ -71,17 +79,17 @@ class RayView:
                 due.append((seen[1], app_id))
         for _, app_id in sorted(due)[:MAX_READS]:
             job = jobs[app_id]
-            self._records[app_id] = (_job_status(job), now, self.sched._record(job, where[app_id]))
+            self._records[app_id] = (st.job_status(job), now, self.sched.record_of(job, where[app_id]))
         for app_id in [i for i in ids if i in jobs]:
             job = jobs[app_id]
-            status = _job_status(job)
+            status = st.job_status(job)
             seen = self._records.get(app_id)
             record = seen[2] if seen is not None else None
             meta = dict(job.metadata or {})
             desc = st.describe(app_id, status, str(job.message or ""), meta, record)
             reqs = self._reqs.get(app_id)
             if reqs is None:
-                rec = AppRecord.load(store_root() / app_id / "app.json")
+                rec = self.sched.app_record(app_id)
                 reqs = self._reqs[app_id] = requests_of(rec.app.to_dict()) if rec is not None else {}
             view = view_of_describe(desc, "ray", name=meta.get(META_APP, ""), reqs=reqs)
             view.started, view.ended = _seconds(job.start_time), _seconds(job.end_time)

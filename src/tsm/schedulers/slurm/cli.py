@@ -11,8 +11,8 @@ import re
 import subprocess
 import threading
 
-from tsm.errors import SchedulerError
-from tsm.schedulers.common.errors import CommandCounter, check_cli, run_cli
+from tsm.errors import SchedulerError, SchedulerUnavailableError, SubmissionError
+from tsm.schedulers.common.errors import CommandCounter, check_cli, cli_message, run_cli
 
 INSTALL_HINT = (
     "install the Slurm client tools and run tsm on a host of the cluster "
@@ -35,15 +35,13 @@ def run(
     A missing command is :class:`~tsm.errors.SchedulerUnavailableError` saying what to install; a hang is
     a :class:`~tsm.errors.SchedulerError`.
     """
-    return run_cli(
-        args,
-        install_hint=INSTALL_HINT,
-        hang_hint="is the Slurm controller (slurmctld) up?",
-        timeout=timeout,
-        cwd=cwd,
-        umask=umask,
-        counter=_counts,
-    )
+    name = command_name(args)
+    _counts.add(name)
+    proc = run_cli(args, install_hint=INSTALL_HINT, hang_hint="is the Slurm controller (slurmctld) up?",
+                   timeout=timeout, cwd=cwd, umask=umask)  # fmt: skip
+    if args[:1] == ["env"] and proc.returncode == 127:  # env(1) ran, the command it names is not here
+        raise SchedulerUnavailableError(f"'{name}' was not found: {INSTALL_HINT}")
+    return proc
 
 
 def unreachable(proc: subprocess.CompletedProcess[str]) -> bool:
@@ -52,10 +50,10 @@ def unreachable(proc: subprocess.CompletedProcess[str]) -> bool:
     return "unable to contact slurm controller" in text or "connection refused" in text
 
 
-def no_json(proc: subprocess.CompletedProcess[str]) -> bool:
-    """True when a failed ``--json`` call says this Slurm cannot write JSON."""
-    err = proc.stderr.lower()
-    return "json" in err or "unrecognized option" in err or "invalid option" in err or "unknown option" in err
+def command_name(args: list[str]) -> str:
+    """The program ``args`` runs: ``squeue`` of ``env SLURM_TIME_FORMAT=%s squeue ...``."""
+    words = args[1:] if args[:1] == ["env"] else args
+    return next((w for w in words if "=" not in w), args[0] if args else "")
 
 
 def check(proc: subprocess.CompletedProcess[str], what: str) -> str:
@@ -67,6 +65,23 @@ def check(proc: subprocess.CompletedProcess[str], what: str) -> str:
         service="the Slurm controller",
         unreachable_hint="start slurmctld (scripts/slurm-up for the local test cluster)",
     )
+
+
+def job_id_of(proc: subprocess.CompletedProcess[str], where_said: str = "") -> str:
+    """The job id a finished ``sbatch --parsable`` printed; Slurm's refusal as tsm's errors.
+
+    ``where_said`` names the host in the messages (`` on alice@login``; "" for this machine).
+    """
+    if proc.returncode != 0:
+        err = cli_message(proc)
+        if unreachable(proc):
+            raise SchedulerUnavailableError(f"sbatch{where_said}: the Slurm controller cannot be reached ({err})")
+        raise SubmissionError(f"sbatch{where_said} refused the job: {err}")
+    out = proc.stdout.strip()
+    job_id = out.splitlines()[-1].split(";")[0].strip() if out else ""
+    if not job_id.isdigit():
+        raise SubmissionError(f"sbatch{where_said} gave no job id: {out!r} {proc.stderr.strip()!r}")
+    return job_id
 
 
 _version_lock = threading.Lock()

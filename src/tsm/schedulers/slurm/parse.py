@@ -1,56 +1,35 @@
-"""Reading Slurm's answers: ``squeue``/``sacct`` (JSON of 22.05 and newer, or text columns), state names,
-host lists, and the replica status files the batch script writes.
+"""Reading Slurm's answers: ``squeue`` and ``sacct`` in the text columns tsm asks for, state names and host lists.
 
-Pure functions of text: no Slurm command is run here, so all of it is tested against captured output.
-Slurm states map as PENDING, REQUEUED, SUSPENDED, CONFIGURING -> PENDING; RUNNING, COMPLETING -> RUNNING;
-COMPLETED -> SUCCEEDED; CANCELLED -> CANCELLED; FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY,
-BOOT_FAIL, DEADLINE -> FAILED (:data:`STATES`).
+Pure functions of text: no Slurm command is run here, so all of it is tested against captured output (the
+files the batch script writes are read by :mod:`.jobdir`). tsm asks ``squeue --Format`` and ``sacct -P`` for
+the columns it reads and no more (:data:`SQUEUE_ARGS`, :func:`sacct_args`): cheaper for Slurm to write and for
+tsm to read than the JSON of every field, and the same on every Slurm version; times come as epoch seconds
+(``SLURM_TIME_FORMAT=%s``), whatever the time zone of the host that runs the command. Slurm states map as
+PENDING, REQUEUED, SUSPENDED, CONFIGURING -> PENDING; RUNNING, COMPLETING -> RUNNING; COMPLETED ->
+SUCCEEDED; CANCELLED -> CANCELLED; FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE
+-> FAILED (:data:`STATES`).
 
-Preemption is not failure (issue 25): PREEMPTED, NODE_FAIL and BOOT_FAIL, and a requeue the batch script did
-not ask for, are the cluster's decisions (:data:`PREEMPTION_STATES`, :func:`preemption_of`,
-:func:`read_last_exit`); the replica's error says so and ``ReplicaStatus.preempted`` is set.
+Preemption is not failure: PREEMPTED, NODE_FAIL and BOOT_FAIL, and a requeue the batch script did not ask
+for, are the cluster's decisions (:data:`PREEMPTION_STATES`, :func:`preemption_of`, with ``TSM_LAST_EXIT`` as
+the job directory records it); the replica's error says so and ``ReplicaStatus.preempted`` is set.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-from typing import Any
 
 from tsm.lifecycle import PREEMPTED_PREFIX
 from tsm.schedulers.common.status import StateTable
 from tsm.specs.api import AppState
 
 
-def _num(value: Any) -> int | None:
-    """An integer from Slurm JSON: a plain number (22.05) or ``{"set": true, "number": n}`` (23.02+)."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value)
-    if isinstance(value, dict):
-        if not value.get("set", True) or value.get("infinite"):
-            return None
-        return _num(value.get("number"))
-    return None
-
-
-def _states(value: Any) -> list[str]:
-    """Slurm state names from a string (22.05: ``"RUNNING"``, ``"CANCELLED by 0"``) or a list (newer)."""
-    if isinstance(value, dict):  # sacct: {"current": ..., "reason": ...}
-        value = value.get("current")
-    if isinstance(value, str):
-        return [value.split()[0].upper()] if value.strip() else []
-    if isinstance(value, list):
-        return [str(v).split()[0].upper() for v in value if str(v).strip()]
-    return []
+def _states(value: str) -> list[str]:
+    """The state names of a state column: ``RUNNING``, or ``CANCELLED`` of sacct's ``CANCELLED by 0``."""
+    return [value.split()[0].upper()] if value.strip() else []
 
 
 #: Slurm job states as :class:`AppState`; the flags (names after the base state in newer Slurm's list)
@@ -141,34 +120,14 @@ class SlurmJob:
         return bool(preemption_of(self))
 
 
-def _time(value: Any) -> float | None:
-    n = _num(value)
-    return float(n) if n else None
-
-
-def _squeue_exit(value: Any) -> tuple[int | None, int | None]:
-    """squeue's ``exit_code``: a raw wait status (22.05) or ``{"status", "return_code", "signal"}`` (newer)."""
-    if isinstance(value, dict) and ("return_code" in value or "status" in value):
-        return _sacct_exit(value)
-    raw = _num(value)
-    if raw is None:
+def _exit_status(raw: str) -> tuple[int | None, int | None]:
+    """``squeue``'s ``exit_code``, a wait status (``36608`` is exit code 143): ``(code, None)`` or ``(None, signal)``."""
+    status = _text_int(raw)
+    if status is None:
         return None, None
-    if raw & 0x7F:
-        return None, raw & 0x7F
-    return (raw >> 8) & 0xFF, None
-
-
-def _sacct_exit(value: Any) -> tuple[int | None, int | None]:
-    """sacct's ``exit_code``: ``{"status": "SUCCESS"|"FAILED"|"SIGNALED", "return_code": n, "signal": {...}}``."""
-    if not isinstance(value, dict):
-        return _num(value), None
-    sig = value.get("signal")
-    signo = _num(sig.get("id") if isinstance(sig, dict) else sig)
-    status = value.get("status")
-    status_names = [str(s) for s in status] if isinstance(status, list) else [str(status or "")]
-    if "SIGNALED" in status_names and signo:
-        return None, signo
-    return _num(value.get("return_code")), (signo or None)
+    if status & 0x7F:
+        return None, status & 0x7F
+    return (status >> 8) & 0xFF, None
 
 
 #: An array task's app id: ``<array job id>_<task id>`` (what squeue and sacct show as its JobID).
@@ -196,6 +155,14 @@ def array_tasks(spec: str) -> list[int]:
     return out
 
 
+def _not_started(rec: SlurmJob) -> SlurmJob:
+    """``rec`` without start and end times while it is pending: Slurm's ``StartTime`` of a pending job is when
+    it expects to start it (a ``--begin`` time, the backfill's estimate), not a start."""
+    if rec.state == AppState.PENDING:
+        rec.start_time = rec.end_time = None
+    return rec
+
+
 def _array_copies(rec: SlurmJob, array_id: int | None, task: int | None, spec: str) -> list[SlurmJob]:
     """``rec`` as the array task(s) it stands for (itself when it is no array task), app id ``A_T`` each.
 
@@ -213,196 +180,139 @@ def _array_copies(rec: SlurmJob, array_id: int | None, task: int | None, spec: s
     return [dataclasses.replace(rec, app_id=f"{array_id}_{t}") for t in array_tasks(spec)]
 
 
-def parse_squeue_json(text: str) -> dict[str, list[SlurmJob]]:
-    """Parse ``squeue --json`` into ``{app id: [component records sorted by offset]}``.
+#: The separator of the columns tsm asks for (the ASCII unit separator: no job name or path holds it).
+SEP = "\x1f"
 
-    Every job in the output is kept (22.05 ignores ``-j``): callers pick theirs by app id. An array task is
-    its own app, ``<array job id>_<task id>``; the row of an array's tasks not started yet
-    (``array_task_string`` ``3-19%4``) gives one record per task.
-    """
-    data = json.loads(text)
-    out: dict[str, list[SlurmJob]] = {}
-    for j in data.get("jobs", []):
-        job_id = _num(j.get("job_id"))
-        if job_id is None:
-            continue
-        het_id = _num(j.get("het_job_id")) or 0
-        offset = _num(j.get("het_job_offset")) or 0
-        code, sig = _squeue_exit(j.get("exit_code"))
-        rec = SlurmJob(
-            job_id=str(job_id),
-            app_id=str(het_id or job_id),
-            offset=offset if het_id else 0,
-            name=str(j.get("name") or ""),
-            states=_states(j.get("job_state")),
-            reason=str(j.get("state_reason") or ""),
-            description=str(j.get("state_description") or ""),
-            exit_code=code,
-            signal=sig,
-            nodes=str(j.get("nodes") or ""),
-            num_tasks=_num(j.get("tasks")) if "tasks" in j else _num(j.get("num_tasks")),
-            restarts=_num(j.get("restart_cnt")) or 0,
-            submit_time=_time(j.get("submit_time")),
-            start_time=_time(j.get("start_time")),
-            end_time=_time(j.get("end_time")),
-            work_dir=str(j.get("current_working_directory") or ""),
-            user=str(j.get("user_name") or ""),
-            source="squeue",
-        )
-        for r in _array_copies(rec, _num(j.get("array_job_id")), _num(j.get("array_task_id")),
-                               str(j.get("array_task_string") or "")):
-            out.setdefault(r.app_id, []).append(r)
-    for recs in out.values():
-        recs.sort(key=lambda r: r.offset)
-    return out
+#: The environment of every ``squeue``/``sacct`` tsm runs: times as epoch seconds (see the module docstring).
+TIME_FORMAT = ["env", "SLURM_TIME_FORMAT=%s"]
 
-
-def parse_sacct_json(text: str) -> dict[str, list[SlurmJob]]:
-    """Parse ``sacct --json`` (with or without ``-D``) into ``{app id: [latest record per component]}``.
-
-    With ``-D`` a requeued job has a ``REQUEUED`` record per earlier run; those are counted into
-    ``restarts`` of the current record and dropped.
-    """
-    data = json.loads(text)
-    runs: dict[tuple[str, int], list[SlurmJob]] = {}
-    for j in data.get("jobs", []):
-        job_id = _num(j.get("job_id"))
-        if job_id is None:
-            continue
-        het = j.get("het") or {}
-        het_id = _num(het.get("job_id")) or 0
-        offset = _num(het.get("job_offset")) or 0
-        t = j.get("time") or {}
-        state = j.get("state") or {}
-        code, sig = _sacct_exit(j.get("exit_code"))
-        nodes = j.get("nodes")
-        required = j.get("required") or {}
-        rec = SlurmJob(
-            job_id=str(job_id),
-            app_id=str(het_id or job_id),
-            offset=offset if het_id else 0,
-            name=str(j.get("name") or ""),
-            states=_states(state),
-            reason=str(state.get("reason") or "") if isinstance(state, dict) else "",
-            exit_code=code,
-            signal=sig,
-            nodes=str(nodes or "") if not isinstance(nodes, dict) else str(nodes.get("range") or ""),
-            num_tasks=_num(required.get("tasks")) if isinstance(required, dict) else None,
-            submit_time=_time(t.get("submission")),
-            start_time=_time(t.get("start")),
-            end_time=_time(t.get("end")),
-            work_dir=str(j.get("working_directory") or ""),
-            user=str(j.get("user") or ""),
-            source="sacct",
-        )
-        array = j.get("array") or {}
-        array = array if isinstance(array, dict) else {}
-        for r in _array_copies(rec, _num(array.get("job_id")), _num(array.get("task_id")),
-                               str(array.get("task") or "")):
-            runs.setdefault((r.app_id, r.offset), []).append(r)
-    return _latest_runs(runs)
-
-
-#: ``squeue -O`` fields for Slurm without JSON output (before 21.08, or built without the JSON plugin);
-#: each is followed by ``|``, the free-text WorkDir last.
-SQUEUE_TEXT_FIELDS = [
-    "JobID", "HetJobID", "HetJobOffset", "State", "Reason", "NodeList", "NumTasks", "RestartCnt",
+#: ``squeue --Format`` columns tsm reads, each followed by :data:`SEP`; the free-text ones last. ``JobID`` is
+#: the job's own id; ``JobArrayID`` names an array task ``<array id>_<task>`` (``<array id>_[3-19%4]`` for
+#: the tasks not started yet), a het-job component ``<leader>+<offset>``, any other job by its id.
+SQUEUE_FIELDS = [
+    "JobID", "JobArrayID", "HetJobID", "HetJobOffset", "State", "Reason", "exit_code", "NodeList", "NumTasks", "RestartCnt",
     "SubmitTime", "StartTime", "EndTime", "UserName", "Name", "WorkDir",
 ]  # fmt: skip
-SQUEUE_TEXT_ARGS = ["squeue", "--me", "-t", "all", "-h", "-O", ",".join(f + ":|" for f in SQUEUE_TEXT_FIELDS)]
-#: ``sacct -P`` fields for the same case.
-SACCT_TEXT_FIELDS = ["JobIDRaw", "JobID", "State", "ExitCode", "Reason", "NodeList", "NTasks", "Submit", "Start",
-                     "End", "User", "JobName", "WorkDir"]  # fmt: skip
+#: This user's jobs the controller holds, in every state (it keeps ended ones ``MinJobAge`` seconds).
+SQUEUE_ARGS = [*TIME_FORMAT, "squeue", "--me", "-t", "all", "-h", "-O", ",".join(f + ":" + SEP for f in SQUEUE_FIELDS)]
+#: ``sacct -P`` columns tsm reads (one job allocation per line, ``-X``).
+SACCT_FIELDS = ["JobIDRaw", "JobID", "State", "ExitCode", "Reason", "NodeList", "NTasks", "Submit", "Start",
+                "End", "User", "JobName", "WorkDir"]  # fmt: skip
+
+
+def sacct_args(*args: str) -> list[str]:
+    """``sacct`` of the jobs ``args`` select (``-j <ids>``, ``-S <since>``, ``-D``) in :data:`SACCT_FIELDS`."""
+    return [*TIME_FORMAT, "sacct", "-P", "-n", "-X", f"--delimiter={SEP}", "-o", ",".join(SACCT_FIELDS), *args]
 
 
 def _text_time(value: str) -> float | None:
-    """A Slurm text timestamp (``2026-11-21T15:38:30``, local time) as epoch seconds; None for Unknown/N/A."""
-    try:
-        return datetime.fromisoformat(value.strip()).timestamp()
+    """A time column as epoch seconds (``SLURM_TIME_FORMAT=%s``); None for ``Unknown``, ``N/A``, ``None``, 0."""
+    if value.isdigit():
+        return float(value) or None
+    value = value.strip()
+    if value.isdigit():
+        return float(value) or None
+    if value in ("N/A", "Unknown", "None", "NONE", ""):
+        return None
+    try:  # a Slurm that ignored SLURM_TIME_FORMAT: its local time
+        return datetime.fromisoformat(value).timestamp()
     except ValueError:
         return None
 
 
 def _text_int(value: str) -> int | None:
+    if value.isdigit():
+        return int(value)
     value = value.strip()
     return int(value) if value.isdigit() else None
 
 
 def parse_squeue_text(text: str) -> dict[str, list[SlurmJob]]:
-    """Parse the output of :data:`SQUEUE_TEXT_ARGS` like :func:`parse_squeue_json` (no exit codes there)."""
+    """Parse the output of :data:`SQUEUE_ARGS` into ``{app id: [component records sorted by offset]}``.
+
+    Every job of the output is kept: callers pick theirs by app id. An array task is its own app,
+    ``<array job id>_<task id>``; the row of an array's tasks not started yet (``123_[3-19%4]``) gives one
+    record per task.
+    """
     out: dict[str, list[SlurmJob]] = {}
-    n = len(SQUEUE_TEXT_FIELDS)
+    n = len(SQUEUE_FIELDS)
     for line in text.splitlines():
-        if not line.strip():
+        parts = line.removesuffix(SEP).split(SEP, n - 1)
+        if len(parts) < n or not parts[0].isdigit():
             continue
-        parts = line.removesuffix("|").split("|", n - 1)
-        if len(parts) < n:
-            continue
-        f = dict(zip(SQUEUE_TEXT_FIELDS, parts, strict=True))
-        shown = f["JobID"].strip()
-        job_id, _, task = shown.partition("_")  # an array task: 123_4, or 123_[5-19%4] for those not started
-        if not job_id.isdigit():
-            continue
-        het_id = _text_int(f["HetJobID"]) or 0
+        # in the order of SQUEUE_FIELDS (squeue pads nothing between separators)
+        (job_id, shown, het, het_offset, state, reason, status, nodes, tasks, restarts, submitted, started,
+         ended, user, name, work_dir) = parts  # fmt: skip
+        array_id, under, task = shown.partition("_")  # 123_4, or 123_[5-19%4]
+        het_id = _text_int(het) or 0
+        code, sig = _exit_status(status)
         rec = SlurmJob(
             job_id=job_id,
             app_id=str(het_id or job_id),
-            offset=(_text_int(f["HetJobOffset"]) or 0) if het_id else 0,
-            name=f["Name"],
-            states=_states(f["State"].strip()),
-            reason=f["Reason"].strip(),
-            nodes=f["NodeList"].strip() if f["NodeList"].strip() not in ("", "(null)") else "",
-            num_tasks=_text_int(f["NumTasks"]),
-            restarts=_text_int(f["RestartCnt"]) or 0,
-            submit_time=_text_time(f["SubmitTime"]),
-            start_time=_text_time(f["StartTime"]),
-            end_time=_text_time(f["EndTime"]),
-            work_dir=f["WorkDir"],
-            user=f["UserName"].strip(),
+            offset=(_text_int(het_offset) or 0) if het_id else 0,
+            name=name,
+            states=_states(state),
+            reason=reason,
+            exit_code=code,
+            signal=sig,
+            nodes=nodes if nodes != "(null)" else "",
+            num_tasks=_text_int(tasks),
+            restarts=_text_int(restarts) or 0,
+            submit_time=_text_time(submitted),
+            start_time=_text_time(started),
+            end_time=_text_time(ended),
+            work_dir=work_dir,
+            user=user,
             source="squeue",
         )
-        copies = _array_copies(rec, int(job_id) if task else None, _text_int(task), task)
-        for r in copies:
+        array = int(array_id) if under and array_id.isdigit() else None
+        for r in _array_copies(_not_started(rec), array, _text_int(task), task):
             out.setdefault(r.app_id, []).append(r)
     for recs in out.values():
-        recs.sort(key=lambda r: r.offset)
+        if len(recs) > 1:
+            recs.sort(key=lambda r: r.offset)
     return out
 
 
 def parse_sacct_text(text: str) -> dict[str, list[SlurmJob]]:
-    """Parse ``sacct -P -n -X -D -o <SACCT_TEXT_FIELDS>`` like :func:`parse_sacct_json`."""
+    """Parse the output of :func:`sacct_args` into ``{app id: [latest record per component]}``.
+
+    With ``-D`` a requeued job has a ``REQUEUED`` record per earlier run; those are counted into ``restarts``
+    of the current record and dropped. An array task is named ``<array job id>_<task id>``.
+    """
     runs: dict[tuple[str, int], list[SlurmJob]] = {}
-    n = len(SACCT_TEXT_FIELDS)
+    n = len(SACCT_FIELDS)
     for line in text.splitlines():
-        parts = line.split("|", n - 1)
+        parts = line.split(SEP, n - 1)
         if len(parts) < n:
             continue
-        f = dict(zip(SACCT_TEXT_FIELDS, parts, strict=True))
-        raw, shown = f["JobIDRaw"].strip(), f["JobID"].strip()
+        # in the order of SACCT_FIELDS
+        raw, shown, state, exit_code, reason, nodes, tasks, submitted, started, ended, user, name, work_dir = parts
         if not raw.isdigit() or "." in shown:
             continue  # steps (123.batch, 123+0.1) are not jobs
         leader, plus, off = shown.partition("+")
-        code, _, sig = f["ExitCode"].partition(":")
+        code, _, sig = exit_code.partition(":")
         rec = SlurmJob(
             job_id=raw,
             app_id=leader if plus else raw,
             offset=int(off) if plus and off.isdigit() else 0,
-            name=f["JobName"],
-            states=_states(f["State"].strip()),
-            reason=f["Reason"].strip(),
+            name=name,
+            states=_states(state),
+            reason=reason,
             exit_code=_text_int(code),
             signal=_text_int(sig) or None,
-            nodes=f["NodeList"].strip() if f["NodeList"].strip() not in ("", "None assigned") else "",
-            num_tasks=_text_int(f["NTasks"]),
-            submit_time=_text_time(f["Submit"]),
-            start_time=_text_time(f["Start"]),
-            end_time=_text_time(f["End"]),
-            work_dir=f["WorkDir"],
-            user=f["User"].strip(),
+            nodes=nodes if nodes != "None assigned" else "",
+            num_tasks=_text_int(tasks),
+            submit_time=_text_time(submitted),
+            start_time=_text_time(started),
+            end_time=_text_time(ended),
+            work_dir=work_dir,
+            user=user,
             source="sacct",
         )
         array_id, under, task = shown.partition("_")  # an array task: 123_4 (raw id its own), 123_[5-9]
-        copies = _array_copies(rec, int(array_id) if under and array_id.isdigit() else None, _text_int(task), task)
+        copies = _array_copies(_not_started(rec), int(array_id) if under and array_id.isdigit() else None,
+                               _text_int(task), task)
         for r in copies:
             runs.setdefault((r.app_id, r.offset), []).append(r)
     return _latest_runs(runs)
@@ -464,67 +374,6 @@ def preemption_of(job: SlurmJob, last_exit: str = "") -> str:
     return ""
 
 
-def read_last_exit(job_dir: str | Path) -> str:
-    """``TSM_LAST_EXIT`` of the job's current attempt, as its batch script recorded it (``job_dir/last_exit``).
-
-    ``preempted``, ``failed:<code>``, ``time_limit`` or "" (the first attempt, or no file: not started yet,
-    or the job directory is not shared).
-    """
-    try:
-        text = Path(job_dir, "last_exit").read_text(errors="replace").strip()
-    except OSError:
-        return ""
-    return text if re.fullmatch(r"preempted|time_limit|stalled|failed:\d+", text) else ""
-
-
-#: One line of ``job_dir/excluded``: ``<node> NODE_FAIL|BOOT_FAIL[ (reason: ...)]``, ``<node> OOM (...)`` or
-#: ``<node> GPU (<role>/<k>: <what was wrong>)``.
-_EXCLUDED_LINE = re.compile(
-    r"[A-Za-z0-9._-]+ (?:(?:NODE_FAIL|BOOT_FAIL)(?: \(reason: [^\n]{0,200}\))?"
-    r"|OOM \(the kernel's OOM killer ended [^\n]{1,200}\)"
-    r"|GPU \([^\n]{1,400}\))"
-)
-
-
-def read_excluded(job_dir: str | Path, name: str = "excluded") -> list[str]:
-    """The nodes the job's batch script keeps its attempts off, and why (``node3 NODE_FAIL (reason: ...)``).
-
-    Written by the script at the start of a restart after a node failed under an earlier attempt; [] when no
-    node failed (or the job directory is not shared). Lines that are not of that form are left out. With
-    ``name="oom_nodes"``: the nodes the replicas' wrapper found at fault for a replica's end (their OOM killer
-    ended it, or it failed while a GPU of the node was lost or had new uncorrectable ECC errors).
-    """
-    try:
-        text = Path(job_dir, name).read_text(errors="replace")
-    except OSError:
-        return []
-    return [ln for ln in text.splitlines() if _EXCLUDED_LINE.fullmatch(ln)]
-
-
-def read_stalled(job_dir: str | Path) -> tuple[str, int, str] | None:
-    """The replica the batch script's stall watcher found stalled in this attempt, and why.
-
-    ``(role, replica id, "stalled for 15m, last line: '...'")`` from ``job_dir/stalled``; None when none
-    stalled (the file is removed as each attempt starts).
-    """
-    try:
-        text = Path(job_dir, "stalled").read_text(errors="replace").strip()
-    except OSError:
-        return None
-    m = re.fullmatch(r"(\S+)/(\d+) (stalled for .*)", text.splitlines()[0] if text else "")
-    return (m.group(1), int(m.group(2)), m.group(3)) if m else None
-
-
-def read_node_error(job_dir: str | Path) -> str:
-    """Why the batch script could not keep the app off a failed node (``job_dir/node_error``, its first line,
-    at most 500 characters), or "" when it never had to give up (see ``script._avoid_failed_nodes``)."""
-    try:
-        text = Path(job_dir, "node_error").read_text(errors="replace")
-    except OSError:
-        return ""
-    return (text.splitlines() or [""])[0].strip()[:500]
-
-
 def expand_hostlist(expr: str) -> list[str]:
     """Expand a Slurm host list such as ``node[1-3,7],gpu[01-02]-ib`` to host names, in order."""
     parts: list[str] = []
@@ -560,45 +409,6 @@ def _expand_one(part: str) -> list[str]:
             values = [rng]
         out.extend(prefix + v + t for v in values for t in tails)
     return out
-
-
-@dataclass
-class ReplicaFile:
-    """What a replica's status file says: running on a host, or exited with a code (and the signal seen)."""
-
-    running: bool
-    host: str = ""
-    started: float | None = None
-    exit_code: int | None = None
-    ended: float | None = None
-    attempt: int = 0
-    signal: str = ""
-
-
-def read_status(path: str | Path) -> ReplicaFile | None:
-    """Parse a ``<role>/<k>.status`` file, or None when it is missing or unreadable."""
-    try:
-        text = Path(path).read_text(errors="replace").strip()
-    except OSError:
-        return None
-    words = text.split()
-    try:
-        if words[:1] == ["running"] and len(words) >= 4:
-            return ReplicaFile(True, host=words[1], started=float(words[2]), attempt=int(words[3]))
-        if words[:1] == ["exited"] and len(words) >= 4:
-            sig = words[4] if len(words) > 4 and words[4] != "-" else ""
-            host = words[5] if len(words) > 5 else ""
-            return ReplicaFile(
-                False,
-                host=host,
-                exit_code=int(words[1]),
-                ended=float(words[2]),
-                attempt=int(words[3]),
-                signal=sig,
-            )
-    except ValueError:
-        return None
-    return None
 
 
 def id_key(app_id: str) -> tuple[int, str]:

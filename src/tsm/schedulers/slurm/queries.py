@@ -1,10 +1,9 @@
-"""The process-wide view of Slurm's queue: many ``describe`` calls share few ``squeue``/``sacct`` calls.
+"""The process-wide view of a host's queue: many ``describe`` calls share few ``squeue``/``sacct`` calls.
 
 :class:`SlurmQueries` is a :class:`~tsm.schedulers.common.watcher.StatusWatcher` whose snapshot is one
-``squeue --json --me`` and whose lookup is one ``sacct --json -D -j <ids>`` for every job the controller has
-forgotten. A Slurm without JSON output (before 21.08, or without the JSON plugin) is read from text
-columns from its first refusal on; a cluster without accounting is read from ``squeue`` and the job
-directories alone.
+``squeue`` of this user's jobs and whose lookup is one ``sacct -D -j <ids>`` for every job the controller has
+forgotten, both in the columns tsm reads (:mod:`.parse`). A cluster without accounting is read from
+``squeue`` and the job directories alone.
 """
 
 from __future__ import annotations
@@ -17,14 +16,12 @@ from collections.abc import Callable, Sequence
 from tsm.schedulers.common.watcher import StatusWatcher
 from tsm.schedulers.slurm import cli
 from tsm.schedulers.slurm.parse import (
-    SACCT_TEXT_FIELDS,
-    SQUEUE_TEXT_ARGS,
+    SQUEUE_ARGS,
     SlurmJob,
     id_key,
-    parse_sacct_json,
     parse_sacct_text,
-    parse_squeue_json,
     parse_squeue_text,
+    sacct_args,
 )
 
 Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
@@ -35,56 +32,36 @@ def _ended(recs: list[SlurmJob]) -> bool:
 
 
 class SlurmQueries(StatusWatcher[list[SlurmJob]]):
-    """One process-wide, thread-safe view of the queue, so many ``describe`` calls share few Slurm calls.
+    """One process-wide, thread-safe view of a host's queue, so many ``describe`` calls share few Slurm calls.
 
-    ``squeue --json`` lists every job the controller holds; one answer is reused by every caller for
-    ``max_age`` seconds (default 1 s) and, while one thread asks Slurm, the others wait for its answer
-    rather than ask again. Jobs the controller has forgotten are looked up with ``sacct --json -D``, all
-    the ids wanted in the last minute in one call; ended jobs are cached for good, missing ones are asked
-    again at most every 5 s. ``runner`` replaces :func:`tsm.schedulers.slurm.cli.run` (tests).
+    ``squeue`` lists every job the controller holds; one answer is reused by every caller for ``max_age``
+    seconds (default 1 s) and, while one thread asks Slurm, the others wait for its answer rather than ask
+    again. Jobs the controller has forgotten are looked up with ``sacct -D``, all the ids wanted in the last
+    minute in one call; ended jobs are cached for good, missing ones are asked again at most every 5 s.
+    ``runner`` runs the commands (a login node's over SSH; default :func:`tsm.schedulers.slurm.cli.run`).
     """
 
     def __init__(self, runner: Runner | None = None) -> None:
         super().__init__(self._squeue_snapshot, self._sacct_lookup, is_terminal=_ended, lookup_interval=5.0)
         self._runner = runner
         self.sacct_available = True
-        #: False once Slurm answered that it has no ``--json`` (before 21.08, or no JSON plugin).
-        self.json = True
 
     def _run(self, args: list[str]) -> subprocess.CompletedProcess[str]:
         return self._runner(args) if self._runner is not None else cli.run(args)
 
     def _squeue_snapshot(self) -> dict[str, list[SlurmJob]]:
-        if self.json:
-            proc = self._run(["squeue", "--json", "--me"])
-            if proc.returncode == 0 or not cli.no_json(proc):
-                return parse_squeue_json(cli.check(proc, "squeue --json"))
-            self.json = False  # this Slurm has no JSON output: read its text columns from now on
-        return parse_squeue_text(cli.check(self._run(SQUEUE_TEXT_ARGS), "squeue"))
-
-    def _run_sacct(self, args: list[str]) -> subprocess.CompletedProcess[str]:
-        """Run sacct with JSON output, or with ``-P`` text columns when this Slurm has no JSON."""
-        if self.json:
-            proc = self._run(["sacct", "--json", *args])
-            if proc.returncode == 0 or not cli.no_json(proc):
-                return proc
-            self.json = False
-        fields = ",".join(SACCT_TEXT_FIELDS)
-        return self._run(["sacct", "-P", "-n", "-X", "-o", fields, *args])
-
-    def _parse_sacct(self, text: str) -> dict[str, list[SlurmJob]]:
-        return parse_sacct_json(text) if self.json else parse_sacct_text(text)
+        return parse_squeue_text(cli.check(self._run(SQUEUE_ARGS), "squeue"))
 
     def _sacct_lookup(self, ids: list[str]) -> dict[str, list[SlurmJob]]:
         if not self.sacct_available:
             return {}
-        proc = self._run_sacct(["-D", "-j", ",".join(sorted(ids, key=id_key))])
+        proc = self._run(sacct_args("-D", "-j", ",".join(sorted(ids, key=id_key))))
         if proc.returncode != 0:
             if "accounting storage is disabled" in proc.stderr.lower() or "slurmdbd" in proc.stderr.lower():
                 self.sacct_available = False  # no accounting: squeue and the job directory are all there is
                 return {}
             cli.check(proc, "sacct")
-        return self._parse_sacct(proc.stdout)
+        return parse_sacct_text(proc.stdout)
 
     def job(self, app_id: str, max_age: float = 1.0) -> list[SlurmJob] | None:
         """The component records of app ``app_id`` (sorted by offset), or None when Slurm does not know it."""
@@ -125,14 +102,36 @@ class SlurmQueries(StatusWatcher[list[SlurmJob]]):
         """Every job ``squeue`` shows for this user, by app id."""
         return self.all(max_age)
 
+    def listing(self, since: str = "now-7days", max_age: float = 1.0) -> dict[str, list[SlurmJob]]:
+        """This user's jobs ``sacct`` recorded since ``since``, as ``squeue`` shows them where it does: the
+        two are asked at the same time (the ``sacct`` in a thread), so a list waits for the slower one only."""
+        got: list[dict[str, list[SlurmJob]]] = []
+        failed: list[BaseException] = []
+
+        def ask_sacct() -> None:
+            try:
+                got.append(self.recent(since))
+            except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+                failed.append(e)
+
+        t = threading.Thread(target=ask_sacct, name="tsm-slurm-sacct", daemon=True)
+        t.start()
+        try:
+            queued = self.queue(max_age)
+        finally:
+            t.join()
+        if failed:
+            raise failed[0]
+        return {**(got[0] if got else {}), **queued}
+
     def recent(self, since: str = "now-7days") -> dict[str, list[SlurmJob]]:
         """This user's jobs that ``sacct`` recorded since ``since`` (empty without accounting)."""
         if not self.sacct_available:
             return {}
-        proc = self._run_sacct(["-S", since])
+        proc = self._run(sacct_args("-S", since))
         if proc.returncode != 0:
             return {}
-        return self._parse_sacct(proc.stdout)
+        return parse_sacct_text(proc.stdout)
 
 
 _queries: SlurmQueries | None = None

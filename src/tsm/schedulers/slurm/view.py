@@ -1,9 +1,10 @@
 """The views' batch hook for Slurm: every app of a ``tsm top`` / ``tsm serve`` tick from one ``squeue``.
 
 :meth:`SlurmScheduler.view_snapshot <tsm.schedulers.slurm.scheduler.SlurmScheduler.view_snapshot>` hands the
-app ids of a tick to :class:`SlurmView`, which makes, whatever the number of apps and replicas:
+app ids of a tick to :class:`SlurmView`, which asks each app's host and makes, whatever the number of apps
+and replicas:
 
-* **one** ``squeue --json --me`` (shared with ``describe`` through :class:`~.queries.SlurmQueries`; reused
+* **one** ``squeue`` per host (shared with ``describe`` through its :class:`~.queries.SlurmQueries`; reused
   when younger than a second);
 * **one** ``sacct`` for all the jobs the controller no longer holds and that are not yet known to have ended
   (none on most ticks: an ended app is described once and remembered, and each job is asked at most every
@@ -12,8 +13,9 @@ app ids of a tick to :class:`SlurmView`, which makes, whatever the number of app
   that it gathers no accounting (``JobAcctGatherType=jobacct_gather/none``): usage then stays n/a.
 
 Replica states, hosts and exit codes come from the job directory's status files (file reads, no Slurm
-command), the last log line from the tail of ``<role>/<k>.stdout``/``.stderr`` (re-read only when a file
-grew). The job directory and the app of a job are looked up once and kept.
+command; a login node's job directories are copied here in the same round trip as its ``squeue``), the last
+log line from the tail of ``<role>/<k>.stdout``/``.stderr`` (re-read only when a file grew). The job
+directory and the app of a job are looked up once and kept.
 
 **Usage** is per role: Slurm accounts a step (one ``srun`` per role, one task per replica) as a whole, and
 ``sstat`` gives the average per task, so every running replica of a role shows its role's average CPU
@@ -23,24 +25,18 @@ Slurm refreshes them every ``JobAcctGatherFrequency`` seconds) and memory (``Ave
 
 from __future__ import annotations
 
-import functools
 import re
-import subprocess
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tsm.errors import SchedulerUnavailableError
+from tsm.schedulers.common.ssh import SshError
 from tsm.schedulers.common.viewmodel import AppSummary, LastLines, requests_of, settled, view_of_describe
-from tsm.schedulers.slurm import cli
-from tsm.schedulers.slurm.parse import APP_ID, SlurmJob
-from tsm.specs.api import AppDef, AppState
-
-if TYPE_CHECKING:
-    from tsm.schedulers.slurm.scheduler import SlurmScheduler
+from tsm.schedulers.slurm.describe import describe_records
+from tsm.schedulers.slurm.host import Host, Where
+from tsm.schedulers.slurm.parse import SlurmJob
+from tsm.specs.api import AppState
 
 #: ``sstat`` columns read for usage.
 SSTAT_FIELDS = ("JobID", "NTasks", "AveCPU", "AveRSS", "MaxRSS")
@@ -137,162 +133,106 @@ class _Rate:
         return self.cores
 
 
-def _in_background(fn: Callable[[], None]) -> Callable[[], None]:
-    """Start ``fn`` in a thread; the callable returned waits for it and raises what it raised."""
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread by join()
-            failed.append(e)
-
-    t = threading.Thread(target=run, name="tsm-slurm-mirror", daemon=True)
-    t.start()
-
-    def join() -> None:
-        t.join()
-        if failed:
-            raise failed[0]
-
-    return join
-
-
 class SlurmView:
     """Builds the views of Slurm apps for a tick; one per scheduler, kept across ticks (see the module doc)."""
 
-    def __init__(self, sched: SlurmScheduler) -> None:
-        self.sched = sched
-        self._dirs: dict[str, Path] = {}
-        self._apps: dict[str, AppDef] = {}
+    def __init__(self, where: Callable[[str], Where | None], backend: str) -> None:
+        self.where = where  #: where an app lives (:meth:`.scheduler.SlurmScheduler.where`)
+        self.backend = backend
         self._reqs: dict[str, dict[str, tuple[float | None, float | None, int | None]]] = {}
         self._ended: dict[str, AppSummary] = {}
         self._tails = LastLines()
         self._rates: dict[tuple[str, str], _Rate] = {}  # (component, step) -> its CPU rate
-        #: False once ``sstat`` said this cluster gathers no accounting: usage stays n/a.
-        self.sstat_available = True
+        #: hosts whose ``sstat`` said the cluster gathers no accounting (or has no sstat): usage stays n/a
+        self._no_sstat: set[int] = set()
 
     def snapshot(self, app_ids: Sequence[str]) -> list[AppSummary]:
         """Views of the apps of ``app_ids`` Slurm (or their job directory) knows; see the module doc."""
-        ids = [i for i in dict.fromkeys(app_ids) if APP_ID.fullmatch(i)]
-        out = [self._ended[i] for i in dict.fromkeys(app_ids) if i in self._ended]
-        live = [i for i in ids if i not in self._ended]
-        remote_live = [i for i in dict.fromkeys(app_ids) if i not in self._ended and i not in ids]
-        if remote_live:
-            out += self._remote_views(remote_live)
-        if live:
-            records = self.sched.queries.jobs(live)
-            usage = self._usage([r for i in live for r in records.get(i) or [] if r.state == AppState.RUNNING])
-            for app_id in live:
-                view = self._view(app_id, records.get(app_id), usage)
-                if view is not None:
-                    out.append(view)
+        ids = list(dict.fromkeys(app_ids))
+        out = [self._ended[i] for i in ids if i in self._ended]
+        by_host: dict[int, tuple[Host, list[Where]]] = {}
+        for app_id in ids:
+            where = self.where(app_id) if app_id not in self._ended else None
+            if where is not None:
+                by_host.setdefault(id(where.host), (where.host, []))[1].append(where)
+        for host, wheres in by_host.values():
+            out += self._host_views(host, wheres)
         keep = set(app_ids)  # forget apps that left the view
-        for cache in (self._dirs, self._apps, self._reqs, self._ended):
+        for cache in (self._reqs, self._ended):
             for k in [k for k in cache if k not in keep]:
                 del cache[k]
         self._tails.prune()
         return out
 
-    def _remote_views(self, app_ids: Sequence[str]) -> list[AppSummary]:
-        """Apps on login nodes reached over SSH: per host, one ``squeue`` and, at the same time, one call that
-        mirrors the job directories' small files and the logs' last 4 KiB
-        (:meth:`tsm.schedulers.slurm.remote.Remote.mirror`), then, while some run, one ``sstat``; each app is
-        then viewed from its local mirror as a local one is.
-        A host that does not answer leaves its apps out of this tick."""
-        from tsm.schedulers.common.ssh import SshError
-        from tsm.schedulers.slurm.remote import Remote, RemoteRecord, remote_of
+    def _host_views(self, host: Host, wheres: list[Where]) -> list[AppSummary]:
+        """The apps of one host: one ``squeue`` and, at the same time, the refresh of the job directories'
+        copies here with their logs' last 4 KiB (a login node's: one call, :meth:`.ssh_host.SshHost.sync`), then,
+        while some run, one ``sstat``. A login node that does not answer leaves its apps out of this tick."""
+        joined = host.sync_in_background(wheres, tails=True)  # independent of the queue: one round trip for both
+        records: dict[str, list[SlurmJob]] | None
+        try:
+            records = host.queries.jobs([w.job_id for w in wheres])
+        except SshError:
+            records = None
+        try:
+            joined()
+        except SshError:
+            records = None
+        if records is None:
+            return []
+        running = [r for w in wheres for r in records.get(w.job_id) or [] if r.state == AppState.RUNNING]
+        usage = self._usage(running, host)
+        views = (self._view(w, records.get(w.job_id), usage) for w in wheres)
+        return [v for v in views if v is not None]
 
-        groups: dict[int, tuple[Remote, list[RemoteRecord]]] = {}
-        for app_id in app_ids:
-            rec = RemoteRecord.load(app_id)
-            if rec is not None:
-                rem = remote_of(rec)
-                groups.setdefault(id(rem), (rem, []))[1].append(rec)
-        out = []
-        for rem, recs in groups.values():
-            # the mirror does not depend on the queue: both go over the master at once (one round trip)
-            mirrored = _in_background(functools.partial(rem.mirror, recs, tails=True))
-            jobs: dict[str, list[SlurmJob]] | None
-            try:
-                jobs = rem.queries.jobs([r.job_id for r in recs])
-            except SshError:
-                jobs = None
-            try:
-                mirrored()
-            except SshError:
-                jobs = None
-            if jobs is None:
-                continue
-            running = [j for r in recs for j in jobs.get(r.job_id) or [] if j.state == AppState.RUNNING]
-            usage = self._usage(running, run=rem.run)
-            for rec in recs:
-                if (rec.mirror / "app.json").is_file():
-                    self._dirs[rec.app_id] = rec.mirror
-                view = self._view(rec.app_id, jobs.get(rec.job_id), usage, rem.run)
-                if view is not None:
-                    out.append(view)
-        return out
-
-    def _view(self, app_id: str, recs: list[SlurmJob] | None, usage: dict[str, tuple[float | None, float | None]],
-              run: Callable[[list[str]], object] | None = None) -> AppSummary | None:
-        """One app's summary from its records; ``run`` runs a Slurm command where the app is (its login node's
-        for an app submitted over SSH)."""
-        job_dir = self._dirs.get(app_id)
-        if job_dir is None:
-            job_dir = self.sched._job_dir(app_id, recs)
-            if job_dir is not None:
-                self._dirs[app_id] = job_dir
-        app = self._apps.get(app_id)
-        if app is None and job_dir is not None:
-            app = self.sched._load_app(job_dir)
-            if app is not None:
-                self._apps[app_id] = app
-        self.sched.requeue_stranded(app_id, recs, run)
-        desc = self.sched.describe_records(app_id, recs, job_dir, app)
+    def _view(self, where: Where, recs: list[SlurmJob] | None,
+              usage: dict[str, tuple[float | None, float | None]]) -> AppSummary | None:
+        """One app's summary from its records and its job directory (as this machine reads it)."""
+        job_dir, app = where.host.job_files(where, recs)
+        where.host.requeue_stranded(where, recs)
+        desc = describe_records(where.job_id, recs, job_dir, app)
         if desc is None:
             return None
-        reqs = self._reqs.get(app_id)
+        desc.app_id = where.app_id
+        reqs = self._reqs.get(where.app_id)
         if reqs is None and desc.app is not None:
-            reqs = self._reqs[app_id] = requests_of(desc.app.to_dict())
-        view = view_of_describe(desc, self.sched.backend, reqs=reqs or {})
+            reqs = self._reqs[where.app_id] = requests_of(desc.app.to_dict())
+        view = view_of_describe(desc, self.backend, reqs=reqs or {})
         if recs:
             view.started = recs[0].start_time
             view.ended = recs[0].end_time if desc.state.is_terminal else None
         by_offset = {r.offset: r for r in recs or []}
         roles = [rs.role for rs in desc.roles_statuses]
+        ran = bool(recs and (recs[0].restarts > 0 or recs[0].state != AppState.PENDING))
         for r in view.replicas:
-            if job_dir is not None:
-                r.last_line = self._tails.last_of(str(job_dir / r.role / f"{r.idx}.stdout"),
-                                                  str(job_dir / r.role / f"{r.idx}.stderr"),
-                                                  final=r.state in _ENDED)
+            if job_dir is not None and ran:  # a job that never ran wrote no log
+                base = job_dir.replica(r.role, r.idx)
+                r.last_line = self._tails.last_of(f"{base}.stdout", f"{base}.stderr", final=r.state in _ENDED)
             rec = by_offset.get(roles.index(r.role)) if r.role in roles else None
             if r.state == "RUNNING" and rec is not None:
-                got = usage.get(rec.job_id) or usage.get(f"{app_id}+{rec.offset}")
+                got = usage.get(rec.job_id) or usage.get(f"{where.job_id}+{rec.offset}")
                 if got is not None:
                     r.cpu_used, r.mem_used_mb = got
         if settled(view):
-            self._ended[app_id] = view
+            self._ended[where.app_id] = view
         return view
 
-    def _usage(
-        self, running: list[SlurmJob], run: Callable[..., subprocess.CompletedProcess[str]] | None = None
-    ) -> dict[str, tuple[float | None, float | None]]:
-        """component (job id, or ``leader+offset``) -> (cores, MiB) per task, from one ``sstat`` (run by
-        ``run``: a login node's over SSH, else :func:`.cli.run`)."""
-        if not running or not self.sstat_available:
+    def _usage(self, running: list[SlurmJob], host: Host) -> dict[str, tuple[float | None, float | None]]:
+        """component (job id, or ``leader+offset``) -> (cores, MiB) per task, from one ``sstat`` on ``host``."""
+        if not running or id(host) in self._no_sstat:
             return {}
         fields = ",".join(SSTAT_FIELDS)
         ids = ",".join(sorted({r.job_id for r in running}))
         try:
-            proc = (run or cli.run)(["sstat", "-a", "--noheader", "--parsable2", "-o", fields, "-j", ids], timeout=20)
-        except SchedulerUnavailableError:  # no sstat on this host: usage stays n/a
-            self.sstat_available = False
+            proc = host.run(["sstat", "-a", "--noheader", "--parsable2", "-o", fields, "-j", ids], timeout=20)
+        except SchedulerUnavailableError as e:  # no sstat on this host: usage stays n/a
+            if not isinstance(e, SshError):
+                self._no_sstat.add(id(host))
             return {}
         except Exception:  # noqa: BLE001 - usage is never an error: n/a this tick
             return {}
         if proc.returncode != 0 and not proc.stdout.strip() and "jobacct_gather/none" in proc.stderr.lower():
-            self.sstat_available = False
+            self._no_sstat.add(id(host))
             return {}
         now = time.monotonic()
         latest: dict[str, StepUsage] = {}

@@ -7,9 +7,10 @@ content, named by its SHA-256). The cluster keeps the same shape under ``<remote
 
 1. asks whether the snapshot ``<digest>`` is already there (one remote command, nothing else sent: an
    unchanged tree ends here) and, if not, which of its objects the cluster lacks (the names on stdin);
-2. sends only those objects and the manifest in one tar stream (gzip level 1) over the master connection, to a small
-   ``python3`` program that checks each object's SHA-256 as it lands (a partial or corrupt object is never
-   stored), then builds ``snapshots/<digest>`` from hard links, read-only, and renames it into place.
+2. sends only those objects and the manifest in one tar stream (gzip level 1) over the master connection, to
+   ``programs/ws_build.py`` in the login node's ``python3``, which checks each object's SHA-256 as it lands
+   (a partial or corrupt object is never stored), then builds ``snapshots/<digest>`` from hard links,
+   read-only, and renames it into place.
 
 So an unchanged tree sends nothing and a one-file edit sends that one file (plus the manifest). The dry
 run only names the remote snapshot (``role.image``); nothing is sent until :meth:`SlurmScheduler.schedule`.
@@ -25,90 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tsm.errors import SubmissionError
-from tsm.schedulers.slurm.remote import Remote
+from tsm.schedulers.common.ssh import SshConnection
+from tsm.schedulers.slurm import programs
 from tsm.specs.api import AppDef
 from tsm.workspace.api import METADATA_KEY
-
-#: Prints ``have-snapshot`` when the store holds the snapshot, else, with ``names`` = 1, the names of the
-#: objects (read on stdin, one a line) the store lacks.
-CHECK = r"""
-store=$1; digest=$2; names=$3
-if [ -d "$store/snapshots/$digest" ]; then echo have-snapshot; exit 0; fi
-[ "$names" = 1 ] || exit 0
-while IFS= read -r o; do [ -f "$store/$o" ] || printf '%s\n' "$o"; done
-exit 0
-"""
-
-#: ``python3 -c BUILD <store> <digest>``, a tar of ``objects/...`` and ``manifest.json`` on stdin.
-BUILD = r"""
-import hashlib, json, os, sys, tarfile, secrets, shutil
-store, digest = sys.argv[1], sys.argv[2]
-os.umask(0o077)
-for d in ("objects", "snapshots", "tmp"):
-    os.makedirs(os.path.join(store, d), mode=0o700, exist_ok=True)
-manifest = None
-with tarfile.open(fileobj=sys.stdin.buffer, mode="r|*") as tar:
-    for m in tar:
-        f = tar.extractfile(m) if m.isfile() else None
-        if f is None:
-            continue
-        data = f.read()
-        if m.name == "manifest.json":
-            manifest = json.loads(data)
-            continue
-        parts = m.name.split("/")
-        if len(parts) != 3 or parts[0] != "objects" or ".." in parts or parts[2][:2] != parts[1]:
-            sys.exit("tsm: unexpected member %r" % m.name)
-        want = parts[2][:-2] if parts[2].endswith(".x") else parts[2]
-        if hashlib.sha256(data).hexdigest() != want:
-            sys.exit("tsm: object %s arrived damaged" % m.name)
-        dest = os.path.join(store, m.name)
-        os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
-        tmp = os.path.join(store, "tmp", "obj-" + secrets.token_hex(8))
-        with open(tmp, "wb") as out:
-            out.write(data)
-        os.chmod(tmp, 0o555 if parts[2].endswith(".x") else 0o444)
-        os.replace(tmp, dest)
-if manifest is None or manifest.get("digest") != digest:
-    sys.exit("tsm: no manifest for %s" % digest)
-final = os.path.join(store, "snapshots", digest)
-if os.path.isdir(final):
-    sys.exit(0)
-tmp = os.path.join(store, "tmp", "snap-" + secrets.token_hex(8))
-os.mkdir(tmp, 0o700)
-dirs = []
-try:
-    for e in manifest["entries"]:
-        p = os.path.join(tmp, e["path"])
-        if ".." in e["path"].split("/") or e["path"].startswith("/"):
-            sys.exit("tsm: bad path %r" % e["path"])
-        if e["kind"] == "dir":
-            os.mkdir(p, 0o700)
-            dirs.append(p)
-        elif e["kind"] == "link":
-            os.symlink(e["target"], p)
-        else:
-            obj = os.path.join(store, "objects", e["digest"][:2], e["digest"] + (".x" if e["executable"] else ""))
-            try:
-                os.link(obj, p)
-            except OSError:
-                shutil.copyfile(obj, p)
-                os.chmod(p, 0o555 if e["executable"] else 0o444)
-    for d in sorted(dirs, key=lambda d: -d.count("/")):
-        os.chmod(d, 0o555)
-    try:
-        os.rename(tmp, final)  # the top stays writable until here: moving a directory updates its ".."
-        tmp = None
-        os.chmod(final, 0o555)
-    except OSError:
-        if not os.path.isdir(final):
-            raise
-finally:
-    if tmp is not None and os.path.exists(tmp):
-        for root, ds, fs in os.walk(tmp):
-            os.chmod(root, 0o700)
-        shutil.rmtree(tmp, ignore_errors=True)
-"""
 
 
 @dataclass
@@ -144,7 +65,7 @@ def remote_workspace_roles(app: AppDef, remote_home: str) -> list[str]:
     return digests
 
 
-def ship(rem: Remote, remote_home: str, digest: str) -> ShipReport:
+def ship(conn: SshConnection, remote_home: str, digest: str) -> ShipReport:
     """Make ``<remote_home>/workspaces/snapshots/<digest>`` exist, sending only the objects it lacks."""
     from tsm.workspace.scanning import workspaces_home
 
@@ -158,12 +79,13 @@ def ship(rem: Remote, remote_home: str, digest: str) -> ShipReport:
         if ent["kind"] == "file":
             objects[f"objects/{ent['digest'][:2]}/{ent['digest']}{'.x' if ent['executable'] else ''}"] = ent["size"]
     store = f"{remote_home}/workspaces"
-    proc = rem.conn.run(["sh", "-c", CHECK, "tsm-ws", store, digest, "0"])  # an unchanged tree: nothing sent
+    check = ["sh", "-c", programs.text("ws_check.sh"), "tsm-ws", store, digest]
+    proc = conn.run([*check, "0"])  # an unchanged tree: nothing sent
     if proc.returncode == 0 and proc.stdout.strip() == "have-snapshot":
         return ShipReport(digest, reused=True)
-    proc = rem.conn.run(["sh", "-c", CHECK, "tsm-ws", store, digest, "1"], input="".join(f"{o}\n" for o in objects))
+    proc = conn.run([*check, "1"], input="".join(f"{o}\n" for o in objects))
     if proc.returncode != 0:
-        raise SubmissionError(f"cannot read the workspace store {store} on {rem.conn.target}: {proc.stderr.strip()}")
+        raise SubmissionError(f"cannot read the workspace store {store} on {conn.target}: {proc.stderr.strip()}")
     if proc.stdout.strip() == "have-snapshot":
         return ShipReport(digest, reused=True)
     missing = [o for o in proc.stdout.splitlines() if o in objects]
@@ -177,12 +99,12 @@ def ship(rem: Remote, remote_home: str, digest: str) -> ShipReport:
         info.size, info.mode = len(data), 0o600
         tar.addfile(info, io.BytesIO(data))
     payload = buf.getvalue()
-    out = rem.conn.run_bytes(["python3", "-c", BUILD, store, digest], input=payload, timeout=600)
+    out = conn.run_bytes(["python3", "-c", programs.text("ws_build.py"), store, digest], input=payload, timeout=600)
     if out.returncode != 0:
         err = out.stderr.decode("utf-8", "replace").strip().splitlines()
         why = err[-1] if err else f"exit {out.returncode}"
         if out.returncode == 127:
             why = "python3 is not on the remote PATH (workspaces over SSH need it on the login node)"
-        raise SubmissionError(f"cannot store workspace {digest[:12]} on {rem.conn.target}: {why}")
+        raise SubmissionError(f"cannot store workspace {digest[:12]} on {conn.target}: {why}")
     return ShipReport(digest, files_sent=len(missing), bytes_sent=len(payload))
 

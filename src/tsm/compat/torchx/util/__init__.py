@@ -1,0 +1,1 @@
+"""TorchX's ``torchx.util``: ``util.entrypoints`` and ``util.io`` are here; ``util.types`` is :mod:`tsm.util.types`."""
