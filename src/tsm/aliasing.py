@@ -134,10 +134,9 @@ class Alias:
         """The tsm module that is ``fullname`` (``<package>`` or ``<package>.<path>``): the wing's where it has
         a module at that path (found on disk: the wing is not imported to look), else ``target``'s."""
         rest = fullname[len(self.package):]
-        if rest and self.wing:
-            import tsm
-
-            base = os.path.join(os.path.dirname(tsm.__file__), *self.wing.split(".")[1:], *rest[1:].split("."))
+        if rest and self.wing:  # tsm's own folder is this module's
+            base = os.path.join(os.path.dirname(os.path.abspath(__file__)), *self.wing.split(".")[1:],
+                                *rest[1:].split("."))
             if os.path.isfile(base + ".py") or os.path.isfile(os.path.join(base, "__init__.py")):
                 return self.wing + rest
         return self.target + rest

@@ -27,7 +27,9 @@ Catch :class:`TsmError` to handle anything tsm reports; catch a leaf to act on o
     │   ├── ReplicaNotRunningError     no live replica to exec into, dump or reach: ended, or not started yet
     │   └── IncompleteRemovalError     some apps were removed, others not (``removed``, ``failed``: why)
     ├── StoreError                 the state store under $TSM_HOME cannot be read or written
-    └── TimerError                 an expiration timer request was refused or could not be delivered
+    ├── TimerError                 an expiration timer request was refused or could not be delivered
+    └── TrackerError               a tracker cannot record or read (also :mod:`tsm.tracker.api`'s)
+        └── UnknownRunError            no tracker record for that run id (a LookupError)
 
 Messages are one line and say what to do; the CLI prints ``error: <message>`` and exits non-zero.
 Every error takes optional keywords ``handle=`` and ``scheduler=`` and keeps them as attributes (None
@@ -179,6 +181,14 @@ class StoreError(TsmError, OSError):
 
 class TimerError(TsmError):
     """An expiration-timer request was refused by the server or could not be delivered to it."""
+
+
+class TrackerError(TsmError):
+    """A tracker cannot record or read (unknown tracker name, value it cannot store, store failure)."""
+
+
+class UnknownRunError(TrackerError, LookupError):
+    """No tracker record exists for the run id asked for."""
 
 
 def brief(value: object, width: int = 80) -> str:

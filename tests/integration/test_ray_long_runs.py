@@ -49,7 +49,8 @@ NODE = (
     "from ray._private.node import Node\n"
     "p = RayParams(gcs_address=sys.argv[1], node_ip_address='127.0.0.1', num_cpus=1, num_gpus=int(sys.argv[3]),\n"
     "              resources=json.loads(sys.argv[2]), object_store_memory=100 * 1024 * 1024, min_worker_port=0,\n"
-    "              max_worker_port=0, include_log_monitor=False, node_manager_port=0)\n"
+    "              max_worker_port=0, include_log_monitor=False, node_manager_port=0,\n"
+    "              runtime_env_dir_name=f'runtime_resources_{os.getpid()}')  # its own, as on another machine\n"
     "p.dashboard_agent_listen_port = None  # a free port: the head's agent holds the default\n"
     "Node(p, head=False, shutdown_at_exit=False, spawn_reaper=False)\n"
     "print('node up', flush=True)\n"
@@ -75,7 +76,10 @@ _joined: list[dict[str, Any]] = []
 
 
 class WorkerNode:
-    """A Ray worker node of this machine joined to the shared head; :meth:`kill` ends it (only it)."""
+    """A Ray worker node of this machine joined to the shared head; :meth:`kill` ends it (only it).
+
+    It unpacks runtime environments in a folder of its own, as a node of another machine does: two nodes'
+    agents unpacking and evicting one folder race (a job failed with its working_dir "does not exist")."""
 
     def __init__(self, address: str, log: Path, cgroup: MemoryCgroup | None = None, gpus: int = 0,
                  env: dict[str, str] | None = None) -> None:

@@ -22,9 +22,15 @@ from ._errors import NotConfiguredError
 
 TYPE_CHECKING = False  # `typing` costs ~2 ms to import and is only needed by type checkers
 if TYPE_CHECKING:
-    from typing import ParamSpec, TypeVar
+    from typing import ParamSpec, Protocol, TypeVar
 
-    from .api import TimerClient
+    class TimerClient(Protocol):
+        """What this module asks of a :class:`tsm.timer.api.TimerClient` (declared here: the api imports this
+        module, so this one does not import it back)."""
+
+        def acquire(self, scope_id: str, expiration_time: float) -> None: ...
+
+        def release(self, scope_id: str) -> None: ...
 
     _P = ParamSpec("_P")
     _R = TypeVar("_R")

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tsm._logging import module_logger, warn
-from tsm.errors import TsmError
+from tsm.errors import TrackerError as TrackerError, UnknownRunError as UnknownRunError
 
 #: The logger tracker warnings go to (``tracker.api.logger`` is that logger, made on first use).
 LOGGER_NAME = "tsm.tracker"
@@ -70,14 +70,6 @@ UNDEFINED_JOB_ID = "<UNDEFINED>"
 BUILTIN_TRACKER = "tsm"
 #: Entry-point groups searched for tracker factories, highest precedence first.
 ENTRY_POINT_GROUPS = ("tsm.tracker", "torchx.tracker")
-
-
-class TrackerError(TsmError):
-    """A tracker cannot record or read (unknown tracker name, value it cannot store, store failure)."""
-
-
-class UnknownRunError(TrackerError, LookupError):
-    """No tracker record exists for the run id asked for."""
 
 
 @dataclass
@@ -231,9 +223,7 @@ def tracker_factories() -> dict[str, TrackerFactory]:
 
     A plugin never replaces the built-in; a ``tsm.tracker`` name wins over the same ``torchx.tracker`` name.
     """
-    from tsm.tracker.store import create
-
-    out: dict[str, TrackerFactory] = {BUILTIN_TRACKER: create, **_BACKENDS}
+    out: dict[str, TrackerFactory] = {BUILTIN_TRACKER: _backend("store"), **_BACKENDS}
     for ep in _plugin_entry_points(tuple(sys.path)):
         if ep.name not in out:
             out[ep.name] = _lazy(ep)

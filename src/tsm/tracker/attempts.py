@@ -139,7 +139,7 @@ def _mlflow_run(
     uri: str, handle: str, sweep: str | None, parent: str | None, environ: Mapping[str, str], app_name: str | None
 ) -> dict[str, str]:
     """Create the app's MLflow run (status SCHEDULED until a replica resumes it); its env."""
-    from tsm.tracker.api import TrackerError
+    from tsm.errors import TrackerError
 
     try:
         client = mlflow_client(uri)
@@ -172,7 +172,7 @@ def mlflow_client(uri: str) -> Any:
     try:
         from mlflow.tracking import MlflowClient
     except ImportError as e:
-        from tsm.tracker.api import TrackerError
+        from tsm.errors import TrackerError
 
         raise TrackerError("the mlflow tracker needs the mlflow package: pip install 'tsm[mlflow]'") from e
     return MlflowClient(tracking_uri=uri)

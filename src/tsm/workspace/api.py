@@ -23,17 +23,12 @@ directory, unreadable, or holds a symlink that points outside it.
 
 from __future__ import annotations
 
-import abc
 import hashlib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from tsm.errors import InvalidRunOptionError
-from tsm.specs.api import AppDef, Role
-from tsm.specs.runopts import CfgVal, runopts
-
-T = TypeVar("T")
+from tsm.workspace.builder import WorkspaceBuilder as WorkspaceBuilder
 
 #: Role metadata key under which the builder records what it did (kept in the app's history).
 METADATA_KEY = "tsm.workspace"
@@ -131,40 +126,10 @@ def image_tag(digest: str, base_image_id: str, repository: str = "tsm-workspace"
     return f"{repository}:{key[:32]}"
 
 
-class WorkspaceBuilder(abc.ABC, Generic[T]):
-    """What a backend implements to ship a workspace (TorchX's ``WorkspaceMixin`` shape).
-
-    ``T`` is what :meth:`dryrun_push_images` returns and :meth:`push_images` takes: the images a
-    container backend must push before submitting (``None`` for builders with nothing to push).
-    A scheduler can inherit from it next to :class:`~tsm.schedulers.api.Scheduler`; the runner then
-    uses the scheduler's own builder instead of the default one for its name.
-    """
-
-    def workspace_opts(self) -> runopts:
-        """Run options the builder reads from ``cfg`` (its ``--help`` for ``tsm run``); none by default."""
-        return runopts()
-
-    @abc.abstractmethod
-    def build_workspace_and_update_role(self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]) -> None:
-        """Build ``workspace`` for ``role`` and point the role at the result (mutates ``role``).
-
-        A directory builder snapshots the tree and sets ``role.image`` to the snapshot; a container
-        builder builds (or reuses) an image on top of ``role.image`` and sets the role's image to it.
-        """
-
-    @abc.abstractmethod
-    def dryrun_push_images(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> T:
-        """What :meth:`push_images` would push for ``app`` (and rewrite image names in ``app`` to it)."""
-
-    @abc.abstractmethod
-    def push_images(self, images_to_push: T) -> None:
-        """Push what :meth:`dryrun_push_images` returned; called before the app is submitted."""
-
-
 def __getattr__(name: str) -> Any:
     """TorchX's ``workspace.api.WorkspaceMixin`` and ``Workspace`` at TorchX's path (defined in :mod:`tsm.workspace.mixin`).
 
-    Loaded on first use: the mixin module imports this one.
+    Loaded on first use (they cost what most callers of this module never use).
     """
     if name in ("WorkspaceMixin", "Workspace"):
         from tsm.workspace import mixin

@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 
 from tsm.specs.api import AppDef, Role
 from tsm.specs.runopts import CfgVal
-from tsm.workspace.api import WorkspaceBuilder
+from tsm.workspace.builder import WorkspaceBuilder
 
 T = TypeVar("T")
 

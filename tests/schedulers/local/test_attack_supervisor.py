@@ -103,7 +103,7 @@ def test_no_launch_after_a_restart_failed_the_app(sched: LocalScheduler, tmp_pat
     # a/0 fails once and removes its own program, so the group restart cannot launch it again:
     # with its retries spent the app is FAILED, and b/0 (next in the group) must not be launched.
     prog, runs = tmp_path / "prog", tmp_path / "b-runs"
-    prog.write_text(f"#!/bin/sh\nwhile [ ! -e {runs} ]; do sleep 0.01; done\nrm -f {prog}\nexit 3\n")
+    prog.write_text(f"#!/bin/sh\nwhile [ ! -s {runs} ]; do sleep 0.01; done\nrm -f {prog}\nexit 3\n")
     prog.chmod(0o755)
     code = f"open({str(runs)!r}, 'a').write('x'); import time; time.sleep(300)"
     a = Role("a", entrypoint=str(prog), max_retries=1, retry_policy=RetryPolicy.APPLICATION)

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -101,6 +102,7 @@ def run_wait_loop(tmp_path: Path, codes: list[int], retries: list[int], failures
         "declare -a _tsm_pid _tsm_rc _tsm_role _tsm_retries\n"
         f"_tsm_failures={failures} _tsm_timer='' _tsm_watch='' _tsm_stalled='' _tsm_cause='' _tsm_no_requeue=''\n"
         "_tsm_preempted() { return 1; }\n_tsm_on_wake() { :; }\n"
+        '_tsm_signal_run() { scancel --signal="$1" "$SLURM_JOB_ID"; }\n'
         f"{roles}{programs.text('wait.sh')}"
     )
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "TSM_JOB_DIR": str(tmp_path),
@@ -139,6 +141,53 @@ def test_the_wait_loop_does_not_requeue_past_max_retries(tmp_path: Path) -> None
 
 
 # -- the replicas' wrapper, run as a file --------------------------------------------------------------------
+def longrun_function(name: str) -> str:
+    """The text of the function ``name`` of ``longrun.sh`` (from its ``name() {`` line to its closing ``}``)."""
+    found = re.search(rf"^{name}\(\) {{.*?^}}$", programs.text("longrun.sh"), re.S | re.M)
+    assert found is not None, name
+    return found.group(0)
+
+
+def fake_tools(tmp_path: Path, **scripts: str) -> dict[str, str]:
+    """An environment whose PATH finds the given stand-in programs (name -> sh body) first."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        (bindir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bindir / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_ID": "77"}
+
+
+@pytest.mark.parametrize(("shown", "started_with", "preempted"), [
+    ("JobState=RUNNING Restarts=0 PreemptTime=None", "0", False),
+    ("JobState=RUNNING Restarts=0 PreemptTime=2026-12-02T17:43:34", "0", True),
+    # Slurm has requeued this run already (PreemptTime cleared, one more restart): its tasks' ends are
+    # the preemption's, not a failure of the run (which would stop the job, and that stop reach the next run)
+    ("JobState=REQUEUED Restarts=1 PreemptTime=None", "0", True),
+    ("JobState=RUNNING Restarts=1 PreemptTime=None", "1", False),
+    ("", "0", False),  # scontrol could not say
+])
+def test_a_run_requeued_by_slurm_counts_as_preempted(tmp_path: Path, shown: str, started_with: str,
+                                                     preempted: bool) -> None:
+    env = fake_tools(tmp_path, scontrol=f"echo 'JobId=77 JobName=x Requeue=1 {shown} BatchFlag=1'" if shown
+                     else "exit 1")
+    env["TSM_RESTART_COUNT"] = started_with
+    proc = subprocess.run(["bash", "-c", longrun_function("_tsm_preempted") + "\n_tsm_preempted"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode == 0) == preempted, (proc.returncode, proc.stderr)
+
+
+def test_a_signal_to_the_run_is_not_retried_into_the_next_run(tmp_path: Path) -> None:
+    """scancel retries while the job is being requeued; once the next run starts, that retry would signal
+    it (a run killed by the last run's stop). The batch script's scancel is cut short instead."""
+    log = tmp_path / "calls"
+    env = fake_tools(tmp_path, scancel=f'echo "tried $*" >>{log}\nsleep 30\necho "retried $*" >>{log}')
+    proc = subprocess.run(["bash", "-c", longrun_function("_tsm_signal_run") + "\n_tsm_signal_run TERM"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0  # cut short
+    assert log.read_text().splitlines() == ["tried --signal=TERM 77"]
+
+
 def test_the_wrapper_file_runs_a_task_as_srun_would(tmp_path: Path) -> None:
     (tmp_path / "w").mkdir()
     env = {**os.environ, "TSM_JOB_DIR": str(tmp_path), "SLURM_PROCID": "1", "SLURMD_NODENAME": "n3",

@@ -210,6 +210,27 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(0)
 
 
+def spawned(argv: list[str] | None = None) -> int:
+    """Entry point of a spawned supervisor: ``APP_DIR READY_FD`` (:data:`tsm.schedulers.local.spawn.ENTRY`).
+
+    A spawned supervisor means no launcher served the caller, so it first starts one beside itself for the
+    callers that come next, then runs the app (:func:`tsm.schedulers.local.supervisor.start`). It lives here,
+    not in the supervisor, so the supervisor never imports its launcher.
+    """
+    from tsm.schedulers.local import supervisor
+
+    argv = sys.argv[1:] if argv is None else argv
+    app_dir, ready_fd = argv[0], int(argv[1])
+    try:
+        from tsm.store import tsm_home
+
+        start_beside(os.path.abspath(tsm_home()), (ready_fd,))
+    except Exception as e:  # noqa: BLE001 - the app starts without a launcher rather than not at all
+        with contextlib.suppress(OSError):
+            os.write(2, f"launcher not started: {e}\n".encode(errors="replace"))
+    return supervisor.start(app_dir, ready_fd)
+
+
 def _prepare() -> None:
     """Import what a supervisor imports after its start, so forked ones share it; then freeze the heap.
 

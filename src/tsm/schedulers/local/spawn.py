@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 READY_TIMEOUT = 30.0
 
 #: What a spawned supervisor runs (its arguments: the app folder, the ready pipe).
-ENTRY = "tsm.schedulers.local.supervisor:main"
+ENTRY = "tsm.schedulers.local.launcher:spawned"
 
 
 def connect() -> socket.socket | None:

@@ -44,7 +44,8 @@ Code layout (each module at most a few hundred lines): ``state.py`` holds the co
 replica and role records and the set-up; ``output.py`` moves output to the log files and indexes
 it; ``reaper.py`` stops processes and finds orphans; ``replicas.py`` launches attempts and applies
 retry policies; this module holds the loop (:class:`Supervisor`), its clients and store writes,
-the watchdog and :func:`main`. The names those modules define stay importable from here.
+the watchdog and :func:`start` (a spawned one enters through :func:`.launcher.spawned`). The names those
+modules define stay importable from here.
 """
 
 from __future__ import annotations
@@ -56,7 +57,6 @@ import os
 import selectors
 import signal
 import socket
-import sys
 import time
 
 from tsm.errors import StoreError
@@ -98,7 +98,7 @@ __all__ = [
     "ACCEPT_PAUSE", "CANCELLED", "FAILED", "FD_RESERVE", "FILE_INDEX_INTERVAL", "INDEX_INTERVAL", "KILL_DEADLINE",
     "MAX_SLEEP", "PIPE_BATCH", "RUNNING", "STORE_RETRY_MAX", "STORE_RETRY_MIN", "SUBMITTED", "SUCCEEDED", "TERMINAL",
     "OutputPump", "Pipe", "Reaper", "Replica", "ReplicaLifecycle", "RoleState", "Supervisor", "SupervisorState",
-    "kill_all_children", "main",
+    "kill_all_children",
 ]
 
 
@@ -444,25 +444,6 @@ def _watchdog(child: int, req: dict[str, Any]) -> int:
     return 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of a spawned supervisor: ``supervisor APP_DIR READY_FD``.
-
-    A spawned supervisor means no launcher served the caller, so it first starts one beside itself (see
-    :mod:`.launcher`) for the callers that come next, then runs the app as :func:`start`.
-    """
-    argv = sys.argv[1:] if argv is None else argv
-    app_dir, ready_fd = argv[0], int(argv[1])
-    try:
-        from tsm.schedulers.local import launcher
-        from tsm.store import tsm_home
-
-        launcher.start_beside(os.path.abspath(tsm_home()), (ready_fd,))
-    except Exception as e:  # noqa: BLE001 - the app starts without a launcher rather than not at all
-        with contextlib.suppress(OSError):
-            os.write(2, f"launcher not started: {e}\n".encode(errors="replace"))
-    return start(app_dir, ready_fd)
-
-
 def start(app_dir: str, ready_fd: int) -> int:
     """Run the app of ``app_dir`` as watchdog (this process) and supervisor (its child); the watchdog's code.
 
@@ -513,11 +494,3 @@ def run_app(app_dir: str, ready_fd: int, take_env: bool = False, req: dict[str, 
         with open(os.path.join(app_dir, "supervisor.log"), "a") as log:
             traceback.print_exc(file=log)
     return code
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except OSError as e:
-        if e.errno != errno.EPIPE:
-            raise

@@ -8,7 +8,8 @@
 # _tsm_requeue_at_limit (1: requeue_on_time_limit) and _tsm_limit_lead (seconds from the warning to that
 # requeue when Slurm does not say the job's EndTime), _tsm_stall_lead (warn_before: how long stalled tasks
 # get to end after the warning), _tsm_stall_policy (on_stall: fail or restart); _tsm_early (the warning came before its
-# handler was set). Used later by wait.sh: _tsm_on_wake, _tsm_preempted and the variables set here.
+# handler was set). Used later by wait.sh: _tsm_on_wake, _tsm_preempted, _tsm_signal_run and the variables set
+# here.
 #
 # Restarts the script did not ask for (no requeue_cause file) are the cluster's: preemptions. Past
 # max_preemptions of them the job fails at once. The warning comes before the time limit, at a preemption
@@ -128,10 +129,18 @@ fi
 # -- what the wait loop (wait.sh) asks as it wakes
 _tsm_timer='' _tsm_job=''
 _tsm_watch='' _tsm_stalled='' _tsm_cause='' _tsm_no_requeue=''
-_tsm_preempted() {  # whether Slurm is preempting the job (it clears PreemptTime when it requeues it)
+_tsm_preempted() {  # whether Slurm is preempting the job, or has requeued this run of it already (then it
+  # clears PreemptTime and counts one more restart than this run started with: the tasks it ended are not
+  # this run's failure)
   _tsm_job=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null)
+  _tsm_restarts=$(sed -n 's/.* Restarts=\([0-9][0-9]*\).*/\1/p' <<<"$_tsm_job" | head -n 1)
+  [ -n "$_tsm_restarts" ] && [ "$_tsm_restarts" -gt "$TSM_RESTART_COUNT" ] && return 0
   case $_tsm_job in *PreemptTime=None* | '') return 1 ;; *PreemptTime=*) return 0 ;; esac
   return 1
+}
+_tsm_signal_run() {  # scancel --signal=$1 to every step of this run of the job. scancel retries for as long
+  # as the job is in transition (being requeued): such a retry would signal the next run, so it is cut short
+  timeout 5 scancel --signal="$1" "$SLURM_JOB_ID" 2>/dev/null
 }
 rm -f -- "$TSM_JOB_DIR/stalled"
 _tsm_on_wake() {
@@ -153,7 +162,7 @@ _tsm_on_stall() {  # the stall watcher (stall_watch.py) has ended: act on the st
     if [ -n "$_tsm_forward" ] && [ -z "$_tsm_warned" ]; then  # the warning, once, and warn_before to end
       _tsm_warned=1
       echo "tsm: stalled: SIG$_tsm_warn to every task" >&2
-      scancel --signal="$TSM_WARN_RELAY" "$SLURM_JOB_ID" 2>/dev/null
+      _tsm_signal_run "$TSM_WARN_RELAY"
       for ((_tsm_i = 0; _tsm_i < _tsm_stall_lead * 10; _tsm_i++)); do
         _tsm_any=
         for _tsm_p in "${_tsm_pid[@]}"; do kill -0 "$_tsm_p" 2>/dev/null && _tsm_any=1; done
@@ -193,7 +202,7 @@ _tsm_warning() {
       preemption) echo "tsm: the job is preempted: SIG$_tsm_warn to every task" >&2 ;;
       *) echo "tsm: the time limit is near: SIG$_tsm_warn to every task" >&2 ;;
     esac
-    scancel --signal="$TSM_WARN_RELAY" "$SLURM_JOB_ID" 2>/dev/null  # each task's wrapper passes it on
+    _tsm_signal_run "$TSM_WARN_RELAY"  # each task's wrapper passes it on
   fi
   if [ -n "$_tsm_requeue_at_limit" ] && [ "$_tsm_why" = limit ] && [ "$_tsm_preemptions" -lt "$_tsm_budget" ]; then
     echo "tsm: requeueing at the time limit (preemption $((_tsm_preemptions + 1)) of $_tsm_budget)" >&2

@@ -3,7 +3,7 @@
 # when one fails, requeue while the failed role has retries left, record the exit code in $TSM_JOB_DIR/exit.
 # Set before it (the script's own, generated part and longrun.sh): the arrays _tsm_pid, _tsm_role and
 # _tsm_retries (one entry per role), _tsm_failures, _tsm_timer, _tsm_watch, _tsm_stalled, _tsm_cause,
-# _tsm_no_requeue, and the functions _tsm_preempted and _tsm_on_wake.
+# _tsm_no_requeue, and the functions _tsm_preempted, _tsm_signal_run and _tsm_on_wake.
 _tsm_failed=
 _tsm_grace=
 _tsm_preempting=
@@ -13,7 +13,7 @@ _tsm_stop_all() {
   # every role (not to this script); after the grace period a SIGTERM to each srun still running makes it
   # kill its step outright
   echo "$TSM_ATTEMPT" >"$TSM_JOB_DIR/stopping"
-  scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null
+  _tsm_signal_run TERM
   (sleep "$TSM_KILL_GRACE"; for p in "${_tsm_pid[@]}"; do kill -TERM "$p" 2>/dev/null; done) &
   _tsm_grace=$!
 }
