@@ -155,8 +155,7 @@ def main() -> None:
             if running is None and reps and all(r.state in (AppState.RUNNING, AppState.SUCCEEDED) for r in reps):
                 running = time.monotonic() - t0
                 before = sum(s.client.calls.values())
-                s._watcher.invalidate()
-                s.describe(app_id)
+                s.live_statuses(max_age=0.0)  # one refresh, however recent the last one was
                 calls_per_refresh = sum(s.client.calls.values()) - before
                 before_view = dict(s.client.calls)
                 s.view_snapshot([app_id])  # the views' batched refresh (tsm top / tsm serve)
