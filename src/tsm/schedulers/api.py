@@ -479,6 +479,37 @@ class ReplicaStack:
     processes: list[ProcessStack] = field(default_factory=list)
     error: str = ""
 
+    def take_dump(self, text: str) -> None:
+        """Fill this from a dump helper's JSON: a list of ``{pid, cmdline, code, out, err}``, one per Python
+        process of the replica (py-spy's exit code and output for each)."""
+        import json
+
+        from tsm.schedulers.common import pyspy
+
+        rows = [(x["pid"], x["cmdline"], x["code"], x["out"], x["err"]) for x in json.loads(text or "[]")]
+        dumped, why = pyspy.join_processes(rows)
+        self.processes = [ProcessStack(pid, cmdline, threads) for pid, cmdline, threads in dumped]
+        self.error = why or ("" if dumped else "no Python process in this replica")
+
+
+def each_stack(replicas: Sequence[tuple[str, int]], fill: Callable[[ReplicaStack], None],
+               errors: tuple[type[Exception], ...] = ()) -> list[ReplicaStack]:
+    """One :class:`ReplicaStack` per ``(role, k)``, in order, each filled by ``fill``: an error of ``errors``
+    (besides a replica not running and the engine's refusal) becomes that replica's ``error``, so one replica
+    that cannot be dumped does not hide the others."""
+    from tsm.errors import ReplicaNotRunningError, SchedulerError
+
+    caught: tuple[type[Exception], ...] = (ReplicaNotRunningError, SchedulerError, *errors)
+    out = []
+    for role, k in replicas:
+        stack = ReplicaStack(role, k)
+        out.append(stack)
+        try:
+            fill(stack)
+        except caught as e:
+            stack.error = str(e)
+    return out
+
 
 class ReplicaExec(abc.ABC):
     """Capability: ``tsm exec``, a command run where a live replica runs (its host, container or pod), in its

@@ -23,7 +23,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tsm.errors import ReplicaNotRunningError, SchedulerError
-from tsm.schedulers.api import ProcessStack, ReplicaExec, ReplicaPorts, ReplicaStack, ReplicaStacks
+from tsm.schedulers.api import (
+    ProcessStack,
+    ReplicaExec,
+    ReplicaPorts,
+    ReplicaStack,
+    ReplicaStacks,
+    each_stack,
+)
 from tsm.schedulers.common import pyspy
 from tsm.schedulers.common.pyspy import LIST_PYTHONS, PYSPY_IN_CONTAINER, parse_listing
 
@@ -89,15 +96,7 @@ class DockerDebug(ReplicaExec, ReplicaStacks, ReplicaPorts):
 
     # -- stack ---------------------------------------------------------------------------------------
     def replica_stacks(self, app_id: str, replicas: Sequence[tuple[str, int]], native: bool = False) -> list[ReplicaStack]:
-        out = []
-        for role, k in replicas:
-            stack = ReplicaStack(role, k)
-            out.append(stack)
-            try:
-                self._stack_one(self._container(app_id, role, k), stack, native)
-            except (ReplicaNotRunningError, SchedulerError) as e:
-                stack.error = str(e)
-        return out
+        return each_stack(replicas, lambda st: self._stack_one(self._container(app_id, st.role, st.k), st, native))
 
     def _stack_one(self, cid: str, stack: ReplicaStack, native: bool) -> None:
         code, listing, err = self._run(cid, ["sh", "-c", LIST_PYTHONS])

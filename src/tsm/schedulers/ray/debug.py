@@ -22,7 +22,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tsm.errors import NotSupportedError, ReplicaNotRunningError
-from tsm.schedulers.api import ProcessStack, ReplicaExec, ReplicaPorts, ReplicaStack, ReplicaStacks
+from tsm.schedulers.api import (
+    ReplicaExec,
+    ReplicaPorts,
+    ReplicaStack,
+    ReplicaStacks,
+    each_stack,
+)
 
 if TYPE_CHECKING:
     from tsm.schedulers.api import DescribeAppResponse
@@ -82,33 +88,22 @@ class RayDebug(ReplicaExec, ReplicaStacks, ReplicaPorts):
             return returncode(proc.wait())
 
     def replica_stacks(self, app_id: str, replicas: Sequence[tuple[str, int]], native: bool = False) -> list[ReplicaStack]:
-        import json
+        return each_stack(replicas, lambda st: self._stack_one(app_id, st, native), errors=(NotSupportedError,))
 
+    def _stack_one(self, app_id: str, stack: ReplicaStack, native: bool) -> None:
         from tsm.schedulers.common import pyspy
 
-        out = []
-        for role, k in replicas:
-            stack = ReplicaStack(role, k)
-            out.append(stack)
-            try:
-                argv = self._tools(app_id, role, k, "stack")
-            except (NotSupportedError, ReplicaNotRunningError) as e:
-                stack.error = str(e)
-                continue
-            exe = pyspy.local_pyspy()
-            if exe is None:
-                stack.error = f"py-spy is not installed: {pyspy.INSTALL_HINT}"
-                continue
-            r = subprocess.run([*argv, "dump", app_id, role, str(k), "1" if native else "0", exe], capture_output=True,
-                               text=True, timeout=120, stdin=subprocess.DEVNULL)
-            if r.returncode != 0:
-                stack.error = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
-                continue
-            rows = [(x["pid"], x["cmdline"], x["code"], x["out"], x["err"]) for x in json.loads(r.stdout or "[]")]
-            dumped, why = pyspy.join_processes(rows)
-            stack.processes = [ProcessStack(pid, cmdline, threads) for pid, cmdline, threads in dumped]
-            stack.error = why or ("" if dumped else "no Python process in this replica")
-        return out
+        argv = self._tools(app_id, stack.role, stack.k, "stack")
+        exe = pyspy.local_pyspy()
+        if exe is None:
+            stack.error = f"py-spy is not installed: {pyspy.INSTALL_HINT}"
+            return
+        r = subprocess.run([*argv, "dump", app_id, stack.role, str(stack.k), "1" if native else "0", exe],
+                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            stack.error = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+            return
+        stack.take_dump(r.stdout)
 
     def connect_replica_port(self, app_id: str, role: str, k: int, port: int) -> socket.socket:
         return socket.create_connection((self._node_ip(app_id, role, k), port), timeout=10)

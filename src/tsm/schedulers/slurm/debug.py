@@ -23,8 +23,14 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tsm.errors import ReplicaNotRunningError, SchedulerError
-from tsm.schedulers.api import ProcessStack, ReplicaExec, ReplicaPorts, ReplicaStack, ReplicaStacks
+from tsm.errors import ReplicaNotRunningError
+from tsm.schedulers.api import (
+    ReplicaExec,
+    ReplicaPorts,
+    ReplicaStack,
+    ReplicaStacks,
+    each_stack,
+)
 from tsm.schedulers.common import pyspy
 
 if TYPE_CHECKING:
@@ -113,19 +119,10 @@ class SlurmDebug(ReplicaExec, ReplicaStacks, ReplicaPorts):
 
     # -- stack ---------------------------------------------------------------------------------------
     def replica_stacks(self, app_id: str, replicas: Sequence[tuple[str, int]], native: bool = False) -> list[ReplicaStack]:
-        out = []
-        for role, k in replicas:
-            stack = ReplicaStack(role, k)
-            out.append(stack)
-            try:
-                self._stack_one(app_id, stack, native)
-            except (ReplicaNotRunningError, SchedulerError, OSError, subprocess.SubprocessError) as e:
-                stack.error = str(e)
-        return out
+        return each_stack(replicas, lambda st: self._stack_one(app_id, st, native),
+                          errors=(OSError, subprocess.SubprocessError))
 
     def _stack_one(self, app_id: str, stack: ReplicaStack, native: bool) -> None:
-        import json
-
         where = self.where(app_id)
         exe = (pyspy.local_pyspy() or "py-spy") if where is not None and _is_local(where) else "py-spy"
         argv, _ = self._step(app_id, stack.role, stack.k,
@@ -135,10 +132,7 @@ class SlurmDebug(ReplicaExec, ReplicaStacks, ReplicaPorts):
             lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not _SRUN_EXIT.match(ln)]
             stack.error = lines[-1] if lines else f"srun failed (exit {r.returncode})"
             return
-        rows = [(x["pid"], x["cmdline"], x["code"], x["out"], x["err"]) for x in json.loads(r.stdout or "[]")]
-        dumped, why = pyspy.join_processes(rows)
-        stack.processes = [ProcessStack(pid, cmdline, threads) for pid, cmdline, threads in dumped]
-        stack.error = why or ("" if dumped else "no Python process in this replica")
+        stack.take_dump(r.stdout)
 
     # -- port-forward --------------------------------------------------------------------------------
     def connect_replica_port(self, app_id: str, role: str, k: int, port: int) -> socket.socket:
