@@ -217,3 +217,25 @@ def test_session_cpu_is_the_local_supervisors_measure() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_replica_not_handling_the_warning_yet_is_warned_again_until_it_does(monkeypatch: pytest.MonkeyPatch,
+                                                                             tmp_path: Path) -> None:
+    # K0 is a launcher (bash) whose program has not set its handler when the warning comes: none of its
+    # processes handles it, so it is tried again, and once it is handled never again; K1 is warned once
+    d, _ = started(monkeypatch, tmp_path, RetryPolicy.APPLICATION, 0, warn_signal="USR1")
+    answers, sent = iter([False, True]), []
+
+    class Late:
+        class signal:  # noqa: N801 (an actor method's name)
+            @staticmethod
+            def remote(sig: str) -> FakeRef:
+                sent.append(sig)
+                return FakeRef(next(answers))
+
+    d.actors[K0] = Late()
+    assert d.warn() == 1  # K1 only
+    assert d.warn() == 1  # K0, now handled
+    assert d.warn() == 0
+    assert sent == [d.p.warn_signal] * 2
+    assert [c for c in d.actors[K1].calls if c[0] == "signal"] == [("signal", (d.p.warn_signal,))]  # type: ignore[attr-defined]

@@ -120,8 +120,10 @@ class Driver(Placement):
         self.actors: dict[tuple[str, int], Any] = {}
         #: why each replica's previous attempt ended (``TSM_LAST_EXIT``)
         self.last_exit: dict[tuple[str, int], str] = {}
-        #: the warning was sent (once per app)
+        #: the warning was sent (once per app); the replicas it has not reached yet (none of their processes
+        #: handled it: a launcher whose program had not set its handler), tried again until the stop
         self.warned = False
+        self.unwarned: set[tuple[str, int]] = set()
         #: when the time limit counts from (monotonic; set as the run starts, again at each requeue)
         self.t0 = time.monotonic()
         #: restarts spent from ``max_preemptions`` (lost nodes, requeued time limits)
@@ -455,12 +457,17 @@ class Driver(Placement):
         return True
 
     def warn(self) -> int:
-        """Send the warning signal to every replica still running, once per app; how many got it."""
-        if not self.p.warn_signal or self.warned:
+        """Send the warning signal to every replica still running, once per replica: a replica none of whose
+        processes handles it yet is tried again at the next call (each tick until the stop). How many got it."""
+        if not self.p.warn_signal:
             return 0
-        self.warned = True
+        if not self.warned:
+            self.warned, self.unwarned = True, set(self.actors)
+        keys = [k for k in self.unwarned if k in self.actors]
         with contextlib.suppress(Exception):  # an actor already gone has nothing to warn
-            return sum(ray.get([a.signal.remote(self.p.warn_signal) for a in self.actors.values()], timeout=30))
+            got = ray.get([self.actors[k].signal.remote(self.p.warn_signal) for k in keys], timeout=30) if keys else []
+            self.unwarned.difference_update(k for k, ok in zip(keys, got, strict=True) if ok)
+            return sum(got)
         return 0
 
     def _time_limit(self, waits: dict[Any, tuple[str, int]]) -> bool:
@@ -471,7 +478,7 @@ class Driver(Placement):
         if self.p.time_limit is None:
             return False
         out = self._ask([])
-        if isinstance(out, policy.Warn):
+        if isinstance(out, policy.Warn) or self.unwarned:
             self.warn()
         if not _at_limit(out):
             return False
@@ -490,7 +497,7 @@ class Driver(Placement):
             for k, r in self.reps.items():
                 self.last_exit[k] = out.cause
                 r.update(msg=out.note, preempted=True, restarts=r["restarts"] + 1, attempt=r["attempt"] + 1)
-            self.t0, self.warned = time.monotonic(), False
+            self.t0, self.warned, self.unwarned = time.monotonic(), False, set()
             waits.update(self._start_all(list(self.specs)))
             return True
         msg = out.msg if isinstance(out, policy.Fail) else policy.time_limit_message(self.p.time_limit)
