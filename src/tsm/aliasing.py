@@ -32,6 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
+#: tsm's own folder (this module's), where a wing's modules are looked for on disk
+_TSM_DIR = os.path.dirname(os.path.abspath(__file__))
+
 
 class AliasRefusedError(ImportError):
     """The real package is importable (or already imported) and shadowing it was not asked for."""
@@ -134,9 +137,8 @@ class Alias:
         """The tsm module that is ``fullname`` (``<package>`` or ``<package>.<path>``): the wing's where it has
         a module at that path (found on disk: the wing is not imported to look), else ``target``'s."""
         rest = fullname[len(self.package):]
-        if rest and self.wing:  # tsm's own folder is this module's
-            base = os.path.join(os.path.dirname(os.path.abspath(__file__)), *self.wing.split(".")[1:],
-                                *rest[1:].split("."))
+        if rest and self.wing:
+            base = os.path.join(_TSM_DIR, *self.wing.split(".")[1:], *rest[1:].split("."))
             if os.path.isfile(base + ".py") or os.path.isfile(os.path.join(base, "__init__.py")):
                 return self.wing + rest
         return self.target + rest

@@ -46,7 +46,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from tsm.errors import InvalidAppError
+from tsm.errors import InvalidAppError, ReplicaNotRunningError, SchedulerError
 
 # the log helpers every backend uses, importable from the interface module as well as from the kit
 from tsm.schedulers.common.logs import (
@@ -497,8 +497,6 @@ def each_stack(replicas: Sequence[tuple[str, int]], fill: Callable[[ReplicaStack
     """One :class:`ReplicaStack` per ``(role, k)``, in order, each filled by ``fill``: an error of ``errors``
     (besides a replica not running and the engine's refusal) becomes that replica's ``error``, so one replica
     that cannot be dumped does not hide the others."""
-    from tsm.errors import ReplicaNotRunningError, SchedulerError
-
     caught: tuple[type[Exception], ...] = (ReplicaNotRunningError, SchedulerError, *errors)
     out = []
     for role, k in replicas:

@@ -478,11 +478,10 @@ class Driver(Placement):
         if self.p.time_limit is None:
             return False
         out = self._ask([])
-        if isinstance(out, policy.Warn) or self.unwarned:
+        if isinstance(out, policy.Warn) or self.unwarned or _at_limit(out):  # at the limit: warned before the stop
             self.warn()
         if not _at_limit(out):
             return False
-        self.warn()
         running = [k for k, r in self.reps.items() if r["state"] == "RUNNING"]
         with contextlib.suppress(Exception):  # an actor already gone has nothing to stop
             ray.get([self.actors[k].stop.remote(self.p.grace_period) for k in running],
