@@ -10,7 +10,15 @@ import pytest
 
 from tsm.errors import SchedulerError, TsmError
 from tsm.schedulers.api import DescribeAppResponse
-from tsm.schedulers.common.appdir import PREEMPTIONS, AppDir, app_dirs, preemption_events, record_preemption
+from tsm.schedulers.common.appdir import (
+    PREEMPTIONS,
+    REQUEST,
+    AppDir,
+    app_dirs,
+    list_rows,
+    preemption_events,
+    record_preemption,
+)
 from tsm.schedulers.common.errors import ApiError, ClientBase, is_status
 from tsm.schedulers.common.owner import label_safe
 from tsm.schedulers.common.polling import poll_until
@@ -87,3 +95,17 @@ def test_preemption_restarts_are_recorded_once_each_with_their_roles(tmp_path: P
     assert preemption_events(d) == [(1, ("ps", "w")), (1, ("x",))]
     d.write(PREEMPTIONS, "{not json")
     assert preemption_events(d) == []
+
+
+def test_a_listed_app_whose_end_is_kept_is_listed_as_it_ended(tmp_path: Path) -> None:
+    """A list of the engine taken while another process finished an app says it is "being stopped"; once its
+    end is kept, ``list()`` gives the end (as ``describe`` does), not that older list's word."""
+    AppDir(tmp_path, "a-1").save_final(DescribeAppResponse(app_id="a-1", state=AppState.FAILED, created=5.0))
+    AppDir(tmp_path, "b-2").write(REQUEST, "{}")
+    live = {
+        "a-1": DescribeAppResponse(app_id="a-1", state=AppState.RUNNING, msg="being stopped", created=5.0),
+        "b-2": DescribeAppResponse(app_id="b-2", state=AppState.RUNNING, created=6.0),
+        "c-3": DescribeAppResponse(app_id="c-3", state=AppState.RUNNING, created=7.0),  # not this home's
+    }
+    rows = {r.app_id: (r.state, r.created) for r in list_rows(tmp_path, live)}
+    assert rows == {"a-1": (AppState.FAILED, 5.0), "b-2": (AppState.RUNNING, 6.0), "c-3": (AppState.RUNNING, 7.0)}

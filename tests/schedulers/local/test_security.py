@@ -159,12 +159,16 @@ def inet_sockets(pids: list[int]) -> list[str]:
     inodes: dict[str, int] = {}
     for pid in pids:
         try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with_target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if with_target.startswith("socket:["):
-                    inodes[with_target[8:-1]] = pid
+            fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
-            continue
+            continue  # the process ended
+        for fd in fds:
+            try:
+                with_target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue  # closed since the listing: the others are still looked at
+            if with_target.startswith("socket:["):
+                inodes[with_target[8:-1]] = pid
     found = []
     for proto in ("tcp", "tcp6", "udp", "udp6", "raw", "raw6"):
         try:

@@ -23,7 +23,7 @@ from tsm.schedulers.slurm import SlurmScheduler, cli as slurm_cli
 from tsm.schedulers.slurm.describe import describe_records
 from tsm.schedulers.slurm.host import Where
 from tsm.schedulers.slurm.jobdir import CANCEL_MARK, JobDir
-from tsm.schedulers.slurm.parse import PREEMPTION_STATES, SlurmJob, preemption_of, stranded
+from tsm.schedulers.slurm.parse import PREEMPTION_STATES, SlurmJob, job_state, preemption_of, stranded
 from tsm.schedulers.slurm.script import slurm_time, warning_of
 from tsm.specs.api import AppDef, AppState, Role
 
@@ -698,6 +698,26 @@ def test_a_task_the_preemption_ended_before_its_wrapper_was_signalled_is_preempt
 def _component(offset: int, state: str, restarts: int) -> SlurmJob:
     return SlurmJob(job_id=str(9 + offset), app_id="9", offset=offset, name=f"a.r{offset}", states=[state],
                     restarts=restarts)  # fmt: skip
+
+
+@pytest.mark.parametrize(("states", "expected"), [
+    (["CANCELLED", "RUNNING"], AppState.RUNNING),  # the leader stopped, the other component's tasks not yet
+    (["CANCELLED", "CANCELLED"], AppState.CANCELLED),
+    (["FAILED", "RUNNING"], AppState.RUNNING),
+    (["RUNNING", "CANCELLED"], AppState.RUNNING),
+    (["FAILED", "PENDING"], AppState.FAILED),  # a component Slurm requeued alone runs nothing: the leader's end stands
+    (["COMPLETED", "COMPLETED"], AppState.SUCCEEDED),
+])  # fmt: skip
+def test_a_heterogeneous_job_has_ended_once_its_last_running_component_has(
+    sched: SlurmScheduler, tmp_path: Path, states: list[str], expected: AppState
+) -> None:
+    """Slurm ends a cancelled het job's components one by one: a look between the two saw the leader
+    CANCELLED and another role still RUNNING, and a wait returned while that role's replica still ran."""
+    app = AppDef("a", [Role("r0", entrypoint="x"), Role("r1", entrypoint="x")])
+    recs = [_component(k, state, 0) for k, state in enumerate(states)]
+    assert job_state(recs) == expected
+    desc = describe_records("9", recs, JobDir(tmp_path), app)
+    assert desc is not None and desc.state == expected
 
 
 @pytest.mark.parametrize(("states", "expected"), [

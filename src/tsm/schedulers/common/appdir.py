@@ -175,10 +175,15 @@ def list_rows(
 ) -> list[ListAppResponse]:
     """``list()`` of a container backend: the apps the engine shows (``live``), plus those only the store
     under ``root`` still knows (ended and removed, being cancelled, or submitted and not made yet, asked of
-    ``just_submitted``), newest first."""
+    ``just_submitted``), newest first. An app whose end the store keeps is listed as it ended, whatever
+    ``live`` says: the engine's list may predate the end (a look taken while another process finished it
+    reports it "being stopped")."""
     rows = {a: ListAppResponse(a, d.state, name=a.rsplit("-", 1)[0], created=d.created) for a, d in live.items()}
     for d in app_dirs(root):
         if d.app_id in rows:
+            final = d.final()
+            if final is not None:
+                rows[d.app_id].state = final.state
             continue
         desc = kept_status(d)
         if desc is None and just_submitted is not None and d.exists(REQUEST):

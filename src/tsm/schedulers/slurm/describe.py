@@ -13,7 +13,7 @@ from tsm.schedulers.common.failure import failure_of, signal_name
 from tsm.schedulers.common.record import AppRecord
 from tsm.schedulers.common.status import attribute_failure
 from tsm.schedulers.slurm.jobdir import JobDir
-from tsm.schedulers.slurm.parse import WAITING_REASONS, SlurmJob, expand_hostlist, preemption_of
+from tsm.schedulers.slurm.parse import WAITING_REASONS, SlurmJob, expand_hostlist, job_state, preemption_of
 from tsm.specs.api import AppDef, AppState, ReplicaStatus, Role, RoleStatus
 
 
@@ -45,6 +45,7 @@ def describe_records(
     if app is None or len(app.roles) != len(recs):
         app = rebuild_app(recs)
     leader = recs[0]
+    state = job_state(recs)
     restarts = leader.restarts
     if job_dir is not None and leader.source == "sacct" and not restarts:
         restarts = job_dir.restarts()
@@ -58,8 +59,8 @@ def describe_records(
     records = job_dir if job_dir is not None and (restarts or leader.state != AppState.PENDING) else None
     preempted = preemption_of(leader, records.last_exit() if records is not None else "")
     stalled = records.stalled() if records is not None else None
-    failure = _attribute(leader, roles_statuses, preempted, stalled)
-    msg = _message(leader, leader.state, failure)
+    failure = _attribute(leader, state, roles_statuses, preempted, stalled)
+    msg = _message(leader, state, failure)
     if stalled is not None:
         msg += f"; replica {stalled[0]}/{stalled[1]} {stalled[2]}"
     excluded = records.excluded() if records is not None else []
@@ -69,13 +70,13 @@ def describe_records(
     if node_error:  # ... and when it could not, why the app failed
         msg += "; " + node_error
     return DescribeAppResponse(
-        app_id=app_id, state=leader.state, num_restarts=restarts, msg=msg,
-        structured_error_msg=failure_of(leader.state, msg, roles_statuses), roles_statuses=roles_statuses,
+        app_id=app_id, state=state, num_restarts=restarts, msg=msg,
+        structured_error_msg=failure_of(state, msg, roles_statuses), roles_statuses=roles_statuses,
         app=app, created=leader.submit_time,
     )  # fmt: skip
 
 
-def _attribute(leader: SlurmJob, roles_statuses: list[RoleStatus], preempted: str,
+def _attribute(leader: SlurmJob, state: AppState, roles_statuses: list[RoleStatus], preempted: str,
                stalled: tuple[str, int, str] | None) -> str:
     """Say, per replica, which decision ended it, and return the failure of the replica that failed first."""
     replicas = [r for rs in roles_statuses for r in rs.replicas]
@@ -92,7 +93,7 @@ def _attribute(leader: SlurmJob, roles_statuses: list[RoleStatus], preempted: st
                 r.state, r.error_msg = AppState.FAILED, stalled[2]
     # the others were stopped because of the first failure: they did not fail themselves
     failure = attribute_failure(roles_statuses)
-    if not failure and not preempted and leader.state == AppState.FAILED and leader.state_name != "FAILED":
+    if not failure and not preempted and state == AppState.FAILED and leader.state_name != "FAILED":
         # Slurm ended the job (TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED...): every replica it stopped
         # failed with it
         for r in replicas:

@@ -331,6 +331,21 @@ def _latest_runs(runs: dict[tuple[str, int], list[SlurmJob]]) -> dict[str, list[
     return out
 
 
+def job_state(recs: list[SlurmJob]) -> AppState:
+    """The state of a job as a whole from its records (one per het-job component, the leader first).
+
+    The leader's state, except that a job has not ended while a component still runs: Slurm ends a cancelled
+    heterogeneous job's components one by one, and the leader may be CANCELLED while another component's
+    tasks are still being stopped. Until the last has ended, the job is as live as that component.
+    """
+    state = recs[0].state
+    if state.is_terminal:
+        for r in recs[1:]:
+            if r.state == AppState.RUNNING:
+                return AppState.RUNNING
+    return state
+
+
 def stranded(recs: list[SlurmJob]) -> bool:
     """Whether Slurm requeued a heterogeneous job in part only, so that it would wait for ever.
 

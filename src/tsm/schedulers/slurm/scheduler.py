@@ -39,7 +39,7 @@ from tsm.schedulers.slurm.debug import SlurmDebug
 from tsm.schedulers.slurm.describe import describe_records
 from tsm.schedulers.slurm.host import Host, LocalHost, Where, default_job_dir
 from tsm.schedulers.slurm.jobdir import JobDir
-from tsm.schedulers.slurm.parse import APP_ID, SlurmJob, id_key
+from tsm.schedulers.slurm.parse import APP_ID, SlurmJob, id_key, job_state
 from tsm.schedulers.slurm.queries import SlurmQueries, queries
 from tsm.schedulers.slurm.script import (
     REPLICA_WRAPPER,
@@ -258,7 +258,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
                 records = host.queries.jobs([w.job_id for w in wheres], max_age=min(pause, 1.0))
                 for w in wheres:
                     recs = records.get(w.job_id)
-                    if recs and not recs[0].state.is_terminal:
+                    if recs and not job_state(recs).is_terminal:
                         return self._describe(w, recs)
             return None
 
@@ -327,7 +327,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
             leader = recs[0] if recs else None
             name = leader.name if leader else ""
             out.append(ListAppResponse(
-                app_id=app_id, state=leader.state if leader else AppState.UNKNOWN,
+                app_id=app_id, state=job_state(recs) if recs else AppState.UNKNOWN,
                 app_handle=f"{self.backend}://{self.session_name}/{app_id}",
                 name=name.rsplit(".", 1)[0] if "." in name else name,
                 created=leader.submit_time if leader else None,
@@ -475,7 +475,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
             with contextlib.suppress(Exception):  # a dropped connection: the readers retry on their own
                 where.host.sync([where])
             recs = where.host.queries.job(where.job_id, max_age=2.0)
-            return recs is None or bool(recs) and recs[0].state.is_terminal
+            return recs is None or bool(recs) and job_state(recs).is_terminal
 
         return ended
 
