@@ -200,3 +200,31 @@ def fake_nvidia_smi(folder: Path, after: str, code: int) -> Path:
     (folder / "after").write_text(after)
     (folder / "code").write_text(str(code))
     return folder
+
+
+def everything_under(home: Path) -> str:
+    """Every byte under ``home``, with every row of every SQLite table there (read through SQLite, so what
+    is still in a WAL counts): what a test searches for a value that must be kept nowhere. A file removed
+    meanwhile is skipped; a store another process is checkpointing is read again."""
+    import sqlite3
+
+    text = []
+    for p in home.rglob("*"):
+        with contextlib.suppress(OSError):
+            if p.is_file():
+                text.append(p.read_bytes().decode(errors="replace"))
+    for db in home.rglob("*.db"):
+        for tries in itertools.count():
+            try:
+                con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+                try:
+                    tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+                    text += [repr(row) for t in tables for row in con.execute(f"SELECT * FROM {t}")]  # noqa: S608
+                finally:
+                    con.close()
+                break
+            except sqlite3.OperationalError as e:
+                if tries >= 20:
+                    raise sqlite3.OperationalError(f"{db}: {e}") from e
+                time.sleep(0.1)
+    return "\n".join(text)

@@ -22,7 +22,8 @@ Catch :class:`TsmError` to handle anything tsm reports; catch a leaf to act on o
     ├── SchedulerError             a scheduler could not do what was asked
     │   ├── SchedulerUnavailableError  its system or client library is not there (says what to install)
     │   ├── SubmissionError            the scheduler refused the request
-    │   │   └── EnvBuildError          a lockfile environment could not be built (``detail``: uv's own words)
+    │   │   ├── EnvBuildError          a lockfile environment could not be built (``detail``: uv's own words)
+    │   │   └── SecretError            a declared secret has no value at submit (names it, never shows a value)
     │   ├── AppStillRunningError       the app still runs, so it cannot be removed (cancel it first)
     │   ├── ReplicaNotRunningError     no live replica to exec into, dump or reach: ended, or not started yet
     │   └── IncompleteRemovalError     some apps were removed, others not (``removed``, ``failed``: why)
@@ -154,6 +155,10 @@ class EnvBuildError(SubmissionError):
     def __init__(self, *args: object, detail: str = "", **kw: str | None) -> None:
         super().__init__(*args, **kw)
         self.detail = detail
+
+
+class SecretError(SubmissionError):
+    """A declared secret cannot be read at submit: names the secret and where it looked, never a value."""
 
 
 class AppStillRunningError(SchedulerError):

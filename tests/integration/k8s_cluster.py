@@ -77,9 +77,12 @@ def k8s_cluster() -> K8sCluster:
     if not kubeconfig:
         unavailable("no Kubernetes cluster (no kubeconfig)")
     os.environ["KUBECONFIG"] = kubeconfig
-    ready = kubectl("get", "node", "node1", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}")
-    if ready.stdout.strip() != "True":
-        unavailable(f"the Kubernetes node is not Ready ({ready.stderr.strip() or ready.stdout.strip()})")
+    # a node that k8s-up saw Ready may report NotReady for a while on a loaded machine (its kubelet's status
+    # update came late): wait for the condition, as a user's `kubectl wait` would, before giving up
+    ready = kubectl("wait", "--for=condition=Ready", "node/node1", "--timeout=180s", timeout=200)
+    if ready.returncode != 0:
+        state = kubectl("get", "node", "node1", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].message}")
+        unavailable(f"the Kubernetes node is not Ready ({ready.stderr.strip() or state.stdout.strip()})")
     cluster = K8sCluster(kubeconfig, started, time.monotonic() - start)
     _started.append(cluster)
     return cluster

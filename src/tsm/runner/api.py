@@ -48,6 +48,7 @@ from tsm.runner.params import (  # re-exported: where callers found them before
     RegistryFactories,
     SchedulerFactory as SchedulerFactory,
     add_job_env,
+    add_secrets,
     cfg_from_strs,
     cfg_json as _cfg_json,
     factory_of,
@@ -223,6 +224,7 @@ class Runner(ReplicaDebugging):
             sched = self._scheduler(scheduler)
             resolved = self._resolve_cfg(scheduler, cfg)
             torchx_env = _flag(resolved.pop(TORCHX_ENV_OPTION, True))
+            add_secrets(app, resolved.pop("secrets", None), sched, scheduler)
             # ${app_id} is filled in per replica
             add_job_env(app, app_handle_template(scheduler, self.session_name), parent_run_id, self.config, torchx_env)
             if isinstance(sched, SizedPlacement):  # a scheduler that places replicas by size

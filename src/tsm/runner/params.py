@@ -49,6 +49,8 @@ RESERVED_ENV_PREFIXES = ("TSM_PORT_", "TSM_TRACKER_", "TSM_K8S_", "TSM_DOCKER_",
 
 #: The run option (accepted by every scheduler through the runner) that turns TorchX's names off.
 TORCHX_ENV_OPTION = "torchx_env"
+#: The runner's own run options: every scheduler takes them, the runner handles them (see :func:`with_runner_opts`).
+RUNNER_OPTIONS = (TORCHX_ENV_OPTION, "secrets")
 
 SchedulerFactory = Callable[..., Scheduler]
 
@@ -154,7 +156,13 @@ def resolve_cfg(config: Config, scheduler: str, opts: runopts, cfg: Mapping[str,
     file_cfg = dict(config.scheduler_cfg.get(scheduler, {}))
     for key, value in file_cfg.items():
         origin = config.origin.get((scheduler, key), "config file")
-        if key == TORCHX_ENV_OPTION:
+        if key == "secrets" and not _users_own(origin):
+            raise ConfigError(
+                f"{origin}: [scheduler.{scheduler}] run option 'secrets' hands your environment's and files' values "
+                "to the app, so it is taken only from the command line (-c secrets=...) or your own config file "
+                "(~/.config/tsm/config.toml, ~/.torchxconfig), not from a project's"
+            )
+        if key in RUNNER_OPTIONS:
             continue
         opt = opts.get(key)
         if opt is None:
@@ -177,7 +185,7 @@ def resolve_cfg(config: Config, scheduler: str, opts: runopts, cfg: Mapping[str,
             alone.resolve({key: value})
         except InvalidRunOptionError as e:
             raise ConfigError(f"{origin}: [scheduler.{scheduler}] {e}") from e
-    out = {k: v for k, v in file_cfg.items() if k in opts or k == TORCHX_ENV_OPTION}
+    out = {k: v for k, v in file_cfg.items() if k in opts or k in RUNNER_OPTIONS}
     out.update(cfg or {})
     return out
 
@@ -213,13 +221,45 @@ def add_job_env(app: AppDef, handle: str, parent_run_id: str | None, config: Con
 
 
 def with_runner_opts(opts: runopts) -> runopts:
-    """A scheduler's run options ``opts`` plus the runner's own ``torchx_env``."""
+    """A scheduler's run options ``opts`` plus the runner's own ``torchx_env`` and ``secrets``."""
     out = runopts()
     out.update(opts)
     if TORCHX_ENV_OPTION not in out:
         out.add(TORCHX_ENV_OPTION, bool, "also set TorchX's variable names (TORCHX_JOB_ID, ...) in each "
                 "replica's environment (handled by the runner)", default=True)
+    if "secrets" not in out:
+        out.add("secrets", list[str], "secrets every replica gets as environment variables, read at submit and "
+                "never stored or shown: NAME (from your environment), NAME:file:PATH, NAME:k8s:SECRET/KEY")
     return out
+
+
+def add_secrets(app: AppDef, value: object, sched: Scheduler, scheduler: str) -> None:
+    """Add the ``secrets`` run option's entries to every role of ``app`` and check the whole declaration
+    (:func:`tsm.specs.secrets.app_secrets`: one source per name, never also in ``env``) against what
+    ``sched`` can deliver (:class:`~tsm.schedulers.api.Secrets`)."""
+    if value is None and not any(role.secrets for role in app.roles):
+        return
+    from tsm.errors import InvalidAppError, NotSupportedError
+    from tsm.schedulers.api import Secrets
+    from tsm.specs.secrets import app_secrets, option_entries
+
+    entries = option_entries(value)
+    for role in app.roles:
+        role.secrets = [*role.secrets, *(e for e in entries if e not in role.secrets)]
+    refs = app_secrets(app.roles)
+    if not refs:
+        return
+    for name in refs:
+        if name in RESERVED_ENV or name.startswith((*RESERVED_ENV_PREFIXES, "TORCHX_")) or name == "PATH":
+            raise InvalidAppError(f"secret {name}: a variable tsm or the system sets in each replica; give the "
+                                  "secret another name", scheduler=scheduler)
+    if not isinstance(sched, Secrets):
+        raise NotSupportedError(f"the {scheduler} scheduler does not deliver secrets; run it without "
+                                f"{', '.join(sorted(refs))}", scheduler=scheduler)
+    for ref in refs.values():
+        if ref.kind not in sched.secret_kinds:
+            raise NotSupportedError(f"secret {ref}: the {scheduler} scheduler takes secrets from "
+                                    f"{' or '.join(sched.secret_kinds)}, not {ref.kind}", scheduler=scheduler)
 
 
 def cfg_from_strs(opts: runopts, literals: Iterable[str]) -> dict[str, CfgVal]:

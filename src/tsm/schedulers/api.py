@@ -393,6 +393,18 @@ class LockfileEnvironments:
     __slots__ = ()
 
 
+class Secrets:
+    """Capability: the backend delivers a role's secrets (:mod:`tsm.specs.secrets`) to its replicas' environment
+    through its own channel, reading their values at ``schedule``, never keeping them in its request.
+
+    ``secret_kinds``: the sources it takes (``k8s``: a Kubernetes Secret the pod references). The runner
+    refuses secrets on a backend without it, and a source it does not list, at dry run.
+    """
+
+    __slots__ = ()
+    secret_kinds: tuple[str, ...] = ("env", "file")
+
+
 class EventWait:
     """Capability (a marker): ``wait`` returns when an event says the app ended, not by polling.
 

@@ -126,6 +126,9 @@ class Role:
     overrides: dict[str, Any] = field(default_factory=dict)
     #: the lockfile environment its replicas run in (:mod:`tsm.env`); None: the rule of tsm.schedulers.common.interpreter
     environment: Environment | None = None
+    #: names of the secrets its replicas get as environment variables (:mod:`tsm.specs.secrets`: ``NAME`` or
+    #: ``NAME:file:PATH``, ...); their values are read at submit and never stored or shown
+    secrets: list[str] = field(default_factory=list)
 
     def pre_proc(self, scheduler: str, dryrun_info: AppDryRunInfo[Any]) -> AppDryRunInfo[Any]:
         """TorchX's per-role hook on a scheduler's request; returns it unchanged (kept for ported subclasses)."""

@@ -7,6 +7,10 @@ scheduler's controller. A container is a local process (:class:`~schedulers.comm
 the image is ignored); Docker's restart policy ``on-failure:N``, stop with a grace period and SIGKILL,
 ``RestartCount``, exit codes 128+signal, logs kept per stream with timestamps, networks with endpoints.
 
+Volumes (the secrets' ones, :mod:`tsm.schedulers.docker.secrets`) are host folders: a container mounting one
+runs with the mount's target in its command replaced by the folder (a process has no mount namespace), and
+the archive API extracts into it.
+
 Scripted behaviour: :attr:`FakeDockerEngine.unstartable` images fail at start (as a missing entrypoint does);
 :meth:`FakeDockerEngine.daemon_restart` ends containers as a stopping dockerd does (SIGTERM) and moves the
 daemon's start (the ``Created`` of its default ``bridge`` network) to now.
@@ -18,10 +22,15 @@ Every call is recorded in :attr:`FakeDockerEngine.calls` (name, args) for tests 
 
 from __future__ import annotations
 
+import io
+import os
 import re
 import secrets
+import shutil
 import signal
 import signal as _signal
+import tarfile
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -62,6 +71,8 @@ class FakeContainer:
     runs: list[FakeProcess] = field(default_factory=list)
     error: str = ""
     networks: list[str] = field(default_factory=list)
+    #: mount target -> the name of the volume mounted there
+    volumes: dict[str, str] = field(default_factory=dict)
 
     @property
     def current(self) -> FakeProcess | None:
@@ -80,6 +91,8 @@ class FakeDockerEngine:
     def __init__(self) -> None:
         self.by_id: dict[str, FakeContainer] = {}
         self.nets: dict[str, dict[str, Any]] = {}
+        #: name -> {"Name", "Labels", "CreatedAt", "dir"}: its files are the host folder ``dir``
+        self.vols: dict[str, dict[str, Any]] = {}
         self.unstartable: set[str] = set()
         self.calls: list[tuple[str, Any]] = []
         self.execs: dict[str, tuple[FakeProcess, list[str]]] = {}
@@ -140,19 +153,31 @@ class FakeDockerEngine:
     def create_endpoint_config(self, **kw: Any) -> dict[str, Any]:
         return dict(kw)
 
-    def create_container(self, image: str, command: list[str], entrypoint: list[str], environment: dict[str, str],
-                         hostname: str, labels: dict[str, str], name: str, host_config: dict[str, Any],
-                         networking_config: dict[str, Any], stop_timeout: int, detach: bool) -> dict[str, str]:
+    def create_container(self, image: str, command: list[str], entrypoint: list[str],
+                         environment: dict[str, str] | None = None, hostname: str = "",
+                         labels: dict[str, str] | None = None, name: str = "",
+                         host_config: dict[str, Any] | None = None, networking_config: dict[str, Any] | None = None,
+                         stop_timeout: int = 10, detach: bool = True, network_disabled: bool = False) -> dict[str, str]:
+        labels, host_config = labels or {}, host_config or {}
         self.calls.append(("create_container", {"name": name, "hostname": hostname, "labels": labels, "image": image}))
         if len(hostname) > 63:  # what runc answers for a host name Linux refuses
             raise api_error(500, f"OCI runtime create failed: sethostname: invalid argument ({hostname!r})")
         with self.lock:
+            name = name or f"fake-{secrets.token_hex(4)}"
             if any(c.name == name for c in self.by_id.values()):
                 raise api_error(409, f'Conflict. The container name "/{name}" is already in use')
+            mounted = {str(m["Target"]): str(m["Source"]) for m in host_config.get("mounts") or [] if m["Type"] == "volume"}
+            missing = [v for v in mounted.values() if v not in self.vols]
+            if missing:  # Docker would make it; tsm always makes its volumes first
+                raise api_error(404, f"fake engine: no volume {missing[0]}")
+            argv = [*entrypoint, *command]
+            for target, vol in mounted.items():
+                argv = [a.replace(target, self.vols[vol]["dir"]) for a in argv]
             policy = host_config.get("restart_policy") or {}
-            c = FakeContainer(secrets.token_hex(32), name, dict(labels), [*entrypoint, *command], dict(environment),
+            c = FakeContainer(secrets.token_hex(32), name, dict(labels), argv, dict(environment or {}),
                               int(policy.get("MaximumRetryCount", 0)), time.time())
-            c.networks = list(networking_config["EndpointsConfig"])
+            c.networks = list((networking_config or {}).get("EndpointsConfig") or [])
+            c.volumes = mounted
             c.labels["image"] = image
             self.by_id[c.id] = c
         return {"Id": c.id}
@@ -311,6 +336,63 @@ class FakeDockerEngine:
             yield p.output(streams, since)
         if c.current is not None:
             yield from c.current.follow(streams, since)
+
+    # -- volumes and the archive API ------------------------------------------------------------------------
+    def create_volume(self, name: str, driver: str = "local", labels: dict[str, str] | None = None) -> dict[str, Any]:
+        self.calls.append(("create_volume", {"name": name, "labels": labels}))
+        with self.lock:
+            if name not in self.vols:
+                self.vols[name] = {"Name": name, "Labels": dict(labels or {}), "dir": tempfile.mkdtemp(prefix="fakevol-"),
+                                   "CreatedAt": rfc3339(time.time() - 3600)}
+            return {k: v for k, v in self.vols[name].items() if k != "dir"}
+
+    def volumes(self, filters: dict[str, Any] | None = None) -> dict[str, Any]:
+        with self.lock:
+            return {"Volumes": [{k: v for k, v in vol.items() if k != "dir"} for vol in self.vols.values()
+                                if self._matches(vol["Labels"], filters)]}
+
+    def remove_volume(self, name: str, force: bool = False) -> None:
+        self.calls.append(("remove_volume", name))
+        with self.lock:
+            if name not in self.vols:
+                raise api_error(404, f"get {name}: no such volume")
+            if any(name in c.volumes.values() for c in self.by_id.values()):
+                raise api_error(409, f"remove {name}: volume is in use")
+            shutil.rmtree(self.vols.pop(name)["dir"], ignore_errors=True)
+
+    def files(self, volume: str) -> dict[str, bytes]:
+        """What the volume holds (for tests): name -> content."""
+        root = self.vols[volume]["dir"]
+        out = {}
+        for f in sorted(os.listdir(root)):
+            with open(os.path.join(root, f), "rb") as fh:
+                out[f] = fh.read()
+        return out
+
+    def get_archive(self, ref: str, path: str) -> tuple[Any, dict[str, Any]]:
+        """A path of the container's image: the images have /bin/sh unless :attr:`shell` is False."""
+        self.calls.append(("get_archive", ref, path))
+        self._get(ref)
+        if path != "/bin/sh" or not self.shell:
+            raise api_error(404, f"Could not find the file {path} in container {ref}")
+        return iter([b"fake"]), {"name": "sh", "linkTarget": "/bin/busybox"}
+
+    def put_archive(self, ref: str, path: str, data: bytes) -> bool:
+        """Extract the tar ``data`` at ``path``: into a volume mounted there (the only place tsm writes)."""
+        self.calls.append(("put_archive", ref, path))
+        c = self._get(ref)
+        vol = c.volumes.get(path)
+        if vol is None:
+            raise api_error(500, f"fake engine: no volume mounted at {path}")
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for m in tar.getmembers():
+                target = os.path.join(self.vols[vol]["dir"], os.path.basename(m.name))
+                src = tar.extractfile(m)
+                assert m.isfile() and src is not None, m
+                with open(target, "wb") as f:
+                    f.write(src.read())
+                os.chmod(target, m.mode)
+        return True
 
     # -- networks -------------------------------------------------------------------------------------------
     def remove_network(self, name: str) -> None:

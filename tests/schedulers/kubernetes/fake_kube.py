@@ -236,6 +236,8 @@ class FakeCluster:
                 secret = self.secrets.get(ref["name"])
                 if secret is None:
                     raise KeyError(f'secret "{ref["name"]}" not found')
+                if ref["key"] not in secret["stringData"]:  # the kubelet's words
+                    raise KeyError(f"couldn't find key {ref['key']} in Secret {self.namespace}/{ref['name']}")
                 env[e["name"]] = secret["stringData"][ref["key"]]
             elif "fieldRef" in e.get("valueFrom", {}):
                 env[e["name"]] = "127.0.0.1"
@@ -257,9 +259,9 @@ class FakeCluster:
         command = [a.replace("$$", "$") for a in c["command"] + c.get("args", [])]
         try:
             env = self._env(c)
-        except KeyError as e:  # the Secret is gone (the app was deleted before its pod started)
+        except KeyError as e:  # the Secret is gone (the app was deleted before its pod started), or never was
             status["containerStatuses"] = [{"restartCount": 0, "state": {"waiting": {
-                "reason": "CreateContainerConfigError", "message": str(e)}}}]
+                "reason": "CreateContainerConfigError", "message": str(e.args[0])}}}]
             return
         proc = FakeProcess(command, env, combined=True)
         with self.lock:

@@ -42,6 +42,9 @@ What it does:
   ``$TSM_OWNER``); list, status, cancel and cleanup see only the caller's. A status look acts (retries,
   stopping the others after a failure) only on apps whose request this ``$TSM_HOME`` holds. Files kept in
   ``$TSM_HOME`` are private (0600/0700) whatever its mode; a container's log is streamed to disk, never read whole.
+* **Secrets** (``-c secrets=...``, a role's ``secrets``): read at submit into a read-only volume of the
+  role, one file per secret, which a ``/bin/sh`` wrapper exports before it runs the program (``exec``); no
+  value in the request, the dry run, ``docker inspect`` or ``$TSM_HOME`` (:mod:`.secrets`).
 * **Workspaces**: ``--workspace DIR`` snapshots DIR (``.tsmignore``) and builds ``FROM <role image>`` +
   ``COPY . /workspace`` (or the workspace's ``Dockerfile.tsm``), tagged by the snapshot's content hash and
   the base image id: an unchanged workspace reuses the image and builds nothing; the dry run says which.

@@ -21,7 +21,7 @@ from tsm.errors import SchedulerError, TsmError
 from tsm.schedulers.common.errors import ApiError, is_status
 from tsm.schedulers.common.owner import owner
 from tsm.schedulers.common.warn import handlers_script
-from tsm.schedulers.docker.request import LABEL_APP, LABEL_OWNER, LABEL_SCHEDULER, ContainerSpec
+from tsm.schedulers.docker.request import LABEL_APP, LABEL_FILLER, LABEL_OWNER, LABEL_SCHEDULER, ContainerSpec
 from tsm.schedulers.docker.status import (
     DAEMON_EXITS,
     Observed,
@@ -160,6 +160,60 @@ class DockerClient(DockerEngine):
                 stop_timeout=int(round(c.stop_grace)), detach=True,
             )
             api.start(created["Id"])
+
+    # -- secrets' volumes (tsm.schedulers.docker.secrets) ------------------------------------------------------
+    def create_volume(self, name: str, labels: dict[str, str]) -> None:
+        """Create a named volume (Docker's ``local`` driver) with ``labels``."""
+        with self.call(f"create volume {name}"):
+            self.api.api.create_volume(name, driver="local", labels=labels)
+
+    def fill_volume(self, volume: str, image: str, target: str, tar: bytes, labels: dict[str, str], needs: str) -> bool:
+        """Extract the archive ``tar`` into ``volume`` through a container of ``image`` that mounts it at
+        ``target``, is never started and is removed at once (``labels``: what names it, should a crash leave
+        it); False, with nothing written, when ``image`` has no file ``needs``."""
+        api = self.api.api
+        mount = self._docker.types.Mount(target, volume, type="volume")
+        with self.call("create"):
+            created = api.create_container(image, command=[], entrypoint=[needs], labels=dict(labels),
+                                           host_config=api.create_host_config(mounts=[mount]),
+                                           network_disabled=True, detach=True)
+        try:
+            try:
+                with self.call("archive"):
+                    stream, _stat = api.get_archive(created["Id"], needs)
+                    for _chunk in stream:  # read whole: the connection goes back to the pool
+                        pass
+            except ApiError as e:
+                if e.status == 404:
+                    return False
+                raise
+            with self.call("archive"):
+                api.put_archive(created["Id"], target, tar)
+            return True
+        finally:
+            self.remove_container(created["Id"])
+
+    def volumes(self, app_id: str | None = None) -> list[dict[str, Any]]:
+        """``[{"Name", "Labels", "CreatedAt"}, ...]`` of this owner's tsm volumes (or one app's)."""
+        with self.call("list volumes"):
+            found = self.api.api.volumes(filters={"label": self._labels(app_id)})
+        return [dict(v) for v in (found or {}).get("Volumes") or []]
+
+    def remove_secrets(self, app_id: str) -> None:
+        """Remove an app's secrets volumes, and first any container that was filling one (a crash left it);
+        one already gone is fine."""
+        with self.call("list"):
+            fillers = self.api.api.containers(all=True, filters={"label": [
+                LABEL_FILLER, f"{LABEL_OWNER}={self.owner}", f"{LABEL_APP}={app_id}"]})
+        for f in fillers:
+            self.remove_container(str(f["Id"]))
+        for vol in self.volumes(app_id):
+            try:
+                with self.call("remove volume"):
+                    self.api.api.remove_volume(str(vol["Name"]))
+            except ApiError as e:
+                if e.status != 404:
+                    raise
 
     def stop(self, container_id: str, grace: float) -> None:
         """SIGTERM, then SIGKILL after ``grace`` seconds; a container already gone is fine."""

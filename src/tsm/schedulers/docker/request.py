@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import re
 import secrets
 import shlex
@@ -32,6 +33,7 @@ from tsm.schedulers.common.lifecycle_opts import LifecycleOptions, format_durati
 from tsm.schedulers.common.options import option
 from tsm.specs.api import AppDef, RetryPolicy, Role, is_null_resource, macros
 from tsm.specs.mounts import BindMount, DeviceMount, VolumeMount
+from tsm.specs.secrets import app_secrets, declared
 from tsm.workspace.image import ImagePlan as WorkspaceBuild  # a workspace image: built, or reused
 
 LABEL_SCHEDULER = "tsm.scheduler"
@@ -112,6 +114,8 @@ class ContainerSpec:
     stop_grace: float = 10.0
     #: the warning signal's name (``USR1``), empty when the app asked for none
     warn_signal: str = ""
+    #: the names of the secrets its command reads from its secrets volume (:mod:`tsm.schedulers.docker.secrets`)
+    secrets: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -138,6 +142,8 @@ class DockerRequest(LifecycleFields):
     warn_before: float = 120.0
     #: the submission time (epoch seconds), as the containers' ``tsm.created`` label says
     created: float | None = None
+    #: every secret the roles declare (``str`` of each :class:`~tsm.specs.secrets.SecretRef`), read at schedule
+    secrets: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         """The request as JSON (what is saved beside the app and read back to recreate containers)."""
@@ -276,12 +282,15 @@ def build_request(app: AppDef, opts: DockerOptions, session: str, app_dir_root: 
                 warn_signal=warn,
             ))
     images = sorted({c.image for c in containers})
-    return DockerRequest(
+    req = DockerRequest(
         app_id=app_id, app_name=app.name, session=session, network=network, pull=opts.pull, images=images,
         containers=containers, app_dir=os.path.join(app_dir_root, app_id), remove_finished=opts.remove_finished,
         roles=shape, spec=app.to_dict(), owner=owner, warn_before=opts.warn_before_s, created=round(created, 3),
         **lifecycle_fields(opts),
     )
+    if any(role.secrets for role in app.roles):
+        plan_secrets(app, req)
+    return req
 
 
 def attempt_env(attempt: int, restart_count: int, last_exit: str) -> dict[str, str]:
@@ -339,5 +348,93 @@ def format_request(req: DockerRequest) -> str:
         lines.append(f"# image {image}: {how}")
     lines.append(shlex.join(["docker", "network", "create", "--label", f"{LABEL_APP}={req.app_id}",
                              "--label", f"{LABEL_OWNER}={req.owner}", req.network]))
-    lines += [shlex.join(docker_run_args(c, req.network)) for c in req.containers]
+    if req.secrets:
+        lines += volume_lines(req)
+    for c in req.containers:
+        hidden = "".join(f" {n}=<secret>" for n in c.secrets)
+        lines.append(shlex.join(docker_run_args(c, req.network)) + (f"  #{hidden}" if hidden else ""))
     return "\n".join(lines)
+
+
+# -- secrets (tsm.schedulers.docker.secrets delivers the values at submit) --------------------------------
+#: Where a role's secrets volume is mounted (read-only) in its containers: one file per secret, its name.
+SECRETS_DIR = "/run/tsm/secrets"
+#: The shell the wrapper needs in the image.
+SHELL = "/bin/sh"
+#: ``$0`` of the wrapper (what ``ps`` shows until the ``exec``).
+ARGV0 = "tsm-secrets"
+#: The label of the container that fills a volume (never started): the volume's name.
+LABEL_FILLER = "tsm.secrets-volume"
+
+def volume_name(app_id: str, role_index: int) -> str:
+    """The secrets volume of the ``role_index``-th role of an app."""
+    return f"tsm-{app_id}-secrets-{role_index}"
+
+
+def script(names: list[str], folder: str = SECRETS_DIR) -> str:
+    """The POSIX shell program that exports each secret of ``names`` read from ``folder/NAME`` and then runs
+    its arguments (``exec "$@"``). Each file is read line by line by the shell's ``read`` and joined again
+    with the newlines ``read`` took off, the last line as it is, so the value is the file's bytes exactly.
+    A file that cannot be read ends the container with status 1 and a line on stderr naming it. Its own
+    variables are named apart from every secret (and unset before the ``exec``)."""
+    taken = set(names)
+    nl, var, path, val, line = (_free(f"tsm_{v}", taken) for v in ("nl", "var", "path", "val", "line"))
+    return (f"{nl}='\n'; for {var} in {' '.join(names)}; do {path}={shlex.quote(folder)}/${{{var}}}; "
+            f'[ -r "${{{path}}}" ] || {{ echo "tsm: cannot read secret ${{{var}}} from ${{{path}}}" >&2; exit 1; }}; '
+            f'{val}=; while IFS= read -r {line}; do {val}="${{{val}}}${{{line}}}${{{nl}}}"; done < "${{{path}}}"; '
+            f'export "${{{var}}}=${{{val}}}${{{line}}}"; done; unset {nl} {var} {path} {val} {line}; exec "$@"')
+
+
+def _free(name: str, taken: set[str]) -> str:
+    """``name``, with ``_`` added until it is none of ``taken``."""
+    while name in taken:
+        name += "_"
+    return name
+
+
+def wrap(command: list[str], names: list[str]) -> list[str]:
+    """``command`` (entrypoint and args) run by the wrapper shell that first exports ``names``."""
+    return [SHELL, "-c", script(names), ARGV0, *command]
+
+
+def plan_secrets(app: AppDef, req: DockerRequest) -> None:
+    """Give each role of ``app`` that declares secrets its volume's read-only mount and the wrapped command,
+    and ``req`` every declaration (read at schedule); an :class:`InvalidAppError` when a role already
+    mounts something at :data:`SECRETS_DIR`."""
+    refs = app_secrets(app.roles)
+    req.secrets = [str(ref) for ref in refs.values()]
+    for i, role in enumerate(app.roles):
+        names = [ref.name for ref in declared(role.secrets, f"role '{role.name}'")]
+        if not names:
+            continue
+        for m in role.mounts:
+            dst = posixpath.normpath(getattr(m, "dst_path", "") or "/")
+            if dst == SECRETS_DIR or dst.startswith(SECRETS_DIR + "/"):
+                raise InvalidAppError(f"role '{role.name}' mounts {dst}, where its secrets' volume goes: "
+                                      f"mount it elsewhere")
+        mount = {"type": "volume", "source": volume_name(req.app_id, i), "target": SECRETS_DIR, "read_only": True}
+        for c in req.containers:
+            if c.role == role.name:
+                c.secrets = list(names)
+                c.mounts = [*c.mounts, dict(mount)]
+                c.command = wrap(c.command, names)
+
+
+def volumes(req: DockerRequest) -> dict[str, tuple[str, str, list[str]]]:
+    """Each secrets volume of ``req``: ``{volume: (role, image, names)}``."""
+    out: dict[str, tuple[str, str, list[str]]] = {}
+    for c in req.containers:
+        if c.secrets:
+            source = next(str(m["source"]) for m in c.mounts if m["target"] == SECRETS_DIR)
+            out.setdefault(source, (c.role, c.image, list(c.secrets)))
+    return out
+
+
+def volume_lines(req: DockerRequest) -> list[str]:
+    """The dry run's lines for the secrets: what is read at submit and each volume made (names only)."""
+    lines = [f"# secrets (read at submit, never shown): {', '.join(req.secrets)}"]
+    for name, (role, _image, names) in volumes(req).items():
+        lines.append(shlex.join(["docker", "volume", "create", "--label", f"{LABEL_APP}={req.app_id}",
+                                 "--label", f"{LABEL_OWNER}={req.owner}", name])
+                     + f"  # role {role}: {', '.join(names)} as files 0444, mounted read-only at {SECRETS_DIR}")
+    return lines

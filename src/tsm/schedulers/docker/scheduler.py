@@ -34,7 +34,7 @@ from typing import Any
 
 from tsm.env import image as env_image
 from tsm.errors import SchedulerError, SubmissionError
-from tsm.schedulers.api import DescribeAppResponse, LockfileEnvironments
+from tsm.schedulers.api import DescribeAppResponse, LockfileEnvironments, Secrets
 from tsm.schedulers.common import keeper
 from tsm.schedulers.common.appdir import kept_status
 from tsm.schedulers.common.container import mark_cancelled
@@ -56,6 +56,7 @@ from tsm.schedulers.common.owner import owner
 from tsm.schedulers.common.polling import poll_until, poll_until_terminal
 from tsm.schedulers.common.record import AppRecord
 from tsm.schedulers.common.status import AppStatusView
+from tsm.schedulers.docker import secrets as docker_secrets
 from tsm.schedulers.docker.client import DockerClient
 from tsm.schedulers.docker.debug import DockerDebug
 from tsm.schedulers.docker.logs import DockerLogs
@@ -113,13 +114,14 @@ def has_gpus() -> bool:
     return os.path.exists("/dev/nvidiactl")
 
 
-class DockerScheduler(DockerLogs, LockfileEnvironments, DockerDebug):
+class DockerScheduler(DockerLogs, LockfileEnvironments, Secrets, DockerDebug):
     """Runs each replica as a container on a network of its app (see :mod:`tsm.schedulers.docker`), on the
     container kit (:class:`~tsm.schedulers.common.container.ContainerScheduler`).
 
     Capabilities: ``WorkspaceBuilder`` (a workspace becomes an image built on the first role's) and
     ``BatchedViews`` (one container list per view refresh: :mod:`tsm.schedulers.docker.view`). Not
-    ``SizedPlacement``: a role without a size runs without limits, as ``docker run`` does.
+    ``SizedPlacement``: a role without a size runs without limits, as ``docker run`` does. ``Secrets``: in a
+    read-only volume of each role, read into the environment before the program (:mod:`.secrets`).
 
     ``client`` and ``images`` are the seams to the engine (tests pass fakes: ``tests/schedulers/docker/fake_docker.py``).
     """
@@ -162,11 +164,12 @@ class DockerScheduler(DockerLogs, LockfileEnvironments, DockerDebug):
     def schedule(self, dryrun_info: AppDryRunInfo[DockerRequest]) -> str:
         req = dryrun_info.request
         app = dryrun_info.app or AppDef.from_dict(req.spec)
+        values = docker_secrets.read_values(req)  # a missing one fails first; the values stay in memory
         env_image.build_all(AppDef.from_dict(req.spec), self.images)  # before anything of the app exists
         self.app_dir(req.app_id).save_submission(req.to_json(), AppRecord("docker", req.session, app, os.getcwd(), {}))
         self._watcher.submitted(req.app_id)
-        for b in req.builds:
-            self._build(b)
+        for b in req.builds:  # unless its tag is already here (then nothing is built)
+            build_image(b, self.images)
         for image in req.images:
             reason = self.images.ensure_image(image, req.pull)
             if reason:
@@ -176,6 +179,7 @@ class DockerScheduler(DockerLogs, LockfileEnvironments, DockerDebug):
                   LABEL_OWNER: req.owner or self.client.owner}
         self.client.create_network(req.network, labels)
         try:
+            docker_secrets.deliver(self.client, req, values)
             self._create(req)
         except SchedulerError as e:
             self._teardown(req.app_id, req.network)
@@ -202,10 +206,6 @@ class DockerScheduler(DockerLogs, LockfileEnvironments, DockerDebug):
             errors = [e for f in futures if (e := f.exception()) is not None]
         if errors:
             raise errors[0]
-
-    def _build(self, b: ImagePlan) -> None:
-        """Build a workspace image unless its tag is already here (then nothing is built)."""
-        build_image(b, self.images)
 
     # -- status: observe -> decide -> act -------------------------------------------------------------
     def _parse_request(self, text: str) -> DockerRequest:
@@ -540,6 +540,7 @@ class DockerScheduler(DockerLogs, LockfileEnvironments, DockerDebug):
     def _teardown(self, app_id: str, network: str, containers: builtins.list[Observed] | None = None) -> None:
         for c in containers if containers is not None else self.client.list_containers(app_id):
             self.client.remove_container(c.id)
+        docker_secrets.drop(self.client, app_id, self.request(app_id))
         self._remove_network(network)
 
     def _remove_network(self, network: str) -> None:
@@ -550,12 +551,9 @@ class DockerScheduler(DockerLogs, LockfileEnvironments, DockerDebug):
 
     @contextlib.contextmanager
     def _removing(self, app_id: str) -> Iterator[bool]:
-        found = False
-        for c in self.client.list_containers(app_id):
-            self.client.remove_container(c.id)
-            found = True
-        self._remove_network(f"tsm-{app_id}")
-        yield found
+        containers = self.client.list_containers(app_id)
+        self._teardown(app_id, f"tsm-{app_id}", containers)
+        yield bool(containers)
 
     def cleanup(self, include_running: bool = False, session: str | None = None,
                 dry_run: bool = False) -> builtins.list[str]:
@@ -580,6 +578,8 @@ class DockerScheduler(DockerLogs, LockfileEnvironments, DockerDebug):
             else:  # another home's app of this owner: nothing of it is kept here
                 self._teardown(app_id, f"tsm-{app_id}", view.containers)
         in_use = set(group(self.client.list_containers()))
+        if not dry_run:
+            docker_secrets.drop_orphans(self.client, in_use, session)
         self.cleanup_errors = []
         for net in self.client.networks():
             labels = net.get("Labels") or {}

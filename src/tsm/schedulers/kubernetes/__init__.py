@@ -14,7 +14,9 @@ What it does (works on any cluster >= 1.20, built-in objects only):
   prints the manifests as YAML exactly as they are created (names cut to 63 characters with a stable hash;
   every string quoted, so kubectl's YAML 1.1 reader keeps ``yes``/``On``/``Null`` strings).
 * **Secrets and owners**: the roles' env values go in one Secret per app (owned by the Service, deleted
-  with it); the Jobs name them (``secretKeyRef``), never hold them. Every object carries the owner label
+  with it); the Jobs name them (``secretKeyRef``), never hold them. So do declared secrets (``-c secrets=``),
+  read at submit into that Secret, or a Secret of the user's the pods reference (``NAME:k8s:SECRET/KEY``):
+  :mod:`.secrets`. Every object carries the owner label
   (``tsm/owner``, the login name or ``$TSM_OWNER``) and every list, cancel and cleanup selects by it.
 * **Bounded calls**: every API call has a ``_request_timeout``: an API server that never answers makes
   ``status``/``cancel``/a view's refresh fail with one line within it, never hang.
@@ -74,7 +76,8 @@ Modules: :mod:`.scheduler` (each look: observe, decide, act; on the kit's
 :class:`~tsm.schedulers.common.container.ContainerScheduler`), :mod:`.request` (pure: AppDef -> manifests),
 :mod:`.dryrun` (their YAML text), :mod:`.manifests` (what a look changes in them), :mod:`.tries` (making Jobs,
 a new try), :mod:`.nodes` (the gang fit, pods the cluster took, nodes a retry avoids), :mod:`.status` (pods ->
-states), :mod:`.stall`, :mod:`.logs`, :mod:`.client` (the API, bounded calls) and :mod:`.view` (the views' hook).
+states), :mod:`.stall`, :mod:`.logs`, :mod:`.secrets` (declared secrets), :mod:`.client` (the API, bounded calls) and
+:mod:`.view` (the views' hook).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The dry run's text: a request's manifests as the YAML documents ``schedule`` creates, in order (the
-Service, the Secret, each Job). Every string is quoted, so a YAML 1.1 reader (kubectl's) reads ``yes``,
+Service, the Secret, each Job; a declared secret's value in the Secret as ``<secret>``: read at ``schedule``). Every string is quoted, so a YAML 1.1 reader (kubectl's) reads ``yes``,
 ``On``, ``NO`` or ``Null`` as the strings they are; needs no YAML library.
 """
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from tsm.schedulers.common.durations import format_duration
 from tsm.schedulers.kubernetes.request import RANK0_VAR, KubernetesRequest
+from tsm.schedulers.kubernetes.secrets import shown
 
 #: plain words a YAML 1.1 reader takes for booleans or null (compared lower-case)
 _YAML11_WORDS = {"y", "n", "yes", "no", "true", "false", "on", "off", "null", "~"}
@@ -88,9 +89,13 @@ def format_request(req: KubernetesRequest) -> str:
     if req.stall_timeout is not None:
         head.append(f"# stall_timeout {format_duration(req.stall_timeout)} (no log line; no CPU where metrics.k8s.io "
                     f"answers), checked by tsm when it looks at the app; on_stall={req.on_stall}")
+    if req.secrets:
+        head.append(f"# secrets (read at submit into the Secret, never shown; k8s: the pod reads your Secret): "
+                    f"{', '.join(req.secrets)}")
     for b in req.builds:
         what = "build" if b.get("build") else "reuse (already built)"
         head.append(f"# workspace image of role '{b['role']}': {what} {b['tag']} on {b['base_image']} "
                     f"from {b['snapshot']} (local Docker engine, the kubelet's runtime: no registry)")
-    docs = [to_yaml(req.service)] + ([to_yaml(req.secret)] if req.secret else []) + [to_yaml(j) for j in req.jobs]
+    secret = shown(req)
+    docs = [to_yaml(req.service)] + ([to_yaml(secret)] if secret else []) + [to_yaml(j) for j in req.jobs]
     return "\n".join(head) + "\n---\n" + "---\n".join(docs)

@@ -166,6 +166,9 @@ class KubernetesRequest(LifecycleFields):
     secret: dict[str, Any] = field(default_factory=dict)
     #: ``exclude_nodes``: nodes no pod of the app may run on (each Job carries the term already)
     exclude_nodes: list[str] = field(default_factory=list)
+    #: the app's declared secrets (``str`` of each :class:`~tsm.specs.secrets.SecretRef`; never a value: read at
+    #: ``schedule``), set with their env entries by :func:`.secrets.with_secrets`
+    secrets: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         """The request as JSON (saved beside the app; read back to recreate Jobs on ROLE/APPLICATION retries)."""

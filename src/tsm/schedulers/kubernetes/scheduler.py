@@ -95,6 +95,7 @@ from tsm.schedulers.kubernetes.request import (
     build_request,
     validate,
 )
+from tsm.schedulers.kubernetes.secrets import KubernetesSecrets, app_secret, with_secrets
 from tsm.schedulers.kubernetes.stall import StallState, check
 from tsm.schedulers.kubernetes.status import (
     AppView,
@@ -140,7 +141,7 @@ def store_root() -> Path:
     return tsm_home() / "kubernetes"
 
 
-class KubernetesScheduler(KubernetesTries, LockfileEnvironments, KubernetesDebug):
+class KubernetesScheduler(KubernetesTries, LockfileEnvironments, KubernetesDebug, KubernetesSecrets):
     """Runs each replica as a ``batch/v1`` Job behind one headless Service (see :mod:`tsm.schedulers.kubernetes`),
     on the container kit (:class:`~tsm.schedulers.common.container.ContainerScheduler`).
 
@@ -195,19 +196,20 @@ class KubernetesScheduler(KubernetesTries, LockfileEnvironments, KubernetesDebug
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[KubernetesRequest]:
         opts = KubernetesOptions.from_cfg(cfg)
         app, env_images = env_image.apply(app, opts, lambda: self.images, "missing")  # on the kubelet's engine
-        req = build_request(app, opts, self.session_name, str(store_root()), time.time(), owner())
+        req = with_secrets(build_request(app, opts, self.session_name, str(store_root()), time.time(), owner()),
+                           app)  # each Job names its role's secrets (their values: read at schedule)
         plans = [p for p in (ImagePlan.from_metadata(r) for r in app.roles) if p is not None]
         if (plans or env_images) and opts.image_pull_policy == "Always":
             raise InvalidRunOptionError(
                 f"image_pull_policy=Always cannot run the image {(plans or env_images)[0].tag}: it is built on the local "
-                "Docker engine, not in a registry; use IfNotPresent (the default) or Never"
-            )
+                "Docker engine, not in a registry; use IfNotPresent (the default) or Never")
         req.builds = [p.to_dict() for p in plans]
         return AppDryRunInfo(request=req, fmt=env_image.fmt(format_request, env_images) if env_images else format_request)
 
     def schedule(self, dryrun_info: AppDryRunInfo[KubernetesRequest]) -> str:
         req = dryrun_info.request
         client = self.client_for(req)
+        secret = app_secret(req)  # the env values and the secrets' (read now, before anything is made)
         check_fits(req.app_name, req.needs, client.allocatable())
         env_image.build_all(AppDef.from_dict(req.spec), self.images)  # environment images, first
         for b in req.builds:  # workspace images, before anything exists on the cluster
@@ -222,8 +224,7 @@ class KubernetesScheduler(KubernetesTries, LockfileEnvironments, KubernetesDebug
             svc = client.create_service(req.service)
             uid = svc["metadata"]["uid"]
             d.write("service-uid", uid)
-            if req.secret:  # the env values, owned by the Service: deleted with it
-                client.create_secret(with_owner(req.secret, uid, req.app_id))
+            client.create_secret(with_owner(secret, uid, req.app_id))  # owned by the Service: deleted with it
             self._watcher.submitted(req.app_id)
             self._create_jobs(req, client, req.jobs)
         except SchedulerError as e:

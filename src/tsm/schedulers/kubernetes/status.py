@@ -55,14 +55,18 @@ _HOPELESS_PULL = ("no such host", "not found", "manifest unknown", "name unknown
 
 def never_starts(pods: Iterable[Pod]) -> str:
     """Why one of ``pods`` (not yet started) can never start by itself, or "": an image that cannot be pulled
-    (``InvalidImageName``, ``ErrImageNeverPull``, or ``ErrImagePull`` for a name no registry has)."""
+    (``InvalidImageName``, ``ErrImageNeverPull``, or ``ErrImagePull`` for a name no registry has), or a Secret
+    or key its env names that does not exist (:func:`~.secrets.missing`: nothing tsm does will make it)."""
+    from tsm.schedulers.kubernetes.secrets import missing  # imports the scheduler API: only when asked
+
     for p in pods:
         if p.started or p.exit_code is not None or p.deleting:
             continue
-        hopeless = p.reason in ("InvalidImageName", "ErrImageNeverPull") or (
+        hint = missing(p.reason, p.message)
+        hopeless = bool(hint) or p.reason in ("InvalidImageName", "ErrImageNeverPull") or (
             p.reason == "ErrImagePull" and any(w in p.message.lower() for w in _HOPELESS_PULL))
         if hopeless:
-            return f"role '{p.role}' replica {p.replica_id}: {p.reason}: {p.message}".rstrip(": ")
+            return f"role '{p.role}' replica {p.replica_id}: {p.reason}: {p.message}".rstrip(": ") + hint
     return ""
 
 

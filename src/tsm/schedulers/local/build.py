@@ -48,10 +48,18 @@ def build_request(app: AppDef, opts: LocalOptions, session: str) -> LocalRequest
         gpus = assign_gpus(app.roles, detect_gpus())
     env_plans: dict[str, Any] = {}
     roles = [_role_request(role, opts, app_id, default_cwd, gpus, env_plans) for role in app.roles]
+    secrets: list[str] = []
+    if any(role.secrets for role in app.roles):
+        from tsm.specs.secrets import app_secrets, declared
+
+        secrets = [str(ref) for ref in app_secrets(app.roles).values()]
+        for role, rreq in zip(app.roles, roles, strict=True):
+            rreq.secrets = [ref.name for ref in declared(role.secrets, f"role '{role.name}'")]
     return LocalRequest(
         app_id=app_id, app_name=app.name, session=session, app_dir=app_dir, log_dir=log_dir,
         grace_period=opts.grace_period, roles=roles, spec=local_envs.annotate(app.to_dict(), env_plans), timers=opts.timers,
         lifecycle=lifecycle_request(opts), queue=queue, environments={k: p.to_dict() for k, p in env_plans.items()},
+        secrets=secrets,
     )  # fmt: skip
 
 

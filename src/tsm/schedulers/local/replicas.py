@@ -56,6 +56,9 @@ class ReplicaLifecycle(Reaper):
         self.dirty.add(id(rep))
         env = dict(self.base_env)
         env.update(rep.env)
+        for name in self.role_secrets.get(rep.role, ()):
+            if name in self.secrets:
+                env[name] = self.secrets[name]
         env.update(self._lc_env(rep))
         if self.timer_path:
             env["TSM_TIMER_SOCKET"] = self.timer_path

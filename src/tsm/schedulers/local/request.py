@@ -75,6 +75,8 @@ class LocalRoleRequest:
     retry_policy: str
     port_names: list[str]
     replicas: list[LocalReplicaRequest] = field(default_factory=list)
+    #: the names of the secrets its replicas get (values: never here, see :mod:`tsm.specs.secrets`)
+    secrets: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -98,6 +100,8 @@ class LocalRequest:
     queue: dict[str, Any] = field(default_factory=dict)
     #: each role's lockfile environment (:meth:`tsm.env.spec.EnvPlan.to_dict`), built at schedule; {} when none
     environments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: every secret the roles declare (``str`` of each :class:`~tsm.specs.secrets.SecretRef`), read at schedule
+    secrets: list[str] = field(default_factory=list)
 
 
 #: The values of ``on_failure``.
@@ -207,6 +211,8 @@ def format_request(req: LocalRequest) -> str:
         from tsm.schedulers.local import envs
 
         lines += envs.lines(req.environments)
+    if req.secrets:
+        lines.append(f"# secrets (read at submit, never shown): {', '.join(req.secrets)}")
     for role in req.roles:
         policy = f"max_retries={role.max_retries} retry_policy={role.retry_policy}"
         lines.append(f"# role {role.name}: {len(role.replicas)} replica(s), {policy}")
@@ -216,7 +222,8 @@ def format_request(req: LocalRequest) -> str:
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(rep.env.items()))
             ports = "".join(f" TSM_PORT_{p.upper()}=<free port>" for p in role.port_names)
             cd = f"cd {shlex.quote(rep.cwd)} && " if rep.cwd else ""
-            lines.append(f"{role.name}/{rep.idx}: {cd}env {env}{ports} {shlex.join(rep.cmd)}")
+            hidden = "".join(f" {n}=<secret>" for n in role.secrets)
+            lines.append(f"{role.name}/{rep.idx}: {cd}env {env}{ports}{hidden} {shlex.join(rep.cmd)}")
     return "\n".join(lines)
 
 

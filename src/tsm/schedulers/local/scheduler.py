@@ -28,6 +28,7 @@ from tsm.schedulers.api import (
     LockfileEnvironments,
     MultiReplicaLogs,
     Scheduler,
+    Secrets,
     StoreRecords,
     Stream,
 )
@@ -87,7 +88,7 @@ _TERMINAL_SQL = "(" + ", ".join(map(str, _TERMINAL)) + ")"
 
 
 class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, DirectoryWorkspaces, EventWait,
-                     StoreRecords, LockfileEnvironments, LocalDebug):
+                     StoreRecords, LockfileEnvironments, Secrets, LocalDebug):
     """Runs apps as local processes under a detached supervisor; the default scheduler.
 
     Capabilities: :class:`~tsm.schedulers.local.view.LocalViews` (``DetailedViews``: two store queries per
@@ -162,7 +163,15 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
         could not start is recorded FAILED with the reason, and the history lists it).
         """
         req = dryrun_info.request
-        req.base_env = dict(os.environ)
+        values: dict[str, str] = {}
+        if req.secrets:  # read now; kept out of the request (the caller's environment included)
+            from tsm.specs.secrets import parse_secret, resolve, source_variables
+
+            refs = [parse_secret(s) for s in req.secrets]
+            values, hidden = resolve(refs), source_variables(refs)
+            req.base_env = {k: v for k, v in os.environ.items() if k not in hidden}
+        else:
+            req.base_env = dict(os.environ)
         if os.path.lexists(req.app_dir):
             raise SubmissionError(f"{req.app_dir} already exists: app ids are unique, so something else wrote it")
         if req.environments:  # built (once per key) before any file or record of the app exists
@@ -175,7 +184,7 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
         # A launcher's standby checks this caller while the files and the record are written (spawn.py).
         conn = spawn.connect()
         try:
-            self._write(req, created, also)
+            self._write(req, created, also, values)
         except BaseException:
             if conn is not None:
                 conn.close()
@@ -184,8 +193,10 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
         return req.app_id
 
     def _write(self, req: LocalRequest, created: list[str],
-               also: Callable[[str], tuple[str, tuple[Any, ...]]] | None = None) -> None:
-        """Write the app's request file and its store record (the files first; nothing is left on failure)."""
+               also: Callable[[str], tuple[str, tuple[Any, ...]]] | None = None,
+               secrets: Mapping[str, str] | None = None) -> None:
+        """Write the app's request file, its secrets' file (:mod:`~tsm.schedulers.common.secretfile`: the
+        supervisor takes it) and its store record (the files first; nothing is left on failure)."""
         try:
             _os.makedirs_private(req.app_dir)
             _os.makedirs_private(req.log_dir)
@@ -193,6 +204,10 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
             fd = os.open(os.path.join(req.app_dir, "request.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+            if secrets:
+                from tsm.schedulers.common import secretfile
+
+                secretfile.write(os.path.join(req.app_dir, secretfile.NAME), secrets)
         except OSError as e:
             self._undo(created)
             where = e.filename or req.app_dir

@@ -163,6 +163,11 @@ class SupervisorState:
         self.app_dir: str = req["app_dir"]
         self.grace: float = min(max(float(req["grace_period"]), 0.0), MAX_SLEEP * 24)
         self.base_env: dict[str, str] = req["base_env"]
+        from tsm.schedulers.common import secretfile
+
+        # the secrets' values, taken from their file (removed): in memory and the replicas' environment only
+        self.secrets = secretfile.take(os.path.join(self.app_dir, secretfile.NAME)) if req.get("secrets") else {}
+        self.role_secrets: dict[str, list[str]] = {r["name"]: r.get("secrets", []) for r in req["roles"]}
         self.store = store or Store()  # a standby supervisor (see launcher.py) opened it before its app came
         # Its writes are a few small rows: SQLite's default page cache (up to 2 MB) would only be private
         # memory in every one of a hundred supervisors.

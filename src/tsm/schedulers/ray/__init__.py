@@ -47,6 +47,9 @@ What it does:
   the job's entrypoint, metadata or ``runtime_env`` that ``ray job list`` and the dashboard show; the local
   copy is 0600 in a 0700 folder. Anyone who can reach the dashboard can fetch packages (and run code on the
   cluster): keep the dashboard private or enable Ray's token authentication.
+* **Secrets** (``-c secrets=``, from env or a file; :mod:`.secrets`): put in the cluster's store under a key
+  of their own, apart from the job (its definition holds names only), taken and deleted there by the driver
+  as it starts, then in memory and each replica's environment at every attempt.
 
 The cluster's Python needs ``ray``; tsm itself is shipped with each job (``py_modules``, content-hashed).
 """

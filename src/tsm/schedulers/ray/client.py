@@ -22,7 +22,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,10 +134,14 @@ class RayClient:
 
     # -- jobs ---------------------------------------------------------------------------------------------
     def submit(self, *, entrypoint: str, submission_id: str, metadata: dict[str, str],
-               runtime_env: dict[str, Any], entrypoint_num_cpus: float = 0) -> str:
-        """Upload the runtime env's local directories (content-hashed: only when the cluster lacks them)
-        and submit the job; returns its submission id."""
+               runtime_env: dict[str, Any], entrypoint_num_cpus: float = 0,
+               packages: Mapping[str, bytes] | None = None) -> str:
+        """Upload the runtime env's local directories (content-hashed: only when the cluster lacks them),
+        then put ``packages`` (``{uri: bytes}``, named by nothing in the job: see :mod:`.secrets`), and
+        submit the job; returns its submission id."""
         runtime_env = self._upload(dict(runtime_env))
+        for uri, data in (packages or {}).items():
+            self.put_package(uri, data)
         self._count("submit")
         data = self._json("submit job", "POST", "/api/jobs/", {
             "entrypoint": entrypoint, "submission_id": submission_id, "metadata": metadata,
@@ -199,6 +203,27 @@ class RayClient:
                 f"Ray cannot ship the job's files ({_short(e)}): list what to leave out in .gitignore, give "
                 "--workspace DIR with only what the job needs, or -c ship_cwd=False with absolute paths") from e
         return runtime_env
+
+    def put_package(self, uri: str, data: bytes) -> None:
+        """Store ``data`` under the ``gcs://`` ``uri`` in the cluster (overwriting it), then pin it: the
+        dashboard's pin keeps an unreferenced package for a while (ten minutes by default), then Ray
+        deletes it. What the head answers a refused put is not repeated (Ray's traceback quotes the data)."""
+        endpoint = _package_endpoint(uri)
+        self._count("upload")
+        resp = self._open("put a package", "PUT", endpoint, data, content_type="application/octet-stream",
+                          timeout=UPLOAD_TIMEOUT)
+        with resp:
+            if _code(resp) != 200:
+                raise SchedulerError(f"Ray at {self.address}: storing {uri} refused: HTTP {_code(resp)}")
+        if not self.package_exists(uri):
+            raise SchedulerError(f"Ray at {self.address}: {uri} is not there after it was stored")
+
+    def package_exists(self, uri: str) -> bool:
+        """Whether the cluster holds the ``gcs://`` package ``uri`` (the dashboard pins it as it answers)."""
+        self._count("package")
+        resp = self._open("check a package", "GET", _package_endpoint(uri))
+        with resp:
+            return _code(resp) == 200
 
     def list_jobs(self) -> list[RayJob]:
         """Every job of the cluster (one call to the job API)."""
@@ -299,6 +324,12 @@ def _auth_token() -> str:
         except OSError:
             return ""
     return token
+
+
+def _package_endpoint(uri: str) -> str:
+    """The dashboard's path of a ``protocol://name`` package."""
+    protocol, _, name = uri.partition("://")
+    return f"/api/packages/{protocol}/{urllib.parse.quote(name, safe='')}"
 
 
 def _code(resp: Any) -> int:

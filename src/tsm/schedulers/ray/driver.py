@@ -58,6 +58,9 @@ Long runs (issue 25):
 Every attempt gets ``TSM_ATTEMPT``, ``TSM_RESTART_COUNT`` and ``TSM_LAST_EXIT`` (``failed:<code>``,
 ``preempted``, ``time_limit``, ``stalled``).
 
+Secrets (:mod:`.secrets`): the driver takes their values from the cluster's store as it starts (deleting
+them there) and gives each replica's attempts its role's, from memory; none found fails the app at once.
+
 What each end, stall, lost node or time limit means (retry, requeue, fail, and the words) is decided by the
 lifecycle policy (:mod:`tsm.lifecycle.policy`); the driver records the events, asks it and carries out the
 answer. Placement, exclusions and telling a lost node from a replica's own end are :mod:`.placement`'s.
@@ -78,6 +81,7 @@ import ray as _ray
 
 from tsm.lifecycle import PREEMPTED_PREFIX, policy
 from tsm.schedulers.common.stall import stall_message, tick
+from tsm.schedulers.ray import secrets as ray_secrets
 from tsm.schedulers.ray.placement import Placement
 from tsm.schedulers.ray.replica import Replica, last_line, logs_dir, session_cpu
 from tsm.schedulers.ray.request import (
@@ -101,8 +105,11 @@ def _at_limit(out: policy.Outcome) -> bool:
 class Driver(Placement):
     """Runs the app of a payload; the status record is its only output the scheduler reads."""
 
-    def __init__(self, p: DriverPayload) -> None:
+    def __init__(self, p: DriverPayload, secrets: dict[str, str] | None = None) -> None:
         self.ray, self.p = ray, p
+        #: the secrets' values, taken from the cluster's store as the driver started (:mod:`.secrets`): kept
+        #: in memory only, and put in each replica's environment at every start
+        self.secrets = dict(secrets or {})
         self.status_path = Path(logs_dir()) / "tsm" / p.app_id / "status.json"
         self.status_path.parent.mkdir(parents=True, exist_ok=True)
         self.roles = {r.name: r for r in p.roles}
@@ -319,6 +326,7 @@ class Driver(Placement):
             spec: ReplicaSpec = self.specs[key]
             rep = self.reps[key]
             env = dict(spec.env)
+            env.update((n, self.secrets[n]) for n in spec.secrets if n in self.secrets)
             env["TSM_RANK0_HOST"] = self.rank0
             env.update(TSM_ATTEMPT=str(rep["attempt"]), TSM_RESTART_COUNT=str(self.num_restarts),
                        TSM_LAST_EXIT=self.last_exit.get(key, ""))
@@ -539,7 +547,11 @@ def main(argv: list[str]) -> int:
     module = importlib.import_module(argv[0])
     payload = DriverPayload.from_json((Path(module.__file__ or "").parent / "payload.json").read_text())
     ray.init(namespace=NAMESPACE, logging_level=30, log_to_driver=False)
-    driver = Driver(payload)
+    values = ray_secrets.take(payload.secrets_uri) if payload.secrets_uri else {}
+    driver = Driver(payload, values)
+    if values is None:  # nothing to give the replicas: the app fails before any is placed
+        driver._unplaced(list(driver.reps), ray_secrets.MISSING)
+        return 1
     done = threading.Event()
 
     def stop_all() -> None:

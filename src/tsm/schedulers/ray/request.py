@@ -11,6 +11,9 @@ No Ray call happens here (a dry run needs no cluster). A request is two things:
   options (time limit, warning, ``max_preemptions``, ``requeue_on_time_limit``, ``exclude_nodes``,
   ``stall_timeout``) travel in it too: the driver carries them out.
 
+Secrets (:mod:`.secrets`): the request holds their entries (``NAME``, ``NAME:file:PATH``) and each replica
+the names it gets; their values are read at ``schedule`` and never enter the request, the job or the payload.
+
 :func:`format_request` prints both, which is what ``tsm run --dryrun -s ray`` shows.
 """
 
@@ -27,6 +30,7 @@ from typing import Any
 from tsm.errors import InvalidAppError, InvalidRunOptionError
 from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS, LifecycleOptions, format_duration
 from tsm.schedulers.common.options import option
+from tsm.schedulers.ray.secrets import new_uri
 from tsm.specs.api import AppDef, is_null_resource, macros
 
 #: Every tsm actor lives in this Ray namespace, named ``<app_id>/<role>/<replica_id>``.
@@ -100,6 +104,8 @@ class ReplicaSpec:
     env: dict[str, str]
     #: the placement-group bundle: ``{"CPU": .., "GPU": .., "memory": bytes}``
     bundle: dict[str, float]
+    #: the names of the secrets its environment gets at each start (their values: never here, see :mod:`.secrets`)
+    secrets: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -138,6 +144,8 @@ class DriverPayload:
     stall_timeout: float | None = None
     #: what a stall does: ``restart`` (the replica's own failure) or ``fail`` (the app)
     on_stall: str = "restart"
+    #: the key of the cluster's store the driver takes the secrets' values from ("" when none; :mod:`.secrets`)
+    secrets_uri: str = ""
 
     def to_json(self) -> str:
         """ASCII JSON (surrogate-escaped bytes that are not UTF-8 survive as ``\\udcXX``)."""
@@ -173,6 +181,8 @@ class RayRequest:
     default_sized: list[str] = field(default_factory=list)
     #: the working_dir is the launching directory, shipped without --workspace (run option ``ship_cwd``)
     implicit_working_dir: bool = False
+    #: every secret the roles declare (``str`` of each :class:`~tsm.specs.secrets.SecretRef`), read at schedule
+    secrets: list[str] = field(default_factory=list)
 
 
 def actor_name(app_id: str, role: str, replica_id: int) -> str:
@@ -237,6 +247,7 @@ def build_request(app: AppDef, opts: RayOptions, session: str, address: str, cre
     warn = sig.name.removeprefix("SIG") if sig is not None else ""
     working_dir = source = ""
     default_sized: list[str] = []
+    entries, names = _secrets(app)
     for role in app.roles:
         res = role.resource
         if is_null_resource(res):
@@ -256,11 +267,11 @@ def build_request(app: AppDef, opts: RayOptions, session: str, address: str, cre
             if warn:
                 env["TSM_WARN_SIGNAL"] = warn
             replicas.append(ReplicaSpec(role.name, i, actor_name(app_id, role.name, i), [r.entrypoint, *r.args],
-                                        env, dict(bundle)))
+                                        env, dict(bundle), list(names.get(role.name, []))))
     payload = DriverPayload(app_id, roles, replicas, opts.placement_strategy, opts.gang_timeout, opts.grace_period,
                             opts.time_limit_s, warn, opts.warn_before_s, opts.max_preemptions,
                             opts.requeue_on_time_limit, list(opts.exclude_nodes or []), opts.stall_timeout_s,
-                            opts.on_stall)
+                            opts.on_stall, new_uri() if entries else "")
     shape = [[r.name, r.num_replicas] for r in roles]
     metadata = {
         META_SCHEDULER: "ray", META_APP: app.name, META_SESSION: session, META_ROLES: json.dumps(shape),
@@ -273,7 +284,18 @@ def build_request(app: AppDef, opts: RayOptions, session: str, address: str, cre
         stop_wait = str(math.ceil(opts.warn_before_s + opts.grace_period) + 15)
         runtime_env["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"] = metadata[META_STOP_WAIT] = stop_wait
     return RayRequest(app_id, app.name, session, address, entrypoint, metadata, runtime_env, payload,
-                      working_dir, app.to_dict(), source, default_sized)
+                      working_dir, app.to_dict(), source, default_sized, secrets=entries)
+
+
+def _secrets(app: AppDef) -> tuple[list[str], dict[str, list[str]]]:
+    """The app's secret entries (validated) and each role's secret names; nothing when none is declared."""
+    if not any(role.secrets for role in app.roles):
+        return [], {}
+    from tsm.specs.secrets import app_secrets, declared
+
+    entries = [str(ref) for ref in app_secrets(app.roles).values()]
+    return entries, {role.name: [ref.name for ref in declared(role.secrets, f"role '{role.name}'")]
+                     for role in app.roles}
 
 
 def format_request(req: RayRequest) -> str:
@@ -312,6 +334,10 @@ def format_request(req: RayRequest) -> str:
         lines.append(f"# excluded nodes (by node id, IP or hostname): {', '.join(p.exclude_nodes)}")
     if p.warn_signal:
         lines.append(f"# on cancel: SIG{p.warn_signal}, {format_duration(p.warn_before)}, then SIGTERM")
+    if req.secrets:
+        lines.append(f"# secrets {', '.join(req.secrets)}: read at submit, never shown; put in the cluster's store "
+                     f"under {p.secrets_uri} (named by nothing above), taken and deleted there by the driver as it "
+                     "starts, then in each replica's environment at every attempt")
     for role in req.payload.roles:
         lines.append(f"# role {role.name}: {role.num_replicas} replica(s), retries {role.max_retries} "
                      f"({role.retry_policy})" + ("" if role.name not in req.default_sized else
@@ -319,5 +345,6 @@ def format_request(req: RayRequest) -> str:
     for r in req.payload.replicas:
         res = " ".join(f"{k}={v:g}" for k, v in sorted(r.bundle.items()))
         envs = " ".join(shlex.quote(f"{k}={v}") for k, v in r.env.items())
-        lines.append(f"actor {r.actor} [{res}]: env {envs} {shlex.join(r.command)}")
+        hidden = "".join(f" {n}=<secret>" for n in r.secrets)
+        lines.append(f"actor {r.actor} [{res}]: env {envs}{hidden} {shlex.join(r.command)}")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ Every call about an app goes to the cluster it was submitted to (the address kep
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import threading
 import time
@@ -22,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError, SchedulerError
-from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler, Secrets, Stream
 from tsm.schedulers.common.files import make_private_dirs, write_private
 from tsm.schedulers.common.logs import check_log_target, decode, filter_regex, in_window, stream_names
 from tsm.schedulers.common.record import AppRecord, with_record
 from tsm.schedulers.common.watcher import StatusWatcher
-from tsm.schedulers.ray import status as st
+from tsm.schedulers.ray import secrets as ray_secrets, status as st
 from tsm.schedulers.ray.client import RayClient, resolve_address
 from tsm.schedulers.ray.debug import RayDebug
 from tsm.schedulers.ray.request import (
@@ -81,12 +82,14 @@ def parse_log(raw: bytes, names: builtins.list[str], since: datetime | None, unt
     return out
 
 
-class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, RayDebug):
+class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, Secrets, RayDebug):
     """Runs an app as a Ray job whose driver starts one actor per replica (see :mod:`tsm.schedulers.ray`).
 
     Capabilities: ``WorkspaceBuilder`` (the workspace ships as the job's working_dir; without one, the
     launching directory does), ``BatchedViews`` (one job list per view refresh) and exec, stack and
-    port-forward (:class:`~tsm.schedulers.ray.debug.RayDebug`). Not ``SizedPlacement``:
+    port-forward (:class:`~tsm.schedulers.ray.debug.RayDebug`), ``Secrets`` (from env or a file, through
+    the cluster's store to the driver's memory, never in the job: :mod:`~tsm.schedulers.ray.secrets`). Not
+    ``SizedPlacement``:
     a role without a resource gets :data:`~tsm.schedulers.ray.request.DEFAULT_BUNDLE` per replica (1 CPU, no
     GPU, no memory reservation), as TorchX's Ray scheduler gave such a role.
     """
@@ -207,6 +210,11 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, 
 
     def schedule(self, dryrun_info: AppDryRunInfo[RayRequest]) -> str:
         req = dryrun_info.request
+        values: dict[str, str] = {}
+        if req.secrets:  # read now, before anything is written: they go to the cluster apart from the job
+            from tsm.specs.secrets import parse_secret, resolve
+
+            values = resolve([parse_secret(s) for s in req.secrets])
         self.check_feasible(req)
         app_dir = store_root() / req.app_id
         pkg = app_dir / payload_module(req.app_id)
@@ -227,10 +235,19 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, 
             runtime_env["working_dir"] = req.working_dir
         if req.implicit_working_dir:
             runtime_env["excludes"] += IMPLICIT_EXCLUDES
-        self.client(req.address).submit(
-            entrypoint=req.entrypoint, submission_id=req.app_id, metadata=dict(req.metadata), runtime_env=runtime_env,
-            entrypoint_num_cpus=0,
-        )
+        if req.secrets and req.working_dir:  # a token file kept in the shipped directory stays here
+            runtime_env["excludes"] += ray_secrets.excludes(req.secrets, req.working_dir_source or req.working_dir)
+        uri = req.payload.secrets_uri
+        c = self.client(req.address)
+        try:
+            c.submit(entrypoint=req.entrypoint, submission_id=req.app_id, metadata=dict(req.metadata),
+                     runtime_env=runtime_env, entrypoint_num_cpus=0,
+                     packages={uri: ray_secrets.encode(values)} if values else None)
+        except BaseException:
+            if values:  # put but never submitted: withdrawn at once rather than when Ray's pin ends
+                with contextlib.suppress(Exception):
+                    ray_secrets.scrub(c, uri)
+            raise
         self._watcher(req.address).submitted(req.app_id)
         return req.app_id
 
@@ -319,6 +336,7 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, 
             return
         c = self.client(self.address_of(app_id))
         c.stop(app_id)
+        self._scrub(app_id)
         warn = self._warn_wait(app_id)
         deadline = time.monotonic() + 120 + warn
         while time.monotonic() < deadline:
@@ -329,6 +347,20 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, 
         while time.monotonic() < deadline and c.actors(app_id):
             time.sleep(0.2)
         self._watcher(c.address).invalidate()
+
+    def remove(self, app_id: str) -> bool:
+        """Ray keeps the ended app (its job, its logs on the nodes) and tsm its record; only secrets a driver
+        never took (a job stopped or failed before its driver ran) are withdrawn. False: nothing removed."""
+        self._scrub(app_id)
+        return False
+
+    def _scrub(self, app_id: str) -> None:
+        """Overwrite the app's secrets in the cluster's store if its driver has not taken them (:mod:`.secrets`);
+        a head that does not answer leaves them to Ray's pin, which ends within minutes."""
+        uri = ray_secrets.recorded_uri(store_root() / app_id, payload_module(app_id)) if "/" not in app_id else ""
+        if uri:
+            with contextlib.suppress(SchedulerError):
+                ray_secrets.scrub(self.client(self.address_of(app_id)), uri)
 
     def _warn_wait(self, app_id: str) -> float:
         """Seconds a cancel of ``app_id`` may spend warning its replicas (the job's stop wait beyond Ray's

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tsm.errors import InvalidRunOptionError, SubmissionError
 from tsm.schedulers.common.files import make_private_dirs, rmdir, unlink, write_private
+from tsm.schedulers.slurm import secrets as slurm_secrets
 from tsm.schedulers.slurm.host import LocalHost, prepare_job_dir
 from tsm.schedulers.slurm.script import SlurmBatchRequest, directive, directive_safe
 
@@ -92,8 +93,14 @@ def build_array_script(task_scripts: list[str], task_links: str, name: str, para
     return "\n".join(lines) + "\n"
 
 
-def submit_array(host: LocalHost, reqs: Sequence[SlurmBatchRequest], name: str, parallel: int) -> list[str]:
-    """Submit the trials ``reqs`` as one job array, at most ``parallel`` at once; their app ids ``<job id>_<i>``."""
+def submit_array(host: LocalHost, reqs: Sequence[SlurmBatchRequest], name: str, parallel: int,
+                 secrets: Sequence[slurm_secrets.Delivery | None] | None = None) -> list[str]:
+    """Submit the trials ``reqs`` as one job array, at most ``parallel`` at once; their app ids ``<job id>_<i>``.
+
+    ``secrets``: each trial's values (:mod:`.secrets`), written into its own job directory.
+    """
+    deliveries = list(secrets or [None] * len(reqs))
+    hidden = {v for d in deliveries if d is not None for v in d.hidden}
     first = Path(reqs[0].job_dir)
     links = first.parent / f"{first.name}-array"
     if "%" in str(links) or not directive_safe(str(links)):
@@ -106,9 +113,12 @@ def submit_array(host: LocalHost, reqs: Sequence[SlurmBatchRequest], name: str, 
         for i, req in enumerate(reqs):
             prepare_job_dir(Path(req.job_dir), req.roles, req.app_json, array_task_script(req.script))
             made.append(req)
+            delivery = deliveries[i]
+            if delivery is not None:
+                slurm_secrets.write_dir(Path(req.job_dir), delivery.values)
             os.symlink(req.job_dir, links / str(i))
         write_private(links / "job.sbatch", script)
-        array_id = host.sbatch(reqs[0].sbatch_args, links / "job.sbatch", links)
+        array_id = host.sbatch(reqs[0].sbatch_args, links / "job.sbatch", links, hidden)
     except BaseException as e:
         for req in made:  # nothing was submitted: leave no half-made job behind
             host.remove(req.job_dir, req.roles)

@@ -17,14 +17,14 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tsm.errors import SchedulerError, SubmissionError
 from tsm.schedulers.common.files import make_private_dirs, read_text, unlink, write_private
 from tsm.schedulers.common.logs import file_reader
-from tsm.schedulers.slurm import cli, programs
+from tsm.schedulers.slurm import cli, programs, secrets as slurm_secrets
 from tsm.schedulers.slurm.describe import load_app
 from tsm.schedulers.slurm.jobdir import CANCEL_MARK, JOB_FILES, JobDir
 from tsm.schedulers.slurm.parse import SlurmJob, stranded
@@ -140,8 +140,9 @@ class Host(abc.ABC):
 
     # -- submission and files ----------------------------------------------------------------------------
     @abc.abstractmethod
-    def submit(self, req: SlurmBatchRequest) -> str:
-        """Make the job directory of ``req`` and ``sbatch`` its script unchanged; the Slurm job id."""
+    def submit(self, req: SlurmBatchRequest, secrets: slurm_secrets.Delivery | None = None) -> str:
+        """Make the job directory of ``req`` (with the files of ``secrets``, :mod:`.secrets`) and ``sbatch``
+        its script unchanged; the Slurm job id."""
 
     @abc.abstractmethod
     def local_dir(self, where: Where, recs: list[SlurmJob] | None) -> Path | None:
@@ -217,6 +218,11 @@ class Host(abc.ABC):
         """Remove the cancel mark (best effort): the job runs on, its next warning is not a cancel's."""
         with contextlib.suppress(OSError, subprocess.SubprocessError, SchedulerError):
             self.sh("remove.sh", job_dir, CANCEL_MARK, timeout=30)
+
+    def forget_secrets(self, job_dir: str) -> None:
+        """Remove the secrets' folder of ``job_dir`` (best effort; see :mod:`.secrets`)."""
+        with contextlib.suppress(OSError, subprocess.SubprocessError, SchedulerError):
+            self.sh("remove.sh", job_dir, slurm_secrets.DIR, timeout=30)
 
     def remove(self, job_dir: str, roles: Sequence[str]) -> bool:
         """Delete the files tsm, Slurm and the batch script wrote in ``job_dir``, then the folders left empty;
@@ -302,20 +308,25 @@ class LocalHost(Host):
     def place(self, app: AppDef, home: str) -> list[str]:
         return []  # a local snapshot is where the nodes see it
 
-    def submit(self, req: SlurmBatchRequest) -> str:
+    def submit(self, req: SlurmBatchRequest, secrets: slurm_secrets.Delivery | None = None) -> str:
         job_dir = Path(req.job_dir)
         prepare_job_dir(job_dir, req.roles, req.app_json, req.script)
         try:
-            return self.sbatch(req.sbatch_args, job_dir / "job.sbatch", job_dir)
+            if secrets is not None:
+                slurm_secrets.write_dir(job_dir, secrets.values)
+            return self.sbatch(req.sbatch_args, job_dir / "job.sbatch", job_dir, secrets.hidden if secrets else ())
         except BaseException:
             self.remove(req.job_dir, req.roles)  # nothing was submitted: leave no half-made job behind
             raise
 
     @staticmethod
-    def sbatch(sbatch_args: Sequence[str], script: Path, cwd: Path) -> str:
-        """``sbatch`` the saved ``script`` from ``cwd``; the job id (typed errors when Slurm refuses)."""
+    def sbatch(sbatch_args: Sequence[str], script: Path, cwd: Path, hidden: Collection[str] = ()) -> str:
+        """``sbatch`` the saved ``script`` from ``cwd``; the job id (typed errors when Slurm refuses).
+
+        The job keeps sbatch's environment (``--export=ALL``), so the variables ``hidden`` (those that hold
+        secrets' values) are left out of it."""
         # umask 077: files Slurm creates for the job before its script runs (batch.out) are private too
-        proc = cli.run(["sbatch", *sbatch_args, str(script)], cwd=str(cwd), umask=0o077)
+        proc = cli.run([*slurm_secrets.without(hidden), "sbatch", *sbatch_args, str(script)], cwd=str(cwd), umask=0o077)
         return cli.job_id_of(proc)
 
     def local_dir(self, where: Where, recs: list[SlurmJob] | None) -> Path | None:
@@ -350,11 +361,15 @@ class LocalHost(Host):
 
 
 def prepare_job_dir(job_dir: Path, roles: Sequence[str], app_json: str, script: str) -> None:
-    """Make a job directory here: role folders, ``app.json`` and the ``script`` it runs (all private)."""
+    """Make a job directory here: role folders, ``app.json`` and the ``script`` it runs (all private).
+
+    One that holds an app, or a ``secrets`` folder (``remove`` deletes what is in it), is refused.
+    """
     try:
         make_private_dirs(job_dir)
-        if (job_dir / "app.json").exists():
-            raise SubmissionError(f"job_dir {job_dir} already holds an app: choose another directory")
+        for held, what in (("app.json", "an app"), (slurm_secrets.DIR, f"'{slurm_secrets.DIR}'")):
+            if os.path.lexists(job_dir / held):
+                raise SubmissionError(f"job_dir {job_dir} already holds {what}: choose another directory")
         for role in roles:
             (job_dir / role).mkdir(mode=0o700, exist_ok=True)
         write_private(job_dir / "app.json", app_json)

@@ -26,10 +26,13 @@ NODE_ERROR = "node_error"
 DESCRIBED = ("app.json", "exit", "restarts", "job_id", "last_exit", "excluded", "oom_nodes", "stalled",
              NODE_ERROR)  # fmt: skip
 
+#: The folder of the secrets' files, one per secret (:mod:`.secrets`): written at submit, removed when the app is over.
+SECRETS_DIR = "secrets"
+
 #: Every file tsm, Slurm, the batch script and its replicas' wrapper write at the top of a job directory (what
-#: ``remove`` deletes there; the replicas' files are in the role directories).
+#: ``remove`` deletes there, :data:`SECRETS_DIR` with its files; the replicas' files are in the role directories).
 JOB_FILES = (*DESCRIBED, "job.sbatch", "batch.out", "submit_token", "failures", "moves", "requeue_cause",
-             "stopping", CANCEL_MARK)  # fmt: skip
+             "stopping", CANCEL_MARK, SECRETS_DIR)  # fmt: skip
 
 #: A replica's file in its role's folder: ``<k>.stdout``, ``<k>.stderr`` or ``<k>.status``.
 REPLICA_FILE = re.compile(r"\d+\.(stdout|stderr|status)")

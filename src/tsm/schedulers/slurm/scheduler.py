@@ -25,6 +25,7 @@ from tsm.schedulers.api import (
     ListAppResponse,
     LockfileEnvironments,
     Scheduler,
+    Secrets,
     Stream,
     SweepNative,
     TrialState,
@@ -34,7 +35,7 @@ from tsm.schedulers.common.polling import poll_until_terminal
 from tsm.schedulers.common.quoting import is_shell_name
 from tsm.schedulers.common.record import AppRecord, role_replicas
 from tsm.schedulers.common.ssh import SshError, parse_ssh_options
-from tsm.schedulers.slurm import envs as slurm_envs, ssh_host
+from tsm.schedulers.slurm import envs as slurm_envs, secrets as slurm_secrets, ssh_host
 from tsm.schedulers.slurm.debug import SlurmDebug
 from tsm.schedulers.slurm.describe import describe_records
 from tsm.schedulers.slurm.host import Host, LocalHost, Where, default_job_dir
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
 
 
 class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorkspaces, SweepNative,
-                     LockfileEnvironments, SlurmDebug):
+                     LockfileEnvironments, Secrets, SlurmDebug):
     """Runs apps as Slurm heterogeneous batch jobs (docs/schedulers/slurm.md is the manual).
 
     Capabilities: ``BatchedViews`` (one ``squeue`` plus one ``sstat`` per view refresh),
@@ -72,7 +73,8 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
     (:class:`~tsm.schedulers.slurm.debug.SlurmDebug`). Not ``SizedPlacement``: a role without
     a resource is accepted: its component gets no size directives, so the partition's defaults apply, as
     TorchX's Slurm scheduler does. ``LockfileEnvironments``: built at submit on the shared file system
-    (:mod:`tsm.schedulers.slurm.envs`; not yet over ``-c ssh=``).
+    (:mod:`tsm.schedulers.slurm.envs`; not yet over ``-c ssh=``). ``Secrets``: each one an owner-only file
+    in the job directory that the replicas' wrapper reads into their environment (:mod:`.secrets`).
     """
 
     #: Seconds :meth:`cancel` waits for Slurm to report the job ended (COMPLETING can take KillWait + more).
@@ -177,6 +179,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
             workspaces=workspaces or None,
             environments=env_plans or None,
             env_home=home if env_plans else "",
+            secrets=slurm_secrets.entries(app),
         )
         return AppDryRunInfo(request=request, fmt=format_request)
 
@@ -187,8 +190,9 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
         if not isinstance(req, SlurmBatchRequest):
             raise SubmissionError(f"the slurm scheduler cannot submit a {type(req).__name__} request")
         host = self._host(req.ssh, req.ssh_options)
+        delivery = slurm_secrets.Delivery.read(req.secrets)  # read now, by this process; never in the request
         slurm_envs.ensure(req.env_home, req.environments)  # once per key, before any job exists
-        job_id = host.submit(req)
+        job_id = host.submit(req, delivery)
         app_id = host.app_id(job_id)
         host.remember(app_id, job_id, req.job_dir)
         host.queries.submitted(job_id)
@@ -212,9 +216,10 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
             raise SubmissionError("a Slurm job array takes single-role trials submitted from this machine only")
         from tsm.schedulers.slurm.array import submit_array
 
+        deliveries = [slurm_secrets.Delivery.read(t.request.secrets) for t in trials]
         for t in trials:
             slurm_envs.ensure(t.request.env_home, t.request.environments)
-        return submit_array(self.local, [t.request for t in trials], name, parallel)
+        return submit_array(self.local, [t.request for t in trials], name, parallel, deliveries)
 
     def trial_states(self, app_ids: Sequence[str]) -> dict[str, TrialState]:
         """The trials' states from one ``squeue`` (one ``sacct`` for those it no longer shows), each as
@@ -262,7 +267,11 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
                         return self._describe(w, recs)
             return None
 
-        poll_until_terminal(first_live, self.cancel_timeout, initial=0.2, cap=2.0)
+        if poll_until_terminal(first_live, self.cancel_timeout, initial=0.2, cap=2.0) is None:
+            for _, wheres in by_host.values():
+                for w in wheres:
+                    if w.job_dir:
+                        self._forget_secrets(w, w.job_dir)
 
     # -- describe -----------------------------------------------------------------------------------------
     def describe(self, app_id: str, max_age: float = 1.0) -> DescribeAppResponse | None:
@@ -354,8 +363,17 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
             if marked and job_dir:  # the job runs on: its next warning is not this cancel's
                 where.host.unmark(job_dir)
             raise
-        poll_until_terminal(lambda pause: self.describe(app_id, max_age=0.0), self.cancel_timeout,
-                            initial=0.2, cap=2.0)  # fmt: skip
+        last = poll_until_terminal(lambda pause: self.describe(app_id, max_age=0.0), self.cancel_timeout,
+                                   initial=0.2, cap=2.0)  # fmt: skip
+        if job_dir and (last is None or last.state.is_terminal):
+            self._forget_secrets(where, job_dir)
+
+    def _forget_secrets(self, where: Where, job_dir: str) -> None:
+        """Remove the secrets' files of an app that has ended for good (a cancelled job's batch script is killed
+        before it can), when it declares any."""
+        app = self._files(where)[1]
+        if app is not None and any(role.secrets for role in app.roles):
+            where.host.forget_secrets(job_dir)
 
     def job_dir(self, app_id: str) -> Path | None:
         """Where this machine reads the app's job directory: the directory, or the copy of a login node's."""

@@ -25,7 +25,7 @@ from tsm.schedulers.common.lifecycle_opts import LifecycleOptions
 from tsm.schedulers.common.options import option
 from tsm.schedulers.common.quoting import shell_quote
 from tsm.schedulers.common.stall import QUOTE_MAX, stall_message, tick
-from tsm.schedulers.slurm import programs
+from tsm.schedulers.slurm import programs, secrets as slurm_secrets
 from tsm.schedulers.slurm.cli import parse_version
 from tsm.schedulers.slurm.jobdir import CANCEL_MARK
 from tsm.specs.api import AppDef, Role, is_null_resource, macros
@@ -153,20 +153,28 @@ class SlurmBatchRequest:
     #: ``env_home``/envs (:mod:`tsm.schedulers.slurm.envs`); None when no role has one
     environments: dict[str, dict[str, object]] | None = None
     env_home: str = ""
+    #: every secret the roles declare (``str`` of each :class:`~tsm.specs.secrets.SecretRef`: a name and where
+    #: its value is read, never the value), read at submit (:mod:`.secrets`); None when there is none
+    secrets: list[str] | None = None
 
     def __str__(self) -> str:
         return self.script
 
 
 def format_request(request: object) -> str:
-    """How a dry run prints a Slurm request: the script itself (after each role's environment, if any)."""
+    """How a dry run prints a Slurm request: the script itself (after each role's environment and the secrets'
+    sources, if any; never a value)."""
     if not isinstance(request, SlurmBatchRequest):
         return repr(request)
-    if not request.environments:
-        return request.script
-    from tsm.schedulers.slurm import envs
+    lines = []
+    if request.environments:
+        from tsm.schedulers.slurm import envs
 
-    return "\n".join([*envs.lines(request.env_home, request.environments), request.script])
+        lines += envs.lines(request.env_home, request.environments)
+    if request.secrets:
+        lines.append(f"# secrets (read at submit, each an owner-only file of the job directory): "
+                     f"{', '.join(request.secrets)}")
+    return "\n".join([*lines, request.script])
 
 
 def directive(option: str, value: str | int | None = None) -> str:
@@ -354,10 +362,13 @@ def _role_launch(app: AppDef, i: int, role: Role, opts: SlurmOptions, job_dir: s
     argv = [*srun, "bash", "-c", "$_tsm_replica", "tsm-replica", r.name, str(n), str(len(env_pairs))]
     argv += [*env_pairs, r.entrypoint, *r.args]
     quoted = " ".join('"$_tsm_replica"' if a == "$_tsm_replica" else shell_quote(a) for a in argv)
+    secrets = slurm_secrets.role_names(role)
+    quoted = slurm_secrets.launch_prefix(secrets) + quoted
     return [
         f"# role {i}: {r.name}, {n} replica(s)"
         + ("" if sized else "; no resource given: the partition's default CPUs and memory per task apply"),
         f"# python: {python.describe()}" + ("" if "PATH" not in r.env else "; the role sets PATH itself"),
+        *([slurm_secrets.comment(secrets)] if secrets else []),
         f'mkdir -p -- "$TSM_JOB_DIR"/{q(r.name)}',
         f"_tsm_role[{i}]={_string(r.name)}",
         f"_tsm_retries[{i}]={int(r.max_retries)}",

@@ -29,7 +29,7 @@ import subprocess
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -45,7 +45,7 @@ from tsm.schedulers.common.ssh import (
     connection,
     parse_ssh_options,
 )
-from tsm.schedulers.slurm import cli, programs
+from tsm.schedulers.slurm import cli, programs, secrets as slurm_secrets
 from tsm.schedulers.slurm.host import Host, Where
 from tsm.schedulers.slurm.jobdir import DESCRIBED
 from tsm.schedulers.slurm.parse import SlurmJob
@@ -240,11 +240,13 @@ class SshHost(Host):
         return remote_workspace_roles(app, home)
 
     # -- submission ----------------------------------------------------------------------------------------
-    def submit(self, req: SlurmBatchRequest, *, retries: int = 5, pause: float = 1.0) -> str:
-        """Ship the request's workspaces, then submit once, idempotently (see the module docstring)."""
+    def submit(self, req: SlurmBatchRequest, secrets: slurm_secrets.Delivery | None = None, *, retries: int = 5,
+               pause: float = 1.0) -> str:
+        """Ship the request's workspaces, then submit once, idempotently (see the module docstring). The files
+        of ``secrets`` travel in the submission's own stream, straight into the remote job directory."""
         self.last_ship = [ship(self.conn, req.remote_home, d) for d in req.workspaces or []]
         token = PurePosixPath(req.job_dir).name
-        payload = _tar_job(req)
+        payload = _tar_job(req, secrets.values if secrets is not None else None)
         for attempt in range(retries + 1):
             if attempt:
                 found = self._find(req.job_dir, retries, pause)
@@ -389,8 +391,9 @@ def _unpack(archives: bytes, wheres: Sequence[Where], tails: bool) -> None:
                 path.unlink(missing_ok=True)
 
 
-def _tar_job(req: SlurmBatchRequest) -> bytes:
-    """The job directory's first files as one gzipped tar stream (0600 files, 0700 role directories)."""
+def _tar_job(req: SlurmBatchRequest, secrets: Mapping[str, str] | None = None) -> bytes:
+    """The job directory's first files as one gzipped tar stream (0600 files, 0700 role directories), with the
+    secrets' folder when there are ``secrets`` (:func:`.secrets.add_to_tar`); built in memory, never saved."""
     buf = io.BytesIO()
     now = time.time()
     with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT, compresslevel=6) as tar:
@@ -403,6 +406,8 @@ def _tar_job(req: SlurmBatchRequest) -> bytes:
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), 0o600, now
             tar.addfile(info, io.BytesIO(data))
+        if secrets:
+            slurm_secrets.add_to_tar(tar, secrets, now)
     return buf.getvalue()
 
 

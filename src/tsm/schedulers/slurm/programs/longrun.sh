@@ -40,6 +40,7 @@ echo "$TSM_LAST_EXIT" >"$TSM_JOB_DIR/last_exit"
 _tsm_preemptions=$((TSM_RESTART_COUNT - _tsm_failures - _tsm_moves))
 if [ "$_tsm_preemptions" -gt "$_tsm_budget" ]; then
   echo "tsm: the cluster restarted the job $_tsm_preemptions time(s), more than max_preemptions=$_tsm_budget; the app fails" >&2
+  rm -rf -- "$TSM_JOB_DIR/secrets"  # the app is over: its secrets' files go
   echo 1 >"$TSM_JOB_DIR/exit"
   exit 1
 fi
@@ -54,6 +55,7 @@ fi
 # and the app fails.
 if [ -s "$TSM_JOB_DIR/node_error" ]; then  # an earlier attempt could not keep the job off them
   echo "tsm: $(head -n 1 "$TSM_JOB_DIR/node_error")" >&2
+  rm -rf -- "$TSM_JOB_DIR/secrets"  # the app is over: its secrets' files go
   echo 1 >"$TSM_JOB_DIR/exit"
   exit 1
 fi
@@ -111,6 +113,7 @@ if [ "$TSM_RESTART_COUNT" -gt 0 ]; then
     if [ -n "$_tsm_on_bad" ] && [ "$_tsm_moves" -ge "$_tsm_moves_cap" ]; then
       echo "this attempt was given node(s)$_tsm_on_bad, which failed under an earlier one, after $_tsm_moves_cap move(s) off failed nodes (at most max_preemptions + max_retries): Slurm does not keep the job off them (ExcNodeList=$_tsm_exc); the app fails" >"$TSM_JOB_DIR/node_error"
       echo "tsm: $(head -n 1 "$TSM_JOB_DIR/node_error")" >&2
+      rm -rf -- "$TSM_JOB_DIR/secrets"  # the app is over: its secrets' files go
       echo 1 >"$TSM_JOB_DIR/exit"
       exit 1
     fi

@@ -2,7 +2,8 @@
 # The program every task of a tsm app runs (srun ... bash -c "$_tsm_replica" tsm-replica ROLE N NENV K=V... CMD...):
 # exports the replica's TSM_* names, sets the role's NENV env pairs, substitutes ${app_id} and ${replica_id},
 # records the replica's host and exit code in $TSM_JOB_DIR/ROLE/<k>.status and runs CMD. Its text never holds
-# a value of the app: every value comes as a positional parameter.
+# a value of the app: every value comes as a positional parameter, but the secrets' (the names in
+# $TSM_SECRET_NAMES), which it reads from their files in $TSM_JOB_DIR/secrets into the replica's environment.
 role=$1 n=$2 nenv=$3
 shift 3
 export TSM_REPLICA_ID="${SLURM_PROCID:-0}" TSM_ROLE_NAME="$role" TSM_NUM_REPLICAS="$n"
@@ -10,6 +11,17 @@ status="$TSM_JOB_DIR/$role/$TSM_REPLICA_ID.status"
 attempt="${SLURM_RESTART_COUNT:-0}"
 host="${SLURMD_NODENAME:-$(hostname)}"
 printf 'running %s %s %s\n' "$host" "$(date +%s)" "$attempt" >"$status"
+declare -A _tsm_secret=()
+for _tsm_n in ${TSM_SECRET_NAMES:-}; do  # the role's secrets: each the whole of its file (written at submit)
+  _tsm_f="$TSM_JOB_DIR/secrets/$_tsm_n"
+  if ! _tsm_v=$(cat -- "$_tsm_f" && printf x); then
+    echo "tsm: secret $_tsm_n: cannot read $_tsm_f (its file goes when the app ends, is cancelled or removed)" >&2
+    printf 'exited 1 %s %s - %s\n' "$(date +%s)" "$attempt" "$host" >"$status"
+    exit 1
+  fi
+  _tsm_secret[$_tsm_n]=${_tsm_v%x}
+done
+unset TSM_SECRET_NAMES _tsm_n _tsm_f _tsm_v
 tsm_sub() {
   REPLY=$1
   case $REPLY in *'${'*)
@@ -137,7 +149,22 @@ tsm_oom
 oom0=$REPLY
 tsm_gpu
 gpu0=$REPLY
-if [ "${#odd[@]}" -gt 0 ]; then
+if [ "${#_tsm_secret[@]}" -gt 0 ]; then
+  # the secrets go into the command's environment only, never into this wrapper's variables (whatever their
+  # names): a subshell takes the command as its arguments, exports them and becomes the command
+  (
+    if [ "${#odd[@]}" -gt 0 ]; then set -- env -- "${odd[@]}" "${cmd[@]}"; else set -- "${cmd[@]}"; fi
+    unset odd cmd  # arrays: a secret of either name is a plain variable
+    for _tsm_n in "${!_tsm_secret[@]}"; do
+      export "$_tsm_n=${_tsm_secret[$_tsm_n]}" 2>/dev/null || {
+        echo "tsm: secret $_tsm_n: bash cannot set a variable of that name (it is one of its own)" >&2
+        exit 1
+      }
+    done
+    unset _tsm_secret _tsm_n
+    exec "$@"
+  )
+elif [ "${#odd[@]}" -gt 0 ]; then
   env -- "${odd[@]}" "${cmd[@]}"
 else
   "${cmd[@]}"

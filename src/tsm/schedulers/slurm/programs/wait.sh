@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2154
 # The batch script's last part (after one background srun per role): wait for every role, stop the others
-# when one fails, requeue while the failed role has retries left, record the exit code in $TSM_JOB_DIR/exit.
+# when one fails, requeue while the failed role has retries left, record the exit code in $TSM_JOB_DIR/exit
+# (removing the secrets' folder first when no attempt follows).
 # Set before it (the script's own, generated part and longrun.sh): the arrays _tsm_pid, _tsm_role and
 # _tsm_retries (one entry per role), _tsm_failures, _tsm_timer, _tsm_watch, _tsm_stalled, _tsm_cause,
 # _tsm_no_requeue, and the functions _tsm_preempted, _tsm_signal_run and _tsm_on_wake.
@@ -55,6 +56,7 @@ if [ -n "$_tsm_preempting" ]; then
 fi
 [ -n "$_tsm_stalled" ] && [ -z "$_tsm_failed" ] && _tsm_failed=0
 if [ -z "$_tsm_failed" ]; then
+  rm -rf -- "$TSM_JOB_DIR/secrets"  # the app is over: its secrets' files go (only a requeue keeps them)
   echo 0 >"$TSM_JOB_DIR/exit"
   exit 0
 fi
@@ -73,5 +75,6 @@ if [ -z "$_tsm_no_requeue" ] && [ "$_tsm_failures" -lt "${_tsm_retries[$_tsm_fai
     sleep 600 # Slurm ends this run of the job now
   fi
 fi
+rm -rf -- "$TSM_JOB_DIR/secrets"
 echo "$_tsm_code" >"$TSM_JOB_DIR/exit"
 exit "$_tsm_code"
