@@ -203,23 +203,29 @@ def fake_nvidia_smi(folder: Path, after: str, code: int) -> Path:
 
 
 def everything_under(home: Path) -> str:
-    """Every byte under ``home``, with every row of every SQLite table there (read through SQLite, so what
-    is still in a WAL counts): what a test searches for a value that must be kept nowhere. A file removed
-    meanwhile is skipped; a store another process is checkpointing is read again."""
-    import sqlite3
-
+    """Every byte under ``home``, with :func:`store_text`: what a test searches for a value that must be kept
+    nowhere. A file removed meanwhile is skipped."""
     text = []
     for p in home.rglob("*"):
         with contextlib.suppress(OSError):
             if p.is_file():
                 text.append(p.read_bytes().decode(errors="replace"))
+    return "\n".join([*text, store_text(home)])
+
+
+def store_text(home: Path) -> str:
+    """Every row of every table of every SQLite store under ``home`` (``tsm.db``), as text, read through
+    SQLite so what is still in a WAL counts; a store another process is checkpointing is read again."""
+    import sqlite3
+
+    text: list[str] = []
     for db in home.rglob("*.db"):
         for tries in itertools.count():
             try:
                 con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
                 try:
                     tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-                    text += [repr(row) for t in tables for row in con.execute(f"SELECT * FROM {t}")]  # noqa: S608
+                    text += [repr(row) for t in tables for row in con.execute(f'SELECT * FROM "{t}"')]  # noqa: S608
                 finally:
                     con.close()
                 break

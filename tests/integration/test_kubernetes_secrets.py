@@ -14,7 +14,6 @@ import base64
 import hashlib
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import pytest
 
 from integration.k8s_cluster import K8sCluster
 from schedulers.conformance import _wait_until
+from testutil import store_text
 from tsm.runner.api import get_runner
 from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
 from tsm.schedulers.kubernetes.secrets import PLACEHOLDER, key
@@ -99,14 +99,6 @@ def tsm_cli(*args: str) -> str:
     return proc.stdout + proc.stderr
 
 
-def store_text(home: Path) -> str:
-    """Every row of every table of ``$TSM_HOME/tsm.db``, as text."""
-    con = sqlite3.connect(home / "tsm.db")
-    try:
-        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return "\n".join(repr(row) for t in tables for row in con.execute(f'SELECT * FROM "{t}"'))
-    finally:
-        con.close()
 
 
 def files_leaking(home: Path, values: list[str]) -> list[str]:

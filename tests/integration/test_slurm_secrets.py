@@ -16,7 +16,6 @@ import glob
 import hashlib
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from testutil import wait_until
+from testutil import store_text, wait_until
 from tsm.runner.api import get_runner
 from tsm.schedulers.slurm.ssh_host import RemoteRecord
 from tsm.specs.api import AppDef, AppState, Resource, Role
@@ -90,16 +89,6 @@ def files_leaking(home: Path, values: list[str]) -> list[str]:
     return out
 
 
-def store_text(home: Path) -> str:
-    """Every row of every table of ``$TSM_HOME/tsm.db`` (when tsm made one), as text."""
-    if not (home / "tsm.db").exists():
-        return ""
-    con = sqlite3.connect(home / "tsm.db")
-    try:
-        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return "\n".join(repr(row) for t in tables for row in con.execute(f'SELECT * FROM "{t}"'))
-    finally:
-        con.close()
 
 
 def run(*args: str) -> str:
