@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 #: Seconds a writer waits for another process's write lock before giving up (``$TSM_STORE_TIMEOUT``).
 DEFAULT_TIMEOUT = 30.0
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS apps (
@@ -90,6 +90,15 @@ CREATE TABLE IF NOT EXISTS local_replicas (
     restarts INTEGER NOT NULL DEFAULT 0,
     error TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (app_id, role, idx)
+);
+CREATE TABLE IF NOT EXISTS holds (
+    handle TEXT PRIMARY KEY,
+    after TEXT NOT NULL,
+    state TEXT NOT NULL,
+    msg TEXT NOT NULL DEFAULT '',
+    dir TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
 );
 """
 

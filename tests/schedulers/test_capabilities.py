@@ -16,6 +16,8 @@ from tsm.schedulers.api import (
     DirectoryWorkspaces,
     EventWait,
     MultiReplicaLogs,
+    NativeDependencies,
+    PresetAppIds,
     SizedPlacement,
     StoreRecords,
     SweepNative,
@@ -26,7 +28,7 @@ from tsm.workspace.api import WorkspaceBuilder
 SRC = Path(__file__).resolve().parents[2] / "src" / "tsm"
 
 CAPABILITIES = (BatchedViews, DetailedViews, MultiReplicaLogs, SizedPlacement, DirectoryWorkspaces, EventWait,
-                WorkspaceBuilder, SweepNative, StoreRecords)
+                WorkspaceBuilder, SweepNative, StoreRecords, PresetAppIds, NativeDependencies)
 
 
 def _classes() -> dict[str, type]:
@@ -42,11 +44,12 @@ def _classes() -> dict[str, type]:
 
 #: What each builtin backend declares (and so what the runner, the views and the CLI will ask of it).
 DECLARED = {
-    "local": {DetailedViews, BatchedViews, MultiReplicaLogs, DirectoryWorkspaces, EventWait, StoreRecords},
-    "slurm": {BatchedViews, DirectoryWorkspaces, SweepNative},
-    "docker": {BatchedViews, WorkspaceBuilder},
-    "kubernetes": {BatchedViews, WorkspaceBuilder},
-    "ray": {BatchedViews, WorkspaceBuilder},
+    "local": {DetailedViews, BatchedViews, MultiReplicaLogs, DirectoryWorkspaces, EventWait, StoreRecords,
+              PresetAppIds},
+    "slurm": {BatchedViews, DirectoryWorkspaces, SweepNative, NativeDependencies},
+    "docker": {BatchedViews, WorkspaceBuilder, PresetAppIds},
+    "kubernetes": {BatchedViews, WorkspaceBuilder, PresetAppIds},
+    "ray": {BatchedViews, WorkspaceBuilder, PresetAppIds},
 }
 
 

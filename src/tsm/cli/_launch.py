@@ -51,6 +51,12 @@ def add_launch_args(parser: Any) -> None:
         help="ship DIR with the app: roles without an image run in a read-only snapshot of it, reused while "
         "DIR is unchanged (default: $TSM_WORKSPACE, else none; --workspace '' for none)",
     )
+    parser.add_argument(
+        "--after", action="append", metavar="HANDLE[:ok|:any|:fail]", default=None,
+        help="start only once the app HANDLE has ended: SUCCEEDED (ok, the default), in any state (any), or "
+        "FAILED/CANCELLED (fail); repeat for more (all must be met). Slurm waits itself for jobs of the same "
+        "cluster (--dependency); otherwise tsm submits it when they end, even after this terminal is gone",
+    )
 
 
 def parse_cfg(texts: str | Sequence[str] | None) -> dict[str, str]:
@@ -97,7 +103,8 @@ def dry_run(runner: Any, args: Any, command: str, building: bool = False) -> App
         spin = _live.step(f"snapshotting workspace {workspace}") if workspace and building else contextlib.nullcontext()
         with spin:
             info: AppDryRunInfo[Any] = runner.dryrun_component(args.component, args.component_args, args.scheduler,
-                                                               cfg, workspace=workspace or None)
+                                                               cfg, workspace=workspace or None,
+                                                               after=args.after)
     return info
 
 
@@ -110,7 +117,12 @@ def snapshot_line(info: AppDryRunInfo[Any]) -> str | None:
 
 def request_text(info: AppDryRunInfo[Any]) -> str:
     """The request as every dry run prints it: header, request, app-id note."""
-    return f"=== scheduler request ({info.scheduler}) ===\n{info}\n{ID_NOTE}\n"
+    held = "".join(f"# held by tsm until {d} ends as asked, then submitted as above\n" for d in info.after)
+    if info.on_state:
+        from tsm.runner.hooks import describe
+
+        held += f"# each state change is told to {describe(info.on_state)} by tsm's helper\n"
+    return f"=== scheduler request ({info.scheduler}) ===\n{info}\n{held}{ID_NOTE}\n"
 
 
 def dryrun_text(info: AppDryRunInfo[Any]) -> str:
@@ -148,7 +160,7 @@ WORKSPACE_METADATA_KEY = "tsm.workspace"
 
 #: tsm run's and tsm dryrun's own flags: a component that rejects one of these was most likely given it
 #: by mistake after COMPONENT.
-_OWN_FLAGS = ("--detach", "--dryrun", "-s", "--scheduler", "-c", "--cfg", "--workspace")
+_OWN_FLAGS = ("--detach", "--dryrun", "-s", "--scheduler", "-c", "--cfg", "--workspace", "--after")
 
 
 @contextlib.contextmanager

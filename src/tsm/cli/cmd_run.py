@@ -20,7 +20,8 @@ from tsm.cli._live import start_thread
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "run", help="launch a component (streams logs and waits unless --detach)",
-        usage="tsm run [-s SCHEDULER] [-c CFG] [--dryrun] [--detach] [--workspace DIR] COMPONENT [COMPONENT ARGS...]",
+        usage="tsm run [-s SCHEDULER] [-c CFG] [--dryrun] [--detach] [--workspace DIR] [--after HANDLE[:COND]] "
+        "COMPONENT [COMPONENT ARGS...]",
         description="Launch COMPONENT (builtin like utils.echo, an installed one, or path/file.py:function) "
         "with its own arguments after it. tsm run's options (-s, -c, --dryrun, --detach) go BEFORE COMPONENT; "
         "everything after COMPONENT is the component's. `tsm run COMPONENT --help` shows the component's "
@@ -100,7 +101,33 @@ def run(args: argparse.Namespace) -> int:
             return _exits.OK
         sys.stderr.write(f"tsm: launched {handle}\n")
         sys.stderr.flush()
+        if info.after:
+            held.release()
+            code = wait_held(runner, handle, info.after)
+            if code is not None:
+                return code
         return attach(runner, handle, held)
+
+
+def wait_held(runner: Any, handle: str, after: list[str]) -> int | None:
+    """Wait while tsm holds the app for its dependencies (Ctrl-C cancels it); the exit code when it ended
+    without being submitted, None once it was."""
+    from tsm.runner import after as _after
+
+    sys.stderr.write(f"tsm: {handle} waits for {', '.join(after)} (Ctrl-C cancels it)\n")
+    sys.stderr.flush()
+    try:
+        while not _after.wait(runner, handle, None):
+            pass
+    except KeyboardInterrupt:
+        runner.cancel(handle)
+        sys.stderr.write(f"\ntsm: interrupted; cancelled {handle}\n")
+        return _exits.INTERRUPTED
+    status = _after.status(runner, handle)
+    if status is None:
+        return None
+    sys.stderr.write(f"tsm: {handle}\n{status.summary()}\n")
+    return _exits.FAILED
 
 
 def attach(runner: Any, handle: str, held: _HeldInterrupt | None = None) -> int:

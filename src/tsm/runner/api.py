@@ -23,7 +23,7 @@ import builtins
 import copy
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -37,7 +37,9 @@ from tsm.errors import (
     UnknownSchedulerError,
 )
 from tsm.history import History
+from tsm.runner import after as _after, hooks as _hooks
 from tsm.runner.batch import live_list, remove_each
+from tsm.runner.component_launch import ComponentLaunch
 from tsm.runner.debug import ReplicaDebugging
 from tsm.runner.events import log_event
 from tsm.runner.params import (  # re-exported: where callers found them before
@@ -69,7 +71,7 @@ from tsm.schedulers.api import (
     Stream,
     SweepNative,
 )
-from tsm.specs.api import AppDef, AppDryRunInfo, AppStatus
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, AppStatus
 from tsm.specs.handles import app_handle_template, make_app_handle, parse_app_handle
 from tsm.specs.overrides import apply_overrides
 from tsm.specs.runopts import CfgVal, runopts
@@ -83,7 +85,7 @@ if TYPE_CHECKING:
 LIST_LIMIT = 200
 
 
-class Runner(ReplicaDebugging):
+class Runner(ComponentLaunch, ReplicaDebugging):
     """Launches and tracks apps; create it with :func:`get_runner` and close it (or use ``with``).
 
     Args:
@@ -205,14 +207,16 @@ class Runner(ReplicaDebugging):
 
     # -- launch ------------------------------------------------------------------------------------
     def dryrun(self, app: AppDef, scheduler: str | None = None, cfg: Mapping[str, CfgVal] | None = None,
-               workspace: str | None = None, parent_run_id: str | None = None) -> AppDryRunInfo[Any]:
+               workspace: str | None = None, parent_run_id: str | None = None,
+               after: Iterable[str | _after.After] | None = None) -> AppDryRunInfo[Any]:
         """Validate the app and return what ``scheduler`` would submit, without submitting it.
 
         ``workspace`` is shipped with the app (:func:`tsm.workspace.dir.apply_workspace`: a snapshot
         directory, or the scheduler's own builder), else :class:`~tsm.errors.NotSupportedError`. Every
         replica gets the run-tracking variables (:func:`tsm.tracker.api.tracker_env`: ``TSM_JOB_ID``,
         ``TSM_PARENT_RUN_ID`` from ``parent_run_id``, ``TSM_TRACKERS``, ...) and TorchX's names for them;
-        the run option ``torchx_env=False`` leaves TorchX's names out.
+        the run option ``torchx_env=False`` leaves TorchX's names out. ``after``: apps it waits for
+        (``HANDLE[:ok|:any|:fail]``, :mod:`tsm.runner.after`).
         """
         with log_event("dryrun", scheduler, workspace=workspace,
                        parent_run_id=parent_run_id, runcfg=_cfg_json(cfg), session=self._name) as ctx:
@@ -224,6 +228,7 @@ class Runner(ReplicaDebugging):
             sched = self._scheduler(scheduler)
             resolved = self._resolve_cfg(scheduler, cfg)
             torchx_env = _flag(resolved.pop(TORCHX_ENV_OPTION, True))
+            on_state = resolved.pop("on_state", None)
             add_secrets(app, resolved.pop("secrets", None), sched, scheduler)
             # ${app_id} is filled in per replica
             add_job_env(app, app_handle_template(scheduler, self.session_name), parent_run_id, self.config, torchx_env)
@@ -238,15 +243,26 @@ class Runner(ReplicaDebugging):
                 ship_workspace(app, workspace, scheduler, sched, resolved)
             info = sched.submit_dryrun(app, resolved)
             info.scheduler = scheduler  # as the runner names it (an alias such as local_cwd stays itself)
+            info.on_state = _hooks.check(on_state) if on_state else ""
             if info.app is not None:
                 ctx.set(app_id=info.app.name, app_image=info.app.roles[0].image if info.app.roles else None,
                         app_metadata=dict(info.app.metadata))
-            return info
+            return _after.prepare(self, info, after) if after else info
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Submit a dry run's request unchanged; returns the app handle and records it."""
+        handle = self._schedule(dryrun_info)
+        if dryrun_info.on_state:  # a detached helper tells it of each state change (tsm.runner.hooks)
+            _hooks.follow(self, handle, dryrun_info.on_state, *self._likeness())
+        return handle
+
+    def _schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         scheduler = dryrun_info.scheduler
         with log_event("schedule", scheduler, runcfg=_cfg_json(dryrun_info.cfg), session=self._name) as ctx:
+            if dryrun_info.after:  # tsm's helper submits it once its dependencies end
+                handle = _after.hold(self, dryrun_info, *self._likeness())
+                ctx.set(app_id=parse_app_handle(handle).app_id)
+                return handle
             sched = self._scheduler(scheduler)
             # A scheduler whose records live in tsm's own store (the local one) writes the history's row in
             # the transaction of its own record: one store write less on the way to run()'s return.
@@ -295,67 +311,32 @@ class Runner(ReplicaDebugging):
 
     @overload
     def run(self, app: AppDef, scheduler: str | None = ..., cfg: Mapping[str, CfgVal] | None = ...,
-            workspace: str | None = ..., parent_run_id: str | None = ..., *, dryrun: Literal[False] = ...) -> str: ...
+            workspace: str | None = ..., parent_run_id: str | None = ..., *, dryrun: Literal[False] = ...,
+            after: Iterable[str | _after.After] | None = ...) -> str: ...
 
     @overload
     def run(self, app: AppDef, scheduler: str | None = ..., cfg: Mapping[str, CfgVal] | None = ...,
             workspace: str | None = ..., parent_run_id: str | None = ..., *,
-            dryrun: Literal[True]) -> AppDryRunInfo[Any]: ...
+            dryrun: Literal[True], after: Iterable[str | _after.After] | None = ...) -> AppDryRunInfo[Any]: ...
 
     def run(self, app: AppDef, scheduler: str | None = None, cfg: Mapping[str, CfgVal] | None = None,
             workspace: str | None = None, parent_run_id: str | None = None, *,
-            dryrun: bool = False) -> str | AppDryRunInfo[Any]:
-        """Dry-run then schedule ``app``; returns its handle.
+            dryrun: bool = False, after: Iterable[str | _after.After] | None = None) -> str | AppDryRunInfo[Any]:
+        """Dry-run then schedule ``app``; returns its handle. With ``after``, it starts once those apps end as
+        asked (``HANDLE[:ok|:any|:fail]``, :mod:`tsm.runner.after`), and its handle is returned at once.
 
         ``dryrun=True`` (TorchX's nightly keyword) submits nothing and returns the :class:`AppDryRunInfo`
         that :meth:`dryrun` gives, which :meth:`schedule` accepts unchanged.
         """
         if dryrun:
-            return self.dryrun(app, scheduler, cfg, workspace=workspace, parent_run_id=parent_run_id)
+            return self.dryrun(app, scheduler, cfg, workspace=workspace, parent_run_id=parent_run_id, after=after)
         with log_event("run", scheduler, workspace=workspace, parent_run_id=parent_run_id,
                        runcfg=_cfg_json(cfg), session=self._name) as ctx:
-            handle = self.schedule(self.dryrun(app, scheduler, cfg, workspace=workspace, parent_run_id=parent_run_id))
+            handle = self.schedule(self.dryrun(app, scheduler, cfg, workspace=workspace, parent_run_id=parent_run_id,
+                                               after=after))
             parsed = parse_app_handle(handle)
             ctx.set(scheduler=parsed.scheduler, app_id=parsed.app_id)
             return handle
-
-    def component_app(self, component: str | None, component_args: builtins.list[str] | None = None) -> AppDef:
-        """Materialize a component (builtin, entry point or ``file.py:fn``; None: the config's ``[cli:run]
-        component``) with its arguments."""
-        from tsm.components import get_component, materialize
-
-        component = self.config.component(component)
-
-        comp = get_component(component)
-        defaults = dict(self.config.component_defaults.get(component, {}))
-        defaults.update(self._component_defaults.get(component, {}))
-        return materialize(comp.fn, list(component_args or []), defaults=defaults or None, prog=f"tsm run {component}")
-
-    def dryrun_component(
-        self,
-        component: str | None,
-        component_args: builtins.list[str] | None = None,
-        scheduler: str | None = None,
-        cfg: Mapping[str, CfgVal] | None = None,
-        workspace: str | None = None,
-        parent_run_id: str | None = None,
-    ) -> AppDryRunInfo[Any]:
-        """:meth:`dryrun` of a component."""
-        return self.dryrun(self.component_app(component, component_args), scheduler, cfg,
-                           workspace=workspace, parent_run_id=parent_run_id)
-
-    def run_component(
-        self,
-        component: str | None,
-        component_args: builtins.list[str] | None = None,
-        scheduler: str | None = None,
-        cfg: Mapping[str, CfgVal] | None = None,
-        workspace: str | None = None,
-        parent_run_id: str | None = None,
-    ) -> str:
-        """:meth:`run` of a component; returns the handle."""
-        return self.schedule(self.dryrun_component(component, component_args, scheduler, cfg,
-                                                   workspace=workspace, parent_run_id=parent_run_id))
 
     # -- queries -----------------------------------------------------------------------------------
     def _locate(self, app_handle: str) -> tuple[Scheduler, str, str]:
@@ -375,11 +356,11 @@ class Runner(ReplicaDebugging):
         return status
 
     def status(self, app_handle: str) -> AppStatus | None:
-        """The app's current status, or None when its scheduler does not know it (any more)."""
+        """The app's current status, or None when its scheduler does not know it (any more) and it is not held."""
         sched, name, app_id = self._locate(app_handle)
         with log_event("status", name, app_id, session=self._name):
             desc = sched.describe(app_id)
-            return None if desc is None else self._to_status(app_handle, desc)
+            return _after.status(self, app_handle) if desc is None else self._to_status(app_handle, desc)
 
     def wait(
         self, app_handle: str, wait_interval: float | None = None, timeout: float | None = None
@@ -396,17 +377,24 @@ class Runner(ReplicaDebugging):
             raise ValueError(f"wait_interval must be > 0 seconds, got {wait_interval!r}")
         sched, name, app_id = self._locate(app_handle)
         with log_event("wait", name, app_id, session=self._name):
+            start = time.monotonic()
+            if not _after.wait(self, app_handle, timeout):  # held, still waiting for its dependencies
+                return _after.status(self, app_handle)
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.monotonic() - start))
             if wait_interval is None or isinstance(sched, EventWait):  # an interval would mean nothing
                 desc = sched.wait(app_id, timeout=timeout)
             else:
                 desc = sched.wait(app_id, timeout=timeout, poll_interval=wait_interval)
-            return None if desc is None else self._to_status(app_handle, desc)
+            return _after.status(self, app_handle) if desc is None else self._to_status(app_handle, desc)
 
     def cancel(self, app_handle: str) -> None:
         """Stop the app; idempotent, and nothing happens for an app its scheduler does not know."""
         sched, name, app_id = self._locate(app_handle)
         with log_event("cancel", name, app_id, session=self._name):
             desc = sched.describe(app_id)
+            if desc is None and not _after.cancel(self, app_handle):  # held: a cancel ends the wait
+                desc = sched.describe(app_id)  # it was being submitted as the cancel came
             if desc is None:
                 return
             if not desc.state.is_terminal:
@@ -424,10 +412,13 @@ class Runner(ReplicaDebugging):
         sched, name, app_id = self._locate(app_handle)
         with log_event("delete", name, app_id, session=self._name):
             desc = sched.describe(app_id)
+            if desc is None and not _after.cancel(self, app_handle):
+                desc = sched.describe(app_id)
             if desc is not None and not desc.state.is_terminal:
                 sched.cancel(app_id)  # idempotent, and ends the app on every builtin backend before it returns
             self._forget_function_files(app_handle, desc)
             sched.remove(app_id)
+            _after.forget(self, app_handle)
             self.history.forget(app_handle)
             self._apps.pop(app_handle, None)
 
@@ -475,10 +466,15 @@ class Runner(ReplicaDebugging):
         return replica_events(self._sibling, app_handle, targets, regex=regex, since=since, until=until,
                               should_tail=should_tail, streams=streams, attempt=attempt, idle=idle)
 
+    def _likeness(self) -> tuple[Mapping[str, SchedulerFactory] | None, dict[str, Any]]:
+        """What makes a runner like this one: the factories it was given (None: the registry's) and the
+        scheduler parameters it was given (not those only offered by the environment)."""
+        factories = None if isinstance(self._scheduler_factories, RegistryFactories) else self._scheduler_factories
+        return factories, {k: v for k, v in self._scheduler_params.items() if k not in self._offered_params}
+
     def _sibling(self) -> Runner:
         """A runner like this one (session, factories, given parameters, config) for another thread."""
-        factories = None if isinstance(self._scheduler_factories, RegistryFactories) else self._scheduler_factories
-        given = {k: v for k, v in self._scheduler_params.items() if k not in self._offered_params}
+        factories, given = self._likeness()
         return Runner(self._name, factories, self._component_defaults, given, config=self._config)
 
     def list(self, scheduler: str | None = None, limit: int | None = LIST_LIMIT) -> builtins.list[ListAppResponse]:
@@ -521,13 +517,15 @@ class Runner(ReplicaDebugging):
         """Remove one ended app; False for one still running that was not ``named``, or already gone."""
         sched, name, app_id = self._locate(handle)
         desc = sched.describe(app_id)
-        if desc is not None and not desc.state.is_terminal:
+        held = _after.status(self, handle) if desc is None else None  # an app held for its dependencies
+        state = desc.state if desc is not None else held.state if held is not None else AppState.SUCCEEDED
+        if not state.is_terminal:
             if named:
-                raise AppStillRunningError(f"{handle} is still {desc.state.name}; cancel it first",
+                raise AppStillRunningError(f"{handle} is still {state.name}; cancel it first",
                                            handle=handle, scheduler=name)
             return False
         self._forget_function_files(handle, desc)
-        gone = sched.remove(app_id)
+        gone = sched.remove(app_id) | _after.forget(self, handle)
         known = self.history.forget(handle)
         if not gone and not known and named:
             raise self._unknown(handle, name)

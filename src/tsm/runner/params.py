@@ -50,7 +50,7 @@ RESERVED_ENV_PREFIXES = ("TSM_PORT_", "TSM_TRACKER_", "TSM_K8S_", "TSM_DOCKER_",
 #: The run option (accepted by every scheduler through the runner) that turns TorchX's names off.
 TORCHX_ENV_OPTION = "torchx_env"
 #: The runner's own run options: every scheduler takes them, the runner handles them (see :func:`with_runner_opts`).
-RUNNER_OPTIONS = (TORCHX_ENV_OPTION, "secrets")
+RUNNER_OPTIONS = (TORCHX_ENV_OPTION, "secrets", "on_state")
 
 SchedulerFactory = Callable[..., Scheduler]
 
@@ -144,7 +144,19 @@ def cfg_json(cfg: Mapping[str, Any] | None) -> str | None:
     """A run config as the JSON events carry (None when empty)."""
     import json
 
-    return json.dumps(dict(cfg), default=str, sort_keys=True) if cfg else None
+    if not cfg:
+        return None
+    shown = dict(cfg)
+    if isinstance(shown.get("on_state"), str):  # a hook's URL may hold a token: its host only
+        from tsm.runner.hooks import describe
+
+        shown["on_state"] = describe(shown["on_state"])
+    return json.dumps(shown, default=str, sort_keys=True)
+
+
+#: Run options a project's config file may not set (it would act with the user's rights), and why.
+_USERS_OWN = {"secrets": "hands your environment's and files' values to the app",
+              "on_state": "runs a command or sends your apps' states to a URL"}
 
 
 def resolve_cfg(config: Config, scheduler: str, opts: runopts, cfg: Mapping[str, CfgVal] | None) -> dict[str, CfgVal]:
@@ -156,11 +168,11 @@ def resolve_cfg(config: Config, scheduler: str, opts: runopts, cfg: Mapping[str,
     file_cfg = dict(config.scheduler_cfg.get(scheduler, {}))
     for key, value in file_cfg.items():
         origin = config.origin.get((scheduler, key), "config file")
-        if key == "secrets" and not _users_own(origin):
+        if key in _USERS_OWN and not _users_own(origin):
             raise ConfigError(
-                f"{origin}: [scheduler.{scheduler}] run option 'secrets' hands your environment's and files' values "
-                "to the app, so it is taken only from the command line (-c secrets=...) or your own config file "
-                "(~/.config/tsm/config.toml, ~/.torchxconfig), not from a project's"
+                f"{origin}: [scheduler.{scheduler}] run option '{key}' {_USERS_OWN[key]}, so it is taken only from "
+                f"the command line (-c {key}=...) or your own config file (~/.config/tsm/config.toml, "
+                "~/.torchxconfig), not from a project's"
             )
         if key in RUNNER_OPTIONS:
             continue
@@ -221,7 +233,7 @@ def add_job_env(app: AppDef, handle: str, parent_run_id: str | None, config: Con
 
 
 def with_runner_opts(opts: runopts) -> runopts:
-    """A scheduler's run options ``opts`` plus the runner's own ``torchx_env`` and ``secrets``."""
+    """A scheduler's run options ``opts`` plus the runner's own ``torchx_env``, ``secrets`` and ``on_state``."""
     out = runopts()
     out.update(opts)
     if TORCHX_ENV_OPTION not in out:
@@ -230,6 +242,10 @@ def with_runner_opts(opts: runopts) -> runopts:
     if "secrets" not in out:
         out.add("secrets", list[str], "secrets every replica gets as environment variables, read at submit and "
                 "never stored or shown: NAME (from your environment), NAME:file:PATH, NAME:k8s:SECRET/KEY")
+    if "on_state" not in out:
+        out.add("on_state", str, "told of each state change of the app, by tsm's helper (at least once, retried): "
+                "an http(s):// URL gets a JSON POST, anything else is a command run with the handle, the old and "
+                "new state and the message as arguments")
     return out
 
 

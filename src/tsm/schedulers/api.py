@@ -20,6 +20,8 @@ signature, never a backend's name:
 ``WorkspaceBuilder``        (:mod:`tsm.workspace.api`) builds its own workspaces (an image): the runner calls it
 :class:`EventWait`          ``wait`` reacts to an event (no polling): ``poll_interval`` is not used
 :class:`StoreRecords`       keeps its records in tsm's store: the runner's history row joins the record's write
+:class:`PresetAppIds`       ``app_id_of``: the dry run fixes the app id, so an app can be held, then submitted
+:class:`NativeDependencies` ``with_dependencies``: the engine holds a job until others end (``--after``)
 :class:`ReplicaExec`        ``exec_in_replica``: a command in a live replica's place (``tsm exec``)
 :class:`ReplicaStacks`      ``replica_stacks``: py-spy dumps of every Python process of replicas (``tsm stack``)
 :class:`ReplicaPorts`       ``connect_replica_port``: a stream to a port inside a replica (``tsm port-forward``)
@@ -44,7 +46,7 @@ import abc
 import enum
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from tsm.errors import InvalidAppError, ReplicaNotRunningError, SchedulerError
 
@@ -403,6 +405,30 @@ class Secrets:
 
     __slots__ = ()
     secret_kinds: tuple[str, ...] = ("env", "file")
+
+
+class PresetAppIds(abc.ABC):
+    """Capability: the app id is fixed by the dry run (not by the engine at submission), so tsm can hand out an
+    app's handle before it submits it: an app held until others end (:mod:`tsm.runner.after`)."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def app_id_of(self, dryrun_info: AppDryRunInfo[Any]) -> str:
+        """The id ``schedule(dryrun_info)`` will return."""
+
+
+class NativeDependencies(abc.ABC):
+    """Capability: the engine holds a job until others end (Slurm's ``--dependency``) and ends it when they
+    never can."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def with_dependencies(self, dryrun_info: AppDryRunInfo[Any],
+                          after: Sequence[tuple[str, str]]) -> AppDryRunInfo[Any] | None:
+        """``dryrun_info`` waiting for each ``(app_id, condition)`` (``ok``, ``any``, ``fail``) of this scheduler;
+        None when the engine cannot (an app of another cluster): tsm's helper waits instead."""
 
 
 class EventWait:

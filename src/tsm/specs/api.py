@@ -431,6 +431,11 @@ class AppDryRunInfo(Generic[RequestT]):
     app: AppDef | None = None
     cfg: dict[str, Any] = field(default_factory=dict)
     scheduler: str = ""
+    #: the apps it waits for that tsm's helper watches (``HANDLE:ok|any|fail``, :mod:`tsm.runner.after`);
+    #: empty when it waits for none, or its scheduler waits itself (then the request says so)
+    after: list[str] = field(default_factory=list)
+    #: told of each state change of the app (``-c on_state``, :mod:`tsm.runner.hooks`); kept out of ``cfg``
+    on_state: str = ""
 
     def __str__(self) -> str:
         return self.fmt(self.request)

@@ -9,7 +9,8 @@ live in the scheduler kit, so backends build them without importing this package
 The collector knows no backend. **Cost of a refresh** (:meth:`SnapshotCollector.refresh`), whatever the number
 of apps and replicas:
 
-* the history: one store query;
+* the history: one store query, and one more for apps held for others (:mod:`tsm.runner.after`) when the
+  schedulers do not report some;
 * each scheduler that declares :class:`~tsm.schedulers.api.BatchedViews`: one ``view_snapshot`` call, which
   makes one batched query of its backend (local: two store queries, :mod:`tsm.schedulers.local.view`; Slurm:
   one ``squeue`` plus one ``sstat``; Docker: one container list; Kubernetes: one pod list; Ray: one job list).
@@ -33,6 +34,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from tsm.runner import after as _after
 from tsm.schedulers.api import BatchedViews, DetailedViews
 from tsm.schedulers.common.viewmodel import (
     AppSummary,
@@ -140,11 +142,17 @@ class SnapshotCollector:
             except Exception as e:  # noqa: BLE001 - one unreachable backend must not hide the others
                 errors[name] = f"{type(e).__name__}: {e}"
                 got = {}
+            unreported = [r.handle for r in recs if r.app_id not in got]
+            held = {}
+            if unreported:  # apps held for others (their scheduler does not know them yet)
+                held = _after.messages(self.store, unreported)
+                calls["store"] += 1
             for r in recs:
                 v = got.get(r.app_id)
                 if v is None:  # the scheduler no longer reports it: the history's record (an end when it ended)
-                    v = AppSummary(r.handle, r.scheduler, r.app_id, r.name, r.state.name, created=r.created,
-                                   ended=r.updated if r.state.is_terminal else None)
+                    state, msg = held.get(r.handle, (r.state, ""))
+                    v = AppSummary(r.handle, r.scheduler, r.app_id, r.name, state.name, created=r.created,
+                                   ended=r.updated if state.is_terminal else None, last_error=msg)
                 v.handle, v.scheduler, v.name = r.handle, r.scheduler, v.name or r.name
                 views[r.handle] = v
         self._usage([a for a in views.values() if detail is None or a.handle in detail], calls)

@@ -85,3 +85,17 @@ def test_torchx_variables_are_offered_as_scheduler_params(tsm_home: Path, monkey
     with Runner("s", {"f": factory}) as r:
         r.scheduler_run_opts("f")
     assert seen == {"cache_size": "5"}
+
+
+
+def test_torchxs_in_process_local_scheduler_cannot_hold_an_app_and_says_so(tsm_home: Path) -> None:
+    from tsm.errors import NotSupportedError
+
+    with get_runner() as r:
+        first = r.run(AppDef("gate", [Role("gate", image="", entrypoint="sleep", args=["60"], resource=Resource())]),
+                      "local_cwd")
+        try:  # its apps live in this process: no helper could submit one later
+            with pytest.raises(NotSupportedError, match="local_cwd scheduler cannot wait for"):
+                r.dryrun(_app(), "local_cwd", after=[first])
+        finally:
+            r.cancel(first)

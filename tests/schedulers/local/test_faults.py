@@ -433,7 +433,13 @@ def test_app_survives_a_caller_that_exits_and_is_cancelled_from_a_third_process(
     out = subprocess.run([PY, "-c", launcher], capture_output=True, text=True, timeout=HANG, check=True)
     app_id = out.stdout.strip()
     sched = LocalScheduler("test")
-    desc = sched.wait(app_id, timeout=0.2)
+
+    def started() -> bool:  # the app is RUNNING from its first replica's start; the second may follow a moment later
+        d = sched.describe(app_id)
+        return d is not None and all(r.pid for r in d.roles_statuses[0].replicas)
+
+    wait_until(started, "both replicas to start", HANG)
+    desc = sched.describe(app_id)
     assert desc is not None and desc.state == AppState.RUNNING
     pids = [r.pid for r in desc.roles_statuses[0].replicas]
     assert all(p and not gone(p) for p in pids)

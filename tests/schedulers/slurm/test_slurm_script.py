@@ -628,3 +628,10 @@ def test_wrapper_blames_no_node_when_the_jobs_own_memory_limit_was_hit(tmp_path:
     assert proc.returncode == 137, proc.stderr
     assert not (tmp_path / "oom_nodes").exists()
     assert "OOM" not in proc.stderr
+
+
+def test_after_conditions_become_one_dependency_that_kills_the_job_when_it_can_never_be_met() -> None:
+    from tsm.schedulers.slurm.script import dependency_args
+
+    assert dependency_args([("12", "ok"), ("13_2", "ok"), ("14", "fail"), ("15", "any")]) == [
+        "--dependency=afterok:12:13_2,afternotok:14,afterany:15", "--kill-on-invalid-dep=yes"]

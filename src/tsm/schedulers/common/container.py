@@ -37,6 +37,7 @@ from tsm.schedulers.api import (
     BatchedViews,
     DescribeAppResponse,
     ListAppResponse,
+    PresetAppIds,
     Scheduler,
     Stream,
 )
@@ -55,7 +56,7 @@ from tsm.schedulers.common.logs import check_log_target, filter_regex, replica_c
 from tsm.schedulers.common.record import AppRecord, ended_status, with_record
 from tsm.schedulers.common.status import AppStatusView
 from tsm.schedulers.common.watcher import StatusWatcher
-from tsm.specs.api import AppDef, AppState, Role
+from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Role
 from tsm.specs.runopts import CfgVal
 from tsm.store import tsm_home
 from tsm.workspace.api import WorkspaceBuilder
@@ -98,12 +99,12 @@ def mark_cancelled(desc: DescribeAppResponse) -> DescribeAppResponse:
     return desc
 
 
-class ContainerScheduler(Scheduler[ReqT], WorkspaceBuilder[None], BatchedViews, Generic[ReqT, ViewT]):
+class ContainerScheduler(Scheduler[ReqT], WorkspaceBuilder[None], BatchedViews, PresetAppIds, Generic[ReqT, ViewT]):
     """The shared skeleton of the container backends (see the module doc); a backend implements the seam.
 
     Capabilities: ``WorkspaceBuilder`` (a workspace becomes an image built on the first role's by the local
     Docker engine, :mod:`tsm.workspace.image`) and ``BatchedViews`` (one list of the engine's objects per
-    view refresh, :meth:`_new_view`).
+    view refresh, :meth:`_new_view`) and ``PresetAppIds`` (the request names the app).
 
     ``in_process``: the engine was given by the caller (a fake engine, an embedding program): another
     process cannot reach it, so no keeper is started and stops run in this process.
@@ -120,6 +121,10 @@ class ContainerScheduler(Scheduler[ReqT], WorkspaceBuilder[None], BatchedViews, 
         self._watcher = self._new_watcher()
         self._lock = threading.Lock()
         self._view: ViewHook | None = None
+
+    def app_id_of(self, dryrun_info: AppDryRunInfo[Any]) -> str:
+        """The request's app id (fixed at dry run): ``PresetAppIds``."""
+        return str(dryrun_info.request.app_id)
 
     # -- the engine's seam --------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -118,10 +118,10 @@ class DockerScheduler(DockerLogs, LockfileEnvironments, Secrets, DockerDebug):
     """Runs each replica as a container on a network of its app (see :mod:`tsm.schedulers.docker`), on the
     container kit (:class:`~tsm.schedulers.common.container.ContainerScheduler`).
 
-    Capabilities: ``WorkspaceBuilder`` (a workspace becomes an image built on the first role's) and
-    ``BatchedViews`` (one container list per view refresh: :mod:`tsm.schedulers.docker.view`). Not
-    ``SizedPlacement``: a role without a size runs without limits, as ``docker run`` does. ``Secrets``: in a
-    read-only volume of each role, read into the environment before the program (:mod:`.secrets`).
+    Capabilities: ``WorkspaceBuilder`` (a workspace becomes an image built on the first role's),
+    ``BatchedViews`` (one container list per view refresh: :mod:`tsm.schedulers.docker.view`), ``PresetAppIds``
+    (the dry run names the app). Not ``SizedPlacement``: a role without a size runs without limits, as ``docker
+    run`` does. ``Secrets``: in a read-only volume of each role, read before the program (:mod:`.secrets`).
 
     ``client`` and ``images`` are the seams to the engine (tests pass fakes: ``tests/schedulers/docker/fake_docker.py``).
     """

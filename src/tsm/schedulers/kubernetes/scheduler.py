@@ -147,7 +147,7 @@ class KubernetesScheduler(KubernetesTries, LockfileEnvironments, KubernetesDebug
 
     Capabilities: ``WorkspaceBuilder`` (below) and ``BatchedViews`` (one pod list per view refresh:
     :mod:`tsm.schedulers.kubernetes.view`). Not ``SizedPlacement``: a role without a resource gets no
-    requests or limits.
+    requests or limits. ``PresetAppIds``: the dry run names the app (``--after`` holds it).
 
     ``--workspace``: the first role's image becomes an image of the workspace built on it by the local Docker
     engine (:mod:`tsm.workspace.image`: content-hash tag, reused when unchanged), which the kubelet runs

@@ -27,6 +27,7 @@ from tsm.schedulers.api import (
     ListAppResponse,
     LockfileEnvironments,
     MultiReplicaLogs,
+    PresetAppIds,
     Scheduler,
     Secrets,
     StoreRecords,
@@ -88,7 +89,7 @@ _TERMINAL_SQL = "(" + ", ".join(map(str, _TERMINAL)) + ")"
 
 
 class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, DirectoryWorkspaces, EventWait,
-                     StoreRecords, LockfileEnvironments, Secrets, LocalDebug):
+                     StoreRecords, LockfileEnvironments, Secrets, LocalDebug, PresetAppIds):
     """Runs apps as local processes under a detached supervisor; the default scheduler.
 
     Capabilities: :class:`~tsm.schedulers.local.view.LocalViews` (``DetailedViews``: two store queries per
@@ -96,7 +97,7 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
     directory), ``EventWait`` (the supervisor tells ``wait``), ``StoreRecords`` (its records are in tsm's store:
     the runner's history row is written with them), ``LockfileEnvironments`` (built under ``$TSM_HOME/envs`` at
     submit: :mod:`tsm.schedulers.local.envs`), :class:`~tsm.schedulers.local.debug.LocalDebug` (exec, stack,
-    port-forward). Not ``SizedPlacement``: replicas run on this
+    port-forward), ``PresetAppIds`` (the dry run names the app). Not ``SizedPlacement``: replicas run on this
     machine whatever their size, so a role without a resource is fine here.
     """
 
@@ -146,6 +147,10 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
         return AppDryRunInfo(request=build_request(app, LocalOptions.from_cfg(cfg), self.session_name), fmt=format_request)
 
     # -- schedule ----------------------------------------------------------------------------------
+    def app_id_of(self, dryrun_info: AppDryRunInfo[Any]) -> str:
+        """The request's app id (fixed at dry run): ``PresetAppIds``."""
+        return str(dryrun_info.request.app_id)
+
     def schedule(self, dryrun_info: AppDryRunInfo[LocalRequest]) -> str:
         """Write the app's request and record, then start its supervisor.
 

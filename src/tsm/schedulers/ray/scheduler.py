@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from tsm.errors import InvalidAppError, InvalidRunOptionError, SchedulerError
-from tsm.schedulers.api import BatchedViews, DescribeAppResponse, ListAppResponse, Scheduler, Secrets, Stream
+from tsm.schedulers.api import (
+    BatchedViews,
+    DescribeAppResponse,
+    ListAppResponse,
+    PresetAppIds,
+    Scheduler,
+    Secrets,
+    Stream,
+)
 from tsm.schedulers.common.files import make_private_dirs, write_private
 from tsm.schedulers.common.logs import check_log_target, decode, filter_regex, in_window, stream_names
 from tsm.schedulers.common.record import AppRecord, with_record
@@ -82,12 +90,13 @@ def parse_log(raw: bytes, names: builtins.list[str], since: datetime | None, unt
     return out
 
 
-class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, Secrets, RayDebug):
+class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, Secrets, RayDebug, PresetAppIds):
     """Runs an app as a Ray job whose driver starts one actor per replica (see :mod:`tsm.schedulers.ray`).
 
     Capabilities: ``WorkspaceBuilder`` (the workspace ships as the job's working_dir; without one, the
     launching directory does), ``BatchedViews`` (one job list per view refresh) and exec, stack and
-    port-forward (:class:`~tsm.schedulers.ray.debug.RayDebug`), ``Secrets`` (from env or a file, through
+    port-forward (:class:`~tsm.schedulers.ray.debug.RayDebug`), ``PresetAppIds`` (the submission id is
+    fixed at dry run), ``Secrets`` (from env or a file, through
     the cluster's store to the driver's memory, never in the job: :mod:`~tsm.schedulers.ray.secrets`). Not
     ``SizedPlacement``:
     a role without a resource gets :data:`~tsm.schedulers.ray.request.DEFAULT_BUNDLE` per replica (1 CPU, no
@@ -207,6 +216,10 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, 
                     f"role '{r.role}' asks for {', '.join(f'{k}={v:g}' for k, v in r.bundle.items())} per replica, "
                     f"more than any node of the Ray cluster has ({have}): lower the role's resource"
                 )
+
+    def app_id_of(self, dryrun_info: AppDryRunInfo[Any]) -> str:
+        """The request's app id (fixed at dry run): ``PresetAppIds``."""
+        return str(dryrun_info.request.app_id)
 
     def schedule(self, dryrun_info: AppDryRunInfo[RayRequest]) -> str:
         req = dryrun_info.request

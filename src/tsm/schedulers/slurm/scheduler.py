@@ -24,6 +24,7 @@ from tsm.schedulers.api import (
     DirectoryWorkspaces,
     ListAppResponse,
     LockfileEnvironments,
+    NativeDependencies,
     Scheduler,
     Secrets,
     Stream,
@@ -47,6 +48,7 @@ from tsm.schedulers.slurm.script import (
     SlurmBatchRequest,
     SlurmOptions,
     build_script,
+    dependency_args,
     directive_safe,
     format_request,
     warning_of,
@@ -63,7 +65,7 @@ if TYPE_CHECKING:
 
 
 class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorkspaces, SweepNative,
-                     LockfileEnvironments, Secrets, SlurmDebug):
+                     LockfileEnvironments, Secrets, SlurmDebug, NativeDependencies):
     """Runs apps as Slurm heterogeneous batch jobs (docs/schedulers/slurm.md is the manual).
 
     Capabilities: ``BatchedViews`` (one ``squeue`` plus one ``sstat`` per view refresh),
@@ -75,6 +77,7 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
     TorchX's Slurm scheduler does. ``LockfileEnvironments``: built at submit on the shared file system
     (:mod:`tsm.schedulers.slurm.envs`; not yet over ``-c ssh=``). ``Secrets``: each one an owner-only file
     in the job directory that the replicas' wrapper reads into their environment (:mod:`.secrets`).
+    ``NativeDependencies``: ``--after`` apps of the same cluster become ``sbatch --dependency``.
     """
 
     #: Seconds :meth:`cancel` waits for Slurm to report the job ended (COMPLETING can take KillWait + more).
@@ -182,6 +185,22 @@ class SlurmScheduler(Scheduler[SlurmBatchRequest], BatchedViews, DirectoryWorksp
             secrets=slurm_secrets.entries(app),
         )
         return AppDryRunInfo(request=request, fmt=format_request)
+
+    def with_dependencies(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest],
+                          after: Sequence[tuple[str, str]]) -> AppDryRunInfo[SlurmBatchRequest] | None:
+        """The request held by Slurm until each ``(app id, condition)`` (:func:`.script.dependency_args`); None
+        when one is not a job of the request's own host (tsm's helper cannot hold a Slurm job: its id is the
+        engine's)."""
+        req = dryrun_info.request
+        host = self._host(req.ssh, req.ssh_options)
+        jobs = []
+        for app_id, condition in after:
+            where = self.where(app_id)
+            if where is None or host.app_id(where.job_id) != app_id:
+                return None
+            jobs.append((where.job_id, condition))
+        held = dataclasses.replace(req, sbatch_args=[*req.sbatch_args, *dependency_args(jobs)])
+        return dataclasses.replace(dryrun_info, request=held)
 
     def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:
         """Submit the request on its host (the job directory made, its script ``sbatch``-ed unchanged); returns

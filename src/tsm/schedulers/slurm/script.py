@@ -15,6 +15,7 @@ import math
 import os
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tsm.env.options import EnvOptions
@@ -174,7 +175,24 @@ def format_request(request: object) -> str:
     if request.secrets:
         lines.append(f"# secrets (read at submit, each an owner-only file of the job directory): "
                      f"{', '.join(request.secrets)}")
+    extra = [a for a in request.sbatch_args if a != "--parsable"]
+    if extra:
+        lines.append(f"# sbatch {' '.join(extra)}")
     return "\n".join([*lines, request.script])
+
+
+#: ``--after``'s conditions in Slurm's words.
+DEPENDENCY_TYPES = {"ok": "afterok", "any": "afterany", "fail": "afternotok"}
+
+
+def dependency_args(after: Sequence[tuple[str, str]]) -> list[str]:
+    """``sbatch`` arguments holding a job until each ``(job id, condition)``: all of them must be met, and one
+    that never can be ends the job (CANCELLED, with Slurm's reason) instead of leaving it pending for good."""
+    by_type: dict[str, list[str]] = {}
+    for job_id, condition in after:
+        by_type.setdefault(DEPENDENCY_TYPES[condition], []).append(job_id)
+    spec = ",".join(f"{kind}:{':'.join(ids)}" for kind, ids in by_type.items())
+    return [f"--dependency={spec}", "--kill-on-invalid-dep=yes"]
 
 
 def directive(option: str, value: str | int | None = None) -> str:

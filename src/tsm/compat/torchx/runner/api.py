@@ -27,13 +27,14 @@ from __future__ import annotations
 import builtins
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
 from tsm.compat.torchx.runner._nightly import apply_overrides, build_workspace, ship_role_workspaces
 from tsm.compat.torchx.schedulers import get_scheduler_factories
 from tsm.errors import MalformedAppHandleError, UnknownAppError
+from tsm.runner.after import After, prepare as prepare_after
 from tsm.runner.api import Runner as _TsmRunner
 from tsm.runner.config import get_config, get_configs
 from tsm.runner.events import log_event
@@ -98,8 +99,10 @@ class Runner(_TsmRunner):
         cfg: Mapping[str, CfgVal] | None = None,
         workspace: str | None = None,
         parent_run_id: str | None = None,
+        after: Iterable[str | After] | None = None,
     ) -> AppDryRunInfo[Any]:
-        """What ``scheduler`` would submit for ``app``, TorchX's way (the module docstring says how)."""
+        """What ``scheduler`` would submit for ``app``, TorchX's way (the module docstring says how); ``after``
+        is tsm's (:mod:`tsm.runner.after`)."""
         scheduler = self._scheduler_name(scheduler)
         _check_roles(app)
         for role in app.roles:
@@ -128,7 +131,7 @@ class Runner(_TsmRunner):
                 sched._validate(app, scheduler)
             info = sched.submit_dryrun(app, resolved)
             info._scheduler = scheduler
-            return info
+            return prepare_after(self, info, after) if after else info
 
     def _builder(self, scheduler: str, sched: Any) -> Any:
         """The workspace builder of ``sched``; NotSupportedError when it ships none (a role asked for one)."""
@@ -168,6 +171,8 @@ class Runner(_TsmRunner):
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Submit the dry run's request; the handle ``scheduler://session/<app id>``."""
+        if dryrun_info.after:  # held until its dependencies end: tsm's helper submits it (tsm.runner.after)
+            return super().schedule(dryrun_info)
         scheduler = dryrun_info._scheduler
         with log_event("schedule", scheduler, session=self._name):
             app_id = str(self._scheduler(scheduler).schedule(dryrun_info))
@@ -206,6 +211,7 @@ class Runner(_TsmRunner):
         cfg: Mapping[str, CfgVal] | None = None,
         workspace: str | None = None,
         parent_run_id: str | None = None,
+        after: Iterable[str | After] | None = None,
     ) -> AppDryRunInfo[Any]:
         """:meth:`dryrun` of ``component`` found and called as TorchX finds and calls it.
 
@@ -221,7 +227,7 @@ class Runner(_TsmRunner):
             app = materialize_appdef(fn, [], defaults, config=dict(component_args))
         else:
             app = materialize_appdef(fn, list(component_args or []), defaults)
-        return self.dryrun(app, scheduler, cfg=cfg, workspace=workspace, parent_run_id=parent_run_id)
+        return self.dryrun(app, scheduler, cfg=cfg, workspace=workspace, parent_run_id=parent_run_id, after=after)
 
     def run_component(
         self,
@@ -231,10 +237,11 @@ class Runner(_TsmRunner):
         cfg: Mapping[str, CfgVal] | None = None,
         workspace: str | None = None,
         parent_run_id: str | None = None,
+        after: Iterable[str | After] | None = None,
     ) -> str:
         """:meth:`dryrun_component`, then :meth:`schedule`; the handle."""
         return self.schedule(self.dryrun_component(component, component_args, scheduler, cfg,
-                                                   workspace=workspace, parent_run_id=parent_run_id))
+                                                   workspace=workspace, parent_run_id=parent_run_id, after=after))
 
     # -- queries -----------------------------------------------------------------------------------
     def _locate(self, app_handle: str) -> tuple[Scheduler, str, str]:
