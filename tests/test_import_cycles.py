@@ -19,7 +19,6 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: the cycles not broken yet (the runner's door to sweeps and functions; the scheduler API's shared helpers;
 #: submitit's face, whose modules import each other as submitit's own do)
 KNOWN = [
-    {"tsm.schedulers.api", "tsm.schedulers.common.logs", "tsm.schedulers.common.polling", "tsm.workspace.dir"},
     {"tsm.functions.launch", "tsm.functions.mapping", "tsm.runner.api", "tsm.sweep", "tsm.sweep.api",
      "tsm.sweep.controller", "tsm.sweep.native"},
     {"tsm.submitit.core.job_environment", "tsm.submitit.core.plugins", "tsm.submitit.executor",

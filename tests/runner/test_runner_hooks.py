@@ -115,6 +115,7 @@ def test_a_target_is_checked_and_shown_without_its_path() -> None:
     assert hooks.check("https://hooks.example.org/T0K3N?x=1") == "https://hooks.example.org/T0K3N?x=1"
     assert hooks.describe("https://hooks.example.org/T0K3N?x=1") == "https://hooks.example.org/..."
     assert hooks.describe("notify-send --urgency=low") == "notify-send ..."
+    assert hooks.check("curl -d x=1 https://h/p") and hooks.describe("curl -d x=1 https://h/p") == "curl ..."
     for bad, why in (("ftp://host/x", "not an http"), ("http:///path", "not an http"), ("  ", "expected a command"),
                      ("say 'unbalanced", "cannot be split")):
         with pytest.raises(InvalidRunOptionError, match=why):
@@ -224,3 +225,35 @@ def test_a_project_file_cannot_set_a_hook_but_the_users_own_may(tmp_path: Path, 
     with get_runner() as r:
         info = r.dryrun(sh("true"), "local")
         assert info.on_state == "notify-send" and "on_state" not in info.cfg
+
+
+class FlakyStatuses:
+    """A fake runner (fast feedback for :func:`hooks.watch`): the statuses given, a read that raises among them."""
+
+    def __init__(self, *items: Any) -> None:
+        self.items = list(items)
+
+    def status(self, handle: str) -> Any:
+        return self.wait(handle, 0)
+
+    def wait(self, handle: str, timeout: float) -> Any:
+        item = self.items.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+def test_a_status_that_cannot_be_read_for_a_while_loses_no_transition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tsm.specs.api import AppStatus
+
+    monkeypatch.setattr(hooks, "LAST_LOOK_S", 0.01)
+    script, out = tmp_path / "record.py", tmp_path / "events.jsonl"
+    script.write_text(RECORD)
+    fake = FlakyStatuses(AppStatus(AppState.RUNNING), OSError("squeue: timed out"), AppStatus(AppState.RUNNING),
+                         AppStatus(AppState.SUCCEEDED))
+    (tmp_path / "hook").mkdir()
+    hooks.watch(fake, "slurm://s/1", f"{sys.executable} {script} {out}", hooks.Journal(tmp_path / "hook"))
+    got = [json.loads(line)["argv"][1:3] for line in out.read_text().splitlines()]
+    assert got == [["UNSUBMITTED", "RUNNING"], ["RUNNING", "SUCCEEDED"]]

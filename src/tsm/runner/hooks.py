@@ -3,7 +3,7 @@
 Each time an app's state changes, tsm tells the target once, with an event id a receiver can use to drop
 repeats (``HANDLE#SEQ``, SEQ counting the app's transitions from 1):
 
-- a ``http://`` or ``https://`` URL gets a JSON POST (``id``, ``seq``, ``handle``, ``old``, ``new``, ``msg``,
+- a ``http://`` or ``https://`` URL (one word) gets a JSON POST (``id``, ``seq``, ``handle``, ``old``, ``new``, ``msg``,
   ``time``; the id also as the ``Idempotency-Key`` header); a 2xx answer is a delivery;
 - anything else is a command (split as a shell would, never run by one) called with four more arguments,
   the handle, the old and the new state and the message, and ``TSM_EVENT_ID`` in its environment; exit 0 is
@@ -46,17 +46,22 @@ DELIVERY_TIMEOUT_S = 30.0
 PAYLOAD, EVENTS, DELIVERED, LOCK, LOG = "hook.pkl", "events.jsonl", "delivered", "lock", "hooks.log"
 
 
+def is_url(target: str) -> bool:
+    """Whether ``target`` is a URL (one word holding ``://``) rather than a command (which may name one)."""
+    return "://" in target and not any(c.isspace() for c in target.strip())
+
+
 def check(target: object) -> str:
     """``target`` as ``on_state`` takes it (a URL with a host, or a command line), else the error to fix."""
     if not isinstance(target, str) or not target.strip():
         raise InvalidRunOptionError("on_state: expected a command or an http(s):// URL")
-    if "://" in target:
+    if is_url(target):
         from urllib.parse import urlsplit
 
         url = urlsplit(target)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise InvalidRunOptionError(f"on_state: {describe(target)!r} is not an http:// or https:// URL with a "
-                                        "host (a command is given without '://')")
+                                        "host (a command is more than one word)")
         return target
     try:
         if not shlex.split(target):
@@ -69,7 +74,7 @@ def check(target: object) -> str:
 def describe(target: str) -> str:
     """The target as tsm shows it: a URL's scheme and host (its path or query may hold a token), a
     command's program."""
-    if "://" in target:
+    if is_url(target):
         from urllib.parse import urlsplit
 
         url = urlsplit(target)
@@ -111,7 +116,7 @@ def event(handle: str, seq: int, old: str, new: str, msg: str) -> dict[str, Any]
 
 def deliver(target: str, ev: dict[str, Any]) -> str | None:
     """Send ``ev`` to ``target`` once; None when it was taken, else why not."""
-    if "://" in target:
+    if is_url(target):
         import urllib.error
         import urllib.request
 
@@ -188,7 +193,7 @@ def watch(runner: Any, handle: str, target: str, journal: Journal) -> None:
         todo.put(ev)
     sender = threading.Thread(target=_send_all, args=(target, journal, todo), name="tsm-hook-send")
     sender.start()
-    pause = FIRST_LOOK_S
+    pause, failing = FIRST_LOOK_S, 0.0
     try:
         status = runner.status(handle)
         while status is not None:
@@ -199,7 +204,16 @@ def watch(runner: Any, handle: str, target: str, journal: Journal) -> None:
                 pause = FIRST_LOOK_S
             if status.state.is_terminal:
                 break
-            status = runner.wait(handle, timeout=pause)
+            try:
+                status = runner.wait(handle, timeout=pause)
+                failing = 0.0
+            except Exception as e:  # noqa: BLE001 - a backend that does not answer for a while (a restart)
+                failing = failing or time.monotonic()
+                if time.monotonic() - failing > GIVE_UP_S:
+                    say(f"{handle}: its status could not be read for {GIVE_UP_S:g} s, last: {e}; not followed any more")
+                    break
+                say(f"{handle}: its status could not be read ({type(e).__name__}: {e}); looking again")
+                time.sleep(LAST_LOOK_S)
             pause = min(LAST_LOOK_S, pause * 1.5)
     finally:
         todo.put(None)

@@ -43,7 +43,6 @@ ships a workspace. A class that implements neither spelling of a hook cannot be 
 from __future__ import annotations
 
 import abc
-import enum
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -52,6 +51,7 @@ from tsm.errors import InvalidAppError, ReplicaNotRunningError, SchedulerError
 
 # the log helpers every backend uses, importable from the interface module as well as from the kit
 from tsm.schedulers.common.logs import (
+    Stream as Stream,
     filter_regex as filter_regex,
     split_lines as split_lines,
     split_lines_iterator as split_lines_iterator,
@@ -59,14 +59,7 @@ from tsm.schedulers.common.logs import (
 from tsm.specs.api import NULL_RESOURCE, AppDef, AppDryRunInfo, AppState, Role, RoleStatus
 from tsm.specs.runopts import CfgVal, runopts
 from tsm.specs.validate import validate_app
-
-
-class Stream(str, enum.Enum):
-    """Which output of a replica to read: stdout, stderr, or both in the order they were written."""
-
-    STDOUT = "stdout"
-    STDERR = "stderr"
-    COMBINED = "combined"
+from tsm.workspace.builder import DirectoryWorkspaces as DirectoryWorkspaces
 
 
 @dataclass
@@ -371,16 +364,6 @@ class SizedPlacement:
     """Capability (a marker): the backend places replicas by their size, so every role needs a resource.
 
     The runner refuses a role without one before the dry run (:func:`tsm.specs.validate.check_resources`).
-    """
-
-    __slots__ = ()
-
-
-class DirectoryWorkspaces:
-    """Capability (a marker): roles run in a directory path, so a workspace ships as a snapshot directory.
-
-    The runner uses :class:`tsm.workspace.dir.DirWorkspace` for it. A backend that builds its own workspaces
-    (an image) inherits :class:`tsm.workspace.api.WorkspaceBuilder` instead.
     """
 
     __slots__ = ()

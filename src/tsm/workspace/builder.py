@@ -44,3 +44,14 @@ class WorkspaceBuilder(abc.ABC, Generic[T]):
     @abc.abstractmethod
     def push_images(self, images_to_push: T) -> None:
         """Push what :meth:`dryrun_push_images` returned; called before the app is submitted."""
+
+
+class DirectoryWorkspaces:
+    """Capability (a marker; also :class:`tsm.schedulers.api.DirectoryWorkspaces`, where the capabilities are listed):
+    roles run in a directory path, so a workspace ships as a snapshot directory.
+
+    The runner uses :class:`tsm.workspace.dir.DirWorkspace` for it. A backend that builds its own workspaces
+    (an image) inherits :class:`tsm.workspace.api.WorkspaceBuilder` instead.
+    """
+
+    __slots__ = ()

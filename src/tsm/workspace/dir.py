@@ -409,7 +409,7 @@ def builder_for(scheduler_name: str, scheduler: object = None) -> WorkspaceBuild
     :class:`~tsm.schedulers.api.DirectoryWorkspaces`, else None (it cannot ship a workspace).
 
     ``scheduler_name`` is kept for callers' messages; the choice never depends on it."""
-    from tsm.schedulers.api import DirectoryWorkspaces
+    from tsm.workspace.builder import DirectoryWorkspaces
 
     if isinstance(scheduler, WorkspaceBuilder):
         return scheduler

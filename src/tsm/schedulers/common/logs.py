@@ -14,6 +14,7 @@ kept as surrogate escapes, so nothing a replica printed is lost.
 
 from __future__ import annotations
 
+import enum
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,7 +27,14 @@ if TYPE_CHECKING:  # kept out of the import: tsm.schedulers.api imports this mod
     from datetime import datetime
     from os import PathLike
 
-    from tsm.schedulers.api import DescribeAppResponse, Stream
+
+class Stream(str, enum.Enum):
+    """Which output of a replica to read: stdout, stderr, or both in the order they were written (also
+    :class:`tsm.schedulers.api.Stream`, its home in the interface)."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    COMBINED = "combined"
 
 
 def check_replica(app_id: str, roles: Mapping[str, int], role_name: str, replica_id: int) -> None:
@@ -49,12 +57,10 @@ def check_log_target(
     check_replica(app_id, roles, role_name, replica_id)
 
 
-def replica_counts(
-    shape: Iterable[Sequence[Any]] | None, describe: Callable[[], DescribeAppResponse | None]
-) -> dict[str, int] | None:
+def replica_counts(shape: Iterable[Sequence[Any]] | None, describe: Callable[[], Any]) -> dict[str, int] | None:
     """``{role: replica count}`` of an app, for :func:`check_log_target`: from ``shape`` (the submitted
-    ``[role, n, ...]`` rows, when this machine kept the request), else from ``describe()`` (an app submitted
-    elsewhere); None when neither knows the app."""
+    ``[role, n, ...]`` rows, when this machine kept the request), else from ``describe()`` (a
+    ``DescribeAppResponse``, for an app submitted elsewhere); None when neither knows the app."""
     if shape is not None:
         return {str(row[0]): int(row[1]) for row in shape}
     d = describe()
@@ -65,8 +71,6 @@ def replica_counts(
 
 def stream_names(streams: Stream | str | None) -> list[str]:
     """The outputs to read for ``streams``: ``["stdout"]``, ``["stderr"]`` or both (COMBINED, the default)."""
-    from tsm.schedulers.api import Stream
-
     stream = Stream(streams) if streams is not None else Stream.COMBINED
     return {Stream.STDOUT: ["stdout"], Stream.STDERR: ["stderr"]}.get(stream, ["stdout", "stderr"])
 

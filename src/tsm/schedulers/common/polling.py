@@ -14,23 +14,32 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from tsm.schedulers.api import DescribeAppResponse
+
+class _Terminal(Protocol):
+    """What a description is asked here (``DescribeAppResponse`` has it): a state that knows it is terminal."""
+
+    @property
+    def is_terminal(self) -> bool: ...
+
+
+class _Described(Protocol):
+    @property
+    def state(self) -> _Terminal: ...
 
 BACKOFF_FACTOR = 1.5
 T = TypeVar("T")
+D = TypeVar("D", bound=_Described)
 
 
 def poll_until_terminal(
-    describe: Callable[[float], DescribeAppResponse | None],
+    describe: Callable[[float], D | None],
     timeout: float | None = None,
     *,
     initial: float = 0.1,
     cap: float = 5.0,
-) -> DescribeAppResponse | None:
+) -> D | None:
     """Call ``describe(pause)`` until it gives None or a terminal state, or ``timeout`` seconds pass.
 
     Returns the last description (None when the app is unknown). ``timeout=None`` waits for ever.

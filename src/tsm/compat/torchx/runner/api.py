@@ -171,7 +171,7 @@ class Runner(_TsmRunner):
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Submit the dry run's request; the handle ``scheduler://session/<app id>``."""
-        if dryrun_info.after:  # held until its dependencies end: tsm's helper submits it (tsm.runner.after)
+        if isinstance(dryrun_info, AppDryRunInfo) and dryrun_info.after:  # held for tsm's helper (tsm.runner.after)
             return super().schedule(dryrun_info)
         scheduler = dryrun_info._scheduler
         with log_event("schedule", scheduler, session=self._name):
