@@ -231,7 +231,8 @@ class Runner(ComponentLaunch, ReplicaDebugging):
             on_state = resolved.pop("on_state", None)
             add_secrets(app, resolved.pop("secrets", None), sched, scheduler)
             # ${app_id} is filled in per replica
-            add_job_env(app, app_handle_template(scheduler, self.session_name), parent_run_id, self.config, torchx_env)
+            add_job_env(app, app_handle_template(scheduler, self.session_name), parent_run_id, self.config, torchx_env,
+                        resolved.pop("trackers", None))
             if isinstance(sched, SizedPlacement):  # a scheduler that places replicas by size
                 check_resources(app, scheduler)
             if not isinstance(sched, LockfileEnvironments) and any(r.environment for r in app.roles):

@@ -50,7 +50,7 @@ RESERVED_ENV_PREFIXES = ("TSM_PORT_", "TSM_TRACKER_", "TSM_K8S_", "TSM_DOCKER_",
 #: The run option (accepted by every scheduler through the runner) that turns TorchX's names off.
 TORCHX_ENV_OPTION = "torchx_env"
 #: The runner's own run options: every scheduler takes them, the runner handles them (see :func:`with_runner_opts`).
-RUNNER_OPTIONS = (TORCHX_ENV_OPTION, "secrets", "on_state")
+RUNNER_OPTIONS = (TORCHX_ENV_OPTION, "secrets", "trackers", "on_state")
 
 SchedulerFactory = Callable[..., Scheduler]
 
@@ -219,13 +219,24 @@ def flag(value: Any) -> bool:
     return value
 
 
-def add_job_env(app: AppDef, handle: str, parent_run_id: str | None, config: Config, torchx: bool) -> None:
+def add_job_env(app: AppDef, handle: str, parent_run_id: str | None, config: Config, torchx: bool,
+                trackers: object = None) -> None:
     """Give every role of ``app`` ``TSM_APP_HANDLE`` and the run-tracking contract (job id, parent run,
     trackers: :func:`tsm.tracker.api.tracker_env`, and each tracker's run that every attempt shares), with
-    TorchX's names unless ``torchx`` is False; a role's own value of any of them stays."""
-    from tsm.tracker.api import tracker_env
+    TorchX's names unless ``torchx`` is False; a role's own value of any of them stays. ``trackers`` (the run
+    option, a list of names) chooses the trackers as ``TSM_TRACKERS`` would, over the config files'."""
+    import os
 
-    job_env = tracker_env(handle, parent_run_id, config=config, torchx=torchx, app=app)
+    from tsm.tracker.api import ENV_TRACKERS, tracker_env
+
+    environ = None
+    if isinstance(trackers, str):  # as a config file or an untyped -c gives it
+        trackers = trackers.replace(";", ",").split(",")
+    if trackers is not None:
+        if not isinstance(trackers, list) or not all(isinstance(t, str) for t in trackers):
+            raise InvalidRunOptionError(f"trackers: expected a list of tracker names, got {trackers!r}")
+        environ = {**os.environ, ENV_TRACKERS: ",".join(t.strip() for t in trackers if t.strip())}
+    job_env = tracker_env(handle, parent_run_id, config=config, environ=environ, torchx=torchx, app=app)
     for role in app.roles:
         role.env.setdefault("TSM_APP_HANDLE", handle)
         for key, value in job_env.items():
@@ -233,7 +244,7 @@ def add_job_env(app: AppDef, handle: str, parent_run_id: str | None, config: Con
 
 
 def with_runner_opts(opts: runopts) -> runopts:
-    """A scheduler's run options ``opts`` plus the runner's own ``torchx_env``, ``secrets`` and ``on_state``."""
+    """A scheduler's run options ``opts`` plus the runner's own: ``torchx_env``, ``secrets``, ``trackers``, ``on_state``."""
     out = runopts()
     out.update(opts)
     if TORCHX_ENV_OPTION not in out:
@@ -242,6 +253,9 @@ def with_runner_opts(opts: runopts) -> runopts:
     if "secrets" not in out:
         out.add("secrets", list[str], "secrets every replica gets as environment variables, read at submit and "
                 "never stored or shown: NAME (from your environment), NAME:file:PATH, NAME:k8s:SECRET/KEY")
+    if "trackers" not in out:
+        out.add("trackers", list[str], "the run trackers of the app (tsm, mlflow, wandb, tensorboard, a plugin's), "
+                "as TSM_TRACKERS names them; each one's config from TSM_TRACKER_<NAME>_CONFIG or the config files")
     if "on_state" not in out:
         out.add("on_state", str, "told of each state change of the app, by tsm's helper (at least once, retried): "
                 "an http(s):// URL gets a JSON POST, anything else is a command run with the handle, the old and "

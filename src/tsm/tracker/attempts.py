@@ -26,10 +26,11 @@ except the MLflow client, and only when the ``mlflow`` tracker has a tracking UR
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 #: The role env naming the sweep an app is a trial of (set by the sweep on each trial's roles).
@@ -142,24 +143,51 @@ def _mlflow_run(
     from tsm.errors import TrackerError
 
     try:
-        client = mlflow_client(uri)
-        experiment = _experiment(client, environ)
-        tags = {TAG_HANDLE: handle, TAG_KIND: "app"}
-        if app_name:
-            tags[TAG_RUN_NAME] = app_name
-        if parent:
-            tags[TAG_PARENT] = parent
-        if sweep:
-            tags[TAG_SWEEP] = sweep
-            tags[TAG_MLFLOW_PARENT] = sweep_parent_run(client, experiment, sweep)
-        elif parent and environ.get(MLFLOW_RUN_ID) and parent == _launcher_job(environ):
-            tags[TAG_MLFLOW_PARENT] = environ[MLFLOW_RUN_ID]  # launched from inside a job with an MLflow run
-        run = client.create_run(experiment, tags=tags)
-        client.set_terminated(run.info.run_id, status="SCHEDULED")
+        with _launch_limits():
+            return _create_mlflow_run(uri, handle, sweep, parent, environ, app_name)
     except TrackerError:
         raise
     except Exception as e:  # noqa: BLE001 - the client raises its own and the network's errors
         raise TrackerError(f"mlflow tracker: cannot create the app's run at {uri}: {type(e).__name__}: {e}") from e
+
+
+#: MLflow's HTTP limits while a launch creates its run, unless the launching process sets its own: a server
+#: that does not answer fails the launch after 3 tries (about 10 s of back-off), not MLflow's 8 (minutes).
+LAUNCH_HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+_limits_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _launch_limits() -> Iterator[None]:
+    """:data:`LAUNCH_HTTP_LIMITS` in the environment MLflow reads at each request, for the time of the block."""
+    with _limits_lock:
+        added = [k for k in LAUNCH_HTTP_LIMITS if k not in os.environ]
+        os.environ.update({k: LAUNCH_HTTP_LIMITS[k] for k in added})
+        try:
+            yield
+        finally:
+            for k in added:
+                os.environ.pop(k, None)
+
+
+def _create_mlflow_run(
+    uri: str, handle: str, sweep: str | None, parent: str | None, environ: Mapping[str, str], app_name: str | None
+) -> dict[str, str]:
+    """:func:`_mlflow_run`'s work: the experiment, the tags, the run."""
+    client = mlflow_client(uri)
+    experiment = _experiment(client, environ)
+    tags = {TAG_HANDLE: handle, TAG_KIND: "app"}
+    if app_name:
+        tags[TAG_RUN_NAME] = app_name
+    if parent:
+        tags[TAG_PARENT] = parent
+    if sweep:
+        tags[TAG_SWEEP] = sweep
+        tags[TAG_MLFLOW_PARENT] = sweep_parent_run(client, experiment, sweep)
+    elif parent and environ.get(MLFLOW_RUN_ID) and parent == _launcher_job(environ):
+        tags[TAG_MLFLOW_PARENT] = environ[MLFLOW_RUN_ID]  # launched from inside a job with an MLflow run
+    run = client.create_run(experiment, tags=tags)
+    client.set_terminated(run.info.run_id, status="SCHEDULED")
     return {MLFLOW_RUN_ID: run.info.run_id, TSM_MLFLOW_RUN_ID: run.info.run_id, MLFLOW_EXPERIMENT_ID: experiment}
 
 
