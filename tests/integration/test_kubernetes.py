@@ -98,11 +98,7 @@ def backend(sched: KubernetesScheduler, k8s_cluster: K8sCluster, tmp_path: Path)
 
 
 #: Contract cases Kubernetes fails today, check -> reason; each a strict xfail, so a fix says so.
-KNOWN_FAILURES = {
-    "requeue_at_the_time_limit_spends_the_preemption_budget":
-        "the final status of an app requeued at its time limit says num_restarts=0 (the look counts the restarts "
-        "of the pods it keeps, the requeued try's only)",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("check", sorted(set(CHECKS) - REPLACED))

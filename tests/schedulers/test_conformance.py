@@ -26,9 +26,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("kubernetes-fake", "args_and_env_arrive_byte_exact"): _ONE_LOG,
     ("kubernetes-fake", "log_iter_names_valid_roles_and_replicas"): _ONE_LOG,
     ("kubernetes-fake", "logs_follow_filter_and_split_streams"): _ONE_LOG,
-    ("kubernetes-fake", "requeue_at_the_time_limit_spends_the_preemption_budget"):
-        "the final status of an app requeued at its time limit says num_restarts=0 (the look counts the restarts "
-        "of the pods it keeps, the requeued try's only)",
 }
 
 

@@ -310,7 +310,7 @@ class KubernetesScheduler(KubernetesTries, LockfileEnvironments, KubernetesDebug
                        [p for p in view.pods if p.attempt >= attempts.get(p.role, 0)])
         stall = self._stalls(req, view)
         self._mark_lost(req, view, attempts, set(stall.stalled) if stall is not None else set())
-        st = app_status(view)
+        st = app_status(view, max(attempts.values(), default=0))
         latest = [p.created for p in view.pods if p.attempt == view.attempt]
         since = max(view.created or 0.0, _number(d.read(TRIED_AT)), min(latest, default=0.0))
         clock = _number(d.read(CLOCK)) or view.created

@@ -293,9 +293,10 @@ def replica(pods: list[Pod], role: str, k: int, max_retries: int, policy: str) -
     return out, p
 
 
-def app_status(view: AppView) -> AppStatusView:
+def app_status(view: AppView, attempt: int = 0) -> AppStatusView:
     """Roles and replicas in the app's order, its state, which replica failed first, and the first reason a
-    replica gives for not running yet (:func:`~tsm.schedulers.common.status.aggregate_roles` over its pods)."""
+    replica gives for not running yet (:func:`~tsm.schedulers.common.status.aggregate_roles` over its pods).
+    ``attempt``: the app's latest try as recorded (a try whose pods are not made yet counts as a restart too)."""
     by_key: dict[tuple[str, int], list[Pod]] = {}
     for p in view.pods:
         by_key.setdefault((p.role, p.replica_id), []).append(p)
@@ -308,4 +309,4 @@ def app_status(view: AppView) -> AppStatusView:
         r, pod = replica(pods, role_name, k, int(max_retries), str(policy))
         return r, pod.finished if pod else 0.0, r.error_msg
 
-    return aggregate_roles(view.roles, seen, view.attempt)
+    return aggregate_roles(view.roles, seen, max(view.attempt, attempt))
