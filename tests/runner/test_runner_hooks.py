@@ -155,6 +155,7 @@ def test_a_webhook_gets_one_event_per_transition_by_id_after_the_launcher_is_kil
         assert receiver.keys == [p["id"] for p in receiver.posts]
     home = Path(os.environ["TSM_HOME"])
     assert token not in everything_under(home), "the URL is kept only while the helper runs"
+    assert not hooks.hook_dir(handle).exists(), "a hook that told everything leaves nothing behind"
 
 
 RECORD = """

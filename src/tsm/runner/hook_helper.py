@@ -7,6 +7,7 @@ A module of its own because it makes a runner (:mod:`tsm.runner.api`), which imp
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -29,13 +30,18 @@ def main(argv: list[str] | None = None) -> int:
         data = pickle.load(f)  # written by this user's runner into this user's private folder
     runner = Runner(data["session"], data["factories"], None, data["params"])
     journal = hooks.Journal(folder)
+    done = False
     try:
         hooks.watch(runner, data["handle"], data["target"], journal)
+        done = True
     finally:
         runner.close()
         (folder / hooks.PAYLOAD).unlink(missing_ok=True)  # the target goes with the helper
+        hooks.say(f"{data['handle']}: {len(journal.events)} state changes, {journal.sent} sent, "
+                  f"{journal.given_up} given up")
+        if done and not journal.given_up:  # all told: nothing of the hook is left to keep
+            shutil.rmtree(folder, ignore_errors=True)
         os.close(fd)
-    hooks.say(f"{data['handle']}: {len(journal.events)} state changes sent")
     return 0
 
 

@@ -16,7 +16,8 @@ A detached helper per app (:mod:`tsm.runner.hook_helper`, started as :mod:`tsm.u
 ``kill -9`` of the launching process) follows the app's status through a runner like the launcher's (an
 event where the scheduler has one, polls growing from :data:`FIRST_LOOK_S` to :data:`LAST_LOOK_S` otherwise),
 journals each transition before it is sent (``events.jsonl``, with the count delivered beside it) and ends
-once the app is terminal, or forgotten, and every event is sent. States that come and go between two looks
+once the app is terminal, or forgotten, and every event is sent; its folder goes with it then, unless an
+event was given up (the folder and its log stay, to say which and why). States that come and go between two looks
 are not seen. Its folder under ``$TSM_HOME/hooks`` is owner-only; the target (a URL may hold a token) is kept
 only there, never in the history, and shown by tsm as :func:`describe` words it.
 """
@@ -150,6 +151,7 @@ class Journal:
             self.events = [json.loads(line) for line in (folder / EVENTS).read_text().splitlines() if line.strip()]
         sent = folder / DELIVERED
         self.sent = int(sent.read_text() or 0) if sent.exists() else 0
+        self.given_up = 0  # events this helper stopped retrying (its log says why)
 
     @property
     def last(self) -> str:
@@ -180,6 +182,7 @@ def _send_all(target: str, journal: Journal, todo: queue.Queue[dict[str, Any] | 
             tries += 1
             if time.monotonic() - start + pause > GIVE_UP_S:
                 say(f"{ev['id']}: given up after {tries} tries: {why}")
+                journal.given_up += 1
                 break
             say(f"{ev['id']}: not delivered ({why}); again in {pause:g} s")
             time.sleep(pause)
