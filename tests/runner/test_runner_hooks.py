@@ -258,3 +258,23 @@ def test_a_status_that_cannot_be_read_for_a_while_loses_no_transition(
     hooks.watch(fake, "slurm://s/1", f"{sys.executable} {script} {out}", hooks.Journal(tmp_path / "hook"))
     got = [json.loads(line)["argv"][1:3] for line in out.read_text().splitlines()]
     assert got == [["UNSUBMITTED", "RUNNING"], ["RUNNING", "SUCCEEDED"]]
+
+
+def test_a_helper_whose_home_is_removed_stops_retrying(runner: Runner, tmp_path: Path) -> None:
+    import shutil
+    import socket
+
+    from testutil import procs_with, wait_all_gone
+
+    with socket.socket() as s:  # a port nothing listens on: every delivery is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    handle = runner.run(sh("true"), "local", cfg={"on_state": f"http://127.0.0.1:{port}/x"})
+    assert runner.wait(handle, timeout=HANG).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+    folder = hooks.hook_dir(handle)
+    assert daemon.wait_released(daemon.start_lock(folder / hooks.LOCK), HANG)
+    helpers = procs_with(str(folder))
+    assert helpers, "the helper retries an event nobody takes"
+    shutil.rmtree(folder)
+    wait_all_gone(helpers, HANG)
+    assert procs_with(str(folder)) == []

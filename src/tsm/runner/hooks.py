@@ -10,7 +10,8 @@ repeats (``HANDLE#SEQ``, SEQ counting the app's transitions from 1):
   a delivery.
 
 The first event's old state is ``UNSUBMITTED``. Delivery is at least once, in order, each event retried with
-back-off (:data:`BACKOFF_S`) for up to :data:`GIVE_UP_S` before it is given up (written to the log).
+back-off (:data:`BACKOFF_S`) for up to :data:`GIVE_UP_S` before it is given up (written to the log), and at
+once when the hook's folder is gone (its ``$TSM_HOME`` was removed).
 
 A detached helper per app (:mod:`tsm.runner.hook_helper`, started as :mod:`tsm.util.daemon` starts helpers: its own session, so it outlives the terminal and a
 ``kill -9`` of the launching process) follows the app's status through a runner like the launcher's (an
@@ -180,8 +181,9 @@ def _send_all(target: str, journal: Journal, todo: queue.Queue[dict[str, Any] | 
         while (why := deliver(target, ev)) is not None:
             pause = BACKOFF_S[min(tries, len(BACKOFF_S) - 1)]
             tries += 1
-            if time.monotonic() - start + pause > GIVE_UP_S:
-                say(f"{ev['id']}: given up after {tries} tries: {why}")
+            if time.monotonic() - start + pause > GIVE_UP_S or not journal.folder.is_dir():
+                say(f"{ev['id']}: given up after {tries} tries: {why}"
+                    + ("" if journal.folder.is_dir() else " (the hook's folder is gone: its home was removed)"))
                 journal.given_up += 1
                 break
             say(f"{ev['id']}: not delivered ({why}); again in {pause:g} s")
