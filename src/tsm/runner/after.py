@@ -194,13 +194,7 @@ def hold(runner: Runner, info: AppDryRunInfo[Any], factories: Any, params: dict[
         runner.history.add_statement(handle, info.scheduler, runner.session_name, app_id, info.app, info.cfg,
                                      AppState.PENDING),
     ])
-
-    def spawn(fd: int) -> None:
-        argv = daemon.command("tsm.runner.holds:main", str(folder), handover_fd=fd)
-        daemon.spawn(argv, log=folder / LOG, cwd=None, pass_fds=(fd,))
-
-    daemon.start_once(folder / LOCK, spawn)
-    daemon.wait_released(daemon.start_lock(folder / LOCK), 10.0)  # released once the helper holds its lock
+    daemon.start_helper(folder / LOCK, "tsm.runner.holds:main", str(folder), log=folder / LOG, ready_timeout=10.0)
     return handle
 
 
@@ -255,27 +249,24 @@ class Hold:
         return None
 
 
+def _holds(store: Any, handles: Sequence[str]) -> list[Hold]:
+    """The hold rows of ``handles`` (one query)."""
+    marks = ",".join("?" * len(handles))
+    rows = store.query(f"SELECT handle, after, state, msg, dir FROM holds WHERE handle IN ({marks})", tuple(handles))
+    return [Hold(r["handle"], json.loads(r["after"]), r["state"], r["msg"], Path(r["dir"])) for r in rows]
+
+
 def find(store: Any, handle: str) -> Hold | None:
     """The hold row of ``handle``, or None (the common case: an app that never waited)."""
-    rows = store.query("SELECT handle, after, state, msg, dir FROM holds WHERE handle=?", (handle,))
-    if not rows:
-        return None
-    r = rows[0]
-    return Hold(r["handle"], json.loads(r["after"]), r["state"], r["msg"], Path(r["dir"]))
+    found = _holds(store, [handle])
+    return found[0] if found else None
 
 
 def messages(store: Any, handles: Sequence[str]) -> dict[str, tuple[AppState, str]]:
     """The state and message of each held app among ``handles`` (one query; the views' line for each)."""
     if not handles:
         return {}
-    marks = ",".join("?" * len(handles))
-    rows = store.query(f"SELECT handle, after, state, msg, dir FROM holds WHERE handle IN ({marks})", tuple(handles))
-    out = {}
-    for r in rows:
-        st = Hold(r["handle"], json.loads(r["after"]), r["state"], r["msg"], Path(r["dir"])).status()
-        if st is not None:
-            out[r["handle"]] = (st.state, st.msg)
-    return out
+    return {h.handle: (st.state, st.msg) for h in _holds(store, handles) if (st := h.status()) is not None}
 
 
 def set_state(store: Any, handle: str, state: str, msg: str = "", only_from: Sequence[str] = ()) -> bool:

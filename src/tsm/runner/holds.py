@@ -14,11 +14,13 @@ ends it ``failed`` with the scheduler's message. The history's row follows each 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pickle
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +31,31 @@ from tsm.specs.api import AppState
 LOOK_S = 1.0
 
 
-def _runner(data: dict[str, Any]) -> Any:
+@contextlib.contextmanager
+def helper_runner(folder: Path, lock: str, payload: str) -> Iterator[tuple[Any, dict[str, Any]] | None]:
+    """In a helper started for ``folder`` (this one's and :mod:`tsm.runner.hook_helper`'s): its lock taken,
+    its ``payload`` read and a runner made as the launcher's, yielded as ``(runner, payload)``; None when another
+    helper holds the lock. On the way out the payload is removed (nothing is left to do), the runner closed
+    and the lock released, in that order."""
     from tsm.runner.api import Runner
+    from tsm.util import daemon
 
-    return Runner(data["session"], data["factories"], None, data["params"])
+    fd = daemon.take(folder / lock)
+    daemon.started()
+    if fd is None:
+        yield None
+        return
+    try:
+        with open(folder / payload, "rb") as f:
+            data = pickle.load(f)  # written by this user's runner into this user's private folder
+        runner = Runner(data["session"], data["factories"], None, data["params"])
+        try:
+            yield runner, data
+        finally:
+            (folder / payload).unlink(missing_ok=True)
+            runner.close()
+    finally:
+        os.close(fd)
 
 
 def watch(runner: Any, handle: str, info: Any) -> str:
@@ -73,24 +96,12 @@ def _end(runner: Any, handle: str, state: str, msg: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: hold the app whose folder is ``argv[0]``."""
-    from tsm.util import daemon
-
     args = sys.argv[1:] if argv is None else argv
-    folder = Path(args[0])
-    fd = daemon.take(folder / _after.LOCK)
-    daemon.started()
-    if fd is None:
-        return 0  # another helper holds it already
-    payload = folder / _after.PAYLOAD
-    with open(payload, "rb") as f:
-        data = pickle.load(f)  # written by this user's runner into this user's private folder
-    runner = _runner(data)
-    try:
+    with helper_runner(Path(args[0]), _after.LOCK, _after.PAYLOAD) as got:
+        if got is None:
+            return 0  # another helper holds it already
+        runner, data = got
         state = watch(runner, data["handle"], data["info"])
-    finally:
-        payload.unlink(missing_ok=True)  # submitted or ended: nothing is left to submit
-        runner.close()
-        os.close(fd)
     print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {data['handle']}: {state}", flush=True)
     return 0
 

@@ -6,42 +6,29 @@ A module of its own because it makes a runner (:mod:`tsm.runner.api`), which imp
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from pathlib import Path
 
 from tsm.runner import hooks
+from tsm.runner.holds import helper_runner
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: follow the app whose hook folder is ``argv[0]``."""
-    import pickle
-
-    from tsm.runner.api import Runner
-    from tsm.util import daemon
-
     folder = Path((sys.argv[1:] if argv is None else argv)[0])
-    fd = daemon.take(folder / hooks.LOCK)
-    daemon.started()
-    if fd is None:
-        return 0  # another helper follows it already
-    with open(folder / hooks.PAYLOAD, "rb") as f:
-        data = pickle.load(f)  # written by this user's runner into this user's private folder
-    runner = Runner(data["session"], data["factories"], None, data["params"])
-    journal = hooks.Journal(folder)
-    done = False
-    try:
-        hooks.watch(runner, data["handle"], data["target"], journal)
-        done = True
-    finally:
-        runner.close()
-        (folder / hooks.PAYLOAD).unlink(missing_ok=True)  # the target goes with the helper
-        hooks.say(f"{data['handle']}: {len(journal.events)} state changes, {journal.sent} sent, "
-                  f"{journal.given_up} given up")
-        if done and not journal.given_up:  # all told: nothing of the hook is left to keep
+    with helper_runner(folder, hooks.LOCK, hooks.PAYLOAD) as got:  # the target goes with the payload
+        if got is None:
+            return 0  # another helper follows it already
+        runner, data = got
+        journal = hooks.Journal(folder)
+        try:
+            hooks.watch(runner, data["handle"], data["target"], journal)
+        finally:
+            hooks.say(f"{data['handle']}: {len(journal.events)} state changes, {journal.sent} sent, "
+                      f"{journal.given_up} given up")
+        if not journal.given_up:  # all told: nothing of the hook is left to keep (done before the lock goes)
             shutil.rmtree(folder, ignore_errors=True)
-        os.close(fd)
     return 0
 
 

@@ -102,12 +102,7 @@ def follow(runner: Any, handle: str, target: str, factories: Any, params: dict[s
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_payload(folder / PAYLOAD, {"handle": handle, "session": runner.session_name, "target": target,
                                      "factories": factories, "params": params})
-
-    def spawn(fd: int) -> None:
-        argv = daemon.command("tsm.runner.hook_helper:main", str(folder), handover_fd=fd)
-        daemon.spawn(argv, log=folder / LOG, cwd=None, pass_fds=(fd,))
-
-    daemon.start_once(folder / LOCK, spawn)
+    daemon.start_helper(folder / LOCK, "tsm.runner.hook_helper:main", str(folder), log=folder / LOG)
 
 
 def event(handle: str, seq: int, old: str, new: str, msg: str) -> dict[str, Any]:

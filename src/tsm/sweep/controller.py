@@ -54,15 +54,8 @@ def start(sweep: Path, cwd: str | None = None, ready_timeout: float = 10.0) -> b
     ``cwd``: the working directory its trials are submitted from (the sweep's, where its config files are).
     """
     sweep = sweep.absolute()
-
-    def spawn(fd: int) -> None:
-        argv = daemon.command(ENTRY, str(sweep), handover_fd=fd)
-        daemon.spawn(argv, log=sweep / LOG, cwd=cwd if cwd and os.path.isdir(cwd) else None, pass_fds=(fd,))
-
-    if not daemon.start_once(sweep / LOCK, spawn):
-        return False
-    daemon.wait_released(daemon.start_lock(sweep / LOCK), ready_timeout)  # released once it holds the lock
-    return True
+    return daemon.start_helper(sweep / LOCK, ENTRY, str(sweep), log=sweep / LOG,
+                               cwd=cwd if cwd and os.path.isdir(cwd) else None, ready_timeout=ready_timeout)
 
 
 def ensure(sweep: Path, state: SweepState) -> bool:

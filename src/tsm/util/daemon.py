@@ -16,7 +16,8 @@ Docker's stop helper. What they share is here, written once:
   (``site=False``: the launcher and the supervisor) also skips ``site`` (``-S``), which keeps its start-up
   short. It runs in a session of its own, stdin from ``/dev/null``, stdout and stderr appended to a private
   (0600) log.
-- **One of a kind** (:func:`take`, :func:`held`, :func:`start_once`, :func:`started`). A helper that must be
+- **One of a kind** (:func:`take`, :func:`held`, :func:`start_once`, :func:`started`; :func:`start_helper`
+  for the common case of a helper started with :func:`command` and :func:`spawn`). A helper that must be
   alone holds an exclusive ``flock`` on a file of its own (released by the kernel when it dies, even by
   SIGKILL). Starting one is guarded too: :func:`start_once` takes ``<lock>.start`` before it looks and
   hands that lock to the process it starts, which releases it only once it holds its own lock (or dies),
@@ -222,6 +223,22 @@ def start_once(path: str | os.PathLike[str], start: Callable[[int], object]) -> 
         return True
     finally:
         os.close(fd)
+
+
+def start_helper(lock: str | os.PathLike[str], entry: str, *args: str, log: str | os.PathLike[str],
+                 cwd: str | None = None, ready_timeout: float | None = None) -> bool:
+    """Start the helper whose code is ``entry`` (:func:`command`, with ``args``) and which holds ``lock``, unless
+    one does or is starting (:func:`start_once`); output to ``log``, in ``cwd`` (None: this process's). With
+    ``ready_timeout``, return once it holds its lock (or has exited, or the time passed). True when started."""
+
+    def start(fd: int) -> None:
+        spawn(command(entry, *args, handover_fd=fd), log=log, cwd=cwd, pass_fds=(fd,))
+
+    if not start_once(lock, start):
+        return False
+    if ready_timeout is not None:
+        wait_released(start_lock(lock), ready_timeout)  # released once the helper holds its own lock
+    return True
 
 
 def started() -> None:
