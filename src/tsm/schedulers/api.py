@@ -390,15 +390,15 @@ class Secrets:
     secret_kinds: tuple[str, ...] = ("env", "file")
 
 
-class PresetAppIds(abc.ABC):
+class PresetAppIds:
     """Capability: the app id is fixed by the dry run (not by the engine at submission), so tsm can hand out an
     app's handle before it submits it: an app held until others end (:mod:`tsm.runner.after`)."""
 
     __slots__ = ()
 
-    @abc.abstractmethod
     def app_id_of(self, dryrun_info: AppDryRunInfo[Any]) -> str:
-        """The id ``schedule(dryrun_info)`` will return."""
+        """The id ``schedule(dryrun_info)`` will return: the request's ``app_id`` (override where it is not)."""
+        return str(dryrun_info.request.app_id)
 
 
 class NativeDependencies(abc.ABC):

@@ -56,7 +56,7 @@ from tsm.schedulers.common.logs import check_log_target, filter_regex, replica_c
 from tsm.schedulers.common.record import AppRecord, ended_status, with_record
 from tsm.schedulers.common.status import AppStatusView
 from tsm.schedulers.common.watcher import StatusWatcher
-from tsm.specs.api import AppDef, AppDryRunInfo, AppState, Role
+from tsm.specs.api import AppDef, AppState, Role
 from tsm.specs.runopts import CfgVal
 from tsm.store import tsm_home
 from tsm.workspace.api import WorkspaceBuilder
@@ -121,10 +121,6 @@ class ContainerScheduler(Scheduler[ReqT], WorkspaceBuilder[None], BatchedViews, 
         self._watcher = self._new_watcher()
         self._lock = threading.Lock()
         self._view: ViewHook | None = None
-
-    def app_id_of(self, dryrun_info: AppDryRunInfo[Any]) -> str:
-        """The request's app id (fixed at dry run): ``PresetAppIds``."""
-        return str(dryrun_info.request.app_id)
 
     # -- the engine's seam --------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -147,10 +147,6 @@ class LocalScheduler(Scheduler["LocalRequest"], LocalViews, MultiReplicaLogs, Di
         return AppDryRunInfo(request=build_request(app, LocalOptions.from_cfg(cfg), self.session_name), fmt=format_request)
 
     # -- schedule ----------------------------------------------------------------------------------
-    def app_id_of(self, dryrun_info: AppDryRunInfo[Any]) -> str:
-        """The request's app id (fixed at dry run): ``PresetAppIds``."""
-        return str(dryrun_info.request.app_id)
-
     def schedule(self, dryrun_info: AppDryRunInfo[LocalRequest]) -> str:
         """Write the app's request and record, then start its supervisor.
 

@@ -217,10 +217,6 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, 
                     f"more than any node of the Ray cluster has ({have}): lower the role's resource"
                 )
 
-    def app_id_of(self, dryrun_info: AppDryRunInfo[Any]) -> str:
-        """The request's app id (fixed at dry run): ``PresetAppIds``."""
-        return str(dryrun_info.request.app_id)
-
     def schedule(self, dryrun_info: AppDryRunInfo[RayRequest]) -> str:
         req = dryrun_info.request
         values: dict[str, str] = {}
