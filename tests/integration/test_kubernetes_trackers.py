@@ -10,7 +10,6 @@ them; the MLflow store is an SQLite database in a folder both the test and the p
 from __future__ import annotations
 
 import sysconfig
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,8 @@ import pytest
 
 import tsm
 from integration.k8s_cluster import K8sCluster
+from integration.test_kubernetes_long_runs import evict
+from integration.tracker_attempts import PREEMPTED, assert_one_run_across_attempts, offline_wandb_env
 from tsm.runner.api import Runner, get_runner
 from tsm.schedulers.kubernetes.status import from_json
 from tsm.specs.api import AppDef, AppState, Resource, Role
@@ -28,30 +29,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
 
 HANG = 400.0  # seconds: a guard against a hang, never a performance claim
 LIBS = "/usr/lib/x86_64-linux-gnu"  # the libraries the virtualenv's compiled packages link (the image has Python's)
-
-#: Attempt 0 logs step 0 and waits to be evicted; attempt 1 (tsm's restart) logs step 1 and ends.
-PREEMPTED = textwrap.dedent(
-    """
-    import os, time
-    from pathlib import Path
-    import tsm.lifecycle as lc
-    out = Path(os.environ["OUT"])
-    step = lc.attempt()
-    import mlflow
-    run = mlflow.start_run()
-    mlflow.log_metric("loss", 1.0 - step / 2, step=step)
-    import wandb
-    wrun = wandb.init()
-    wrun.log({"w_loss": 1.0 - step / 2}, step=step)
-    wrun.finish()
-    (out / f"attempt-{step}").write_text(run.info.run_id + " " + wrun.id)
-    if step == 0:
-        while True:
-            time.sleep(0.5)
-    mlflow.end_run()
-    """
-)
-
 
 @pytest.fixture
 def runner(k8s_cluster: K8sCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runner]:
@@ -71,10 +48,6 @@ def test_an_evicted_pod_is_one_mlflow_run_and_one_wandb_id(
 ) -> None:
     pytest.importorskip("mlflow")
     pytest.importorskip("wandb")
-    from mlflow.tracking import MlflowClient
-
-    from tsm.tracker.attempts import wandb_run_id
-
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("TSM_TRACKERS", "tsm,mlflow,wandb")
     monkeypatch.setenv("TSM_TRACKER_MLFLOW_CONFIG", uri)
@@ -82,10 +55,8 @@ def test_an_evicted_pod_is_one_mlflow_run_and_one_wandb_id(
     out.mkdir()
     wdir.mkdir()
     site, src = sysconfig.get_paths()["purelib"], str(Path(tsm.__file__).parents[1])
-    env = {"OUT": str(out), "PYTHONPATH": f"{src}:{site}", "HOME": str(tmp_path), "WANDB_MODE": "offline",
-           "WANDB_DIR": str(wdir), "WANDB_CONFIG_DIR": str(wdir / "c"), "WANDB_CACHE_DIR": str(wdir / "cache"),
-           "WANDB_DATA_DIR": str(wdir / "d"), "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true",
-           "WANDB_PROJECT": "tsm-test", "GIT_PYTHON_REFRESH": "quiet"}
+    env = {"OUT": str(out), "PYTHONPATH": f"{src}:{site}", "HOME": str(tmp_path), "GIT_PYTHON_REFRESH": "quiet",
+           **offline_wandb_env(wdir)}
     mounts = [BindMount(LIBS, LIBS, read_only=True), BindMount(site, site, read_only=True),
               BindMount(src, src, read_only=True), BindMount(str(tmp_path), str(tmp_path))]
     role = Role("w", image=k8s_cluster.python_image, entrypoint="python3", args=["-c", PREEMPTED], env=env,
@@ -100,19 +71,8 @@ def test_an_evicted_pod_is_one_mlflow_run_and_one_wandb_id(
         assert time.monotonic() < deadline, "the first attempt never logged"
         time.sleep(0.2)
     pod = next(p.name for p in map(from_json, sched.client.list_pods(app_id)) if p.attempt == 0)
-    ns = sched.client.namespace
-    body = {"apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
-    sched.client.core.create_namespaced_pod_eviction(pod, ns, body, _preload_content=False)  # 1.20's eviction API
+    evict(sched, pod)
     status = runner.wait(handle, timeout=HANG)
     assert status is not None and status.state == AppState.SUCCEEDED, status
     assert status.num_restarts == 1, status
-    seen = [(out / f"attempt-{i}").read_text().split() for i in (0, 1)]
-    client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("Default").experiment_id],
-                              filter_string=f"tags.`tsm.app_handle` = '{handle}'")
-    assert len(runs) == 1 and [s[0] for s in seen] == [runs[0].info.run_id] * 2, (runs, seen)
-    assert [(m.step, m.value) for m in client.get_metric_history(runs[0].info.run_id, "loss")] == [(0, 1.0), (1, 0.5)]
-    wid = wandb_run_id(handle)
-    assert [s[1] for s in seen] == [wid, wid]
-    offline = sorted(p.name for p in (wdir / "wandb").glob("offline-run-*"))
-    assert len(offline) == 2 and all(n.endswith(f"-{wid}") for n in offline), offline
+    assert_one_run_across_attempts(uri, handle, out, wdir)

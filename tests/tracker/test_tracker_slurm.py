@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from integration.slurm_cluster import cluster_up, unavailable
+from integration.tracker_attempts import PREEMPTED, assert_one_run_across_attempts, offline_wandb_env
 from testutil import HANG
 from tsm.runner.api import Runner, get_runner
 from tsm.specs.api import AppDef, AppState, Resource, Role
@@ -84,48 +85,18 @@ def test_slurm_job_records_and_its_child_slurm_job_is_linked_both_ways(runner: R
     assert list(tracker.children(parent)) == [child]
 
 
-#: Attempt 0 logs step 0 and waits to be preempted; attempt 1 (after Slurm's requeue) logs step 1 and ends.
-PREEMPTED = textwrap.dedent(
-    """
-    import os, sys, time
-    from pathlib import Path
-    import tsm.lifecycle as lc
-    out = Path(os.environ["OUT"])
-    step = lc.attempt()
-    import mlflow
-    run = mlflow.start_run()
-    mlflow.log_metric("loss", 1.0 - step / 2, step=step)
-    import wandb
-    wrun = wandb.init()
-    wrun.log({"w_loss": 1.0 - step / 2}, step=step)
-    wrun.finish()
-    (out / f"attempt-{step}").write_text(run.info.run_id + " " + wrun.id)
-    if step == 0:
-        while True:
-            time.sleep(0.5)
-    mlflow.end_run()
-    """
-)
-
-
 def test_a_preempted_slurm_replica_is_one_mlflow_run_and_one_wandb_id(
     runner: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_uri: str
 ) -> None:
     import subprocess
     import time
 
-    import mlflow
-
-    from tsm.tracker.attempts import wandb_run_id
-
     monkeypatch.setenv("TSM_TRACKERS", "tsm,mlflow,wandb")
     monkeypatch.setenv("TSM_TRACKER_MLFLOW_CONFIG", mlflow_uri)
     out = tmp_path / "out"
     out.mkdir()
     wdir = tmp_path / "wandb"
-    env = {"OUT": str(out), "WANDB_MODE": "offline", "WANDB_DIR": str(wdir), "WANDB_CONFIG_DIR": str(wdir / "c"),
-           "WANDB_CACHE_DIR": str(wdir / "cache"), "WANDB_DATA_DIR": str(wdir / "d"), "WANDB_SILENT": "true",
-           "WANDB_DISABLE_GIT": "true", "WANDB_PROJECT": "tsm-test"}
+    env = {"OUT": str(out), **offline_wandb_env(wdir)}
     wdir.mkdir()
     app = AppDef("tpreempt", roles=[Role("w", entrypoint=sys.executable, args=["-c", PREEMPTED], env=env, max_retries=0,
                                          resource=Resource(cpu=2, memMB=400))])
@@ -150,12 +121,4 @@ def test_a_preempted_slurm_replica_is_one_mlflow_run_and_one_wandb_id(
             subprocess.run(["scancel", *high], capture_output=True, check=False)
     assert status is not None and status.state == AppState.SUCCEEDED, status
     assert status.num_restarts == 1, status
-    seen = [(out / f"attempt-{i}").read_text().split() for i in (0, 1)]
-    client = mlflow.tracking.MlflowClient(mlflow_uri)
-    runs = client.search_runs(["0"], filter_string=f"tags.`tsm.app_handle` = '{handle}'")
-    assert len(runs) == 1 and [s[0] for s in seen] == [runs[0].info.run_id] * 2, (runs, seen)
-    assert [(m.step, m.value) for m in client.get_metric_history(runs[0].info.run_id, "loss")] == [(0, 1.0), (1, 0.5)]
-    wid = wandb_run_id(handle)
-    assert [s[1] for s in seen] == [wid, wid]
-    offline = sorted(p.name for p in (wdir / "wandb").glob("offline-run-*"))
-    assert len(offline) == 2 and all(n.endswith(f"-{wid}") for n in offline), offline
+    assert_one_run_across_attempts(mlflow_uri, handle, out, wdir)
