@@ -3,8 +3,8 @@
 Each time an app's state changes, tsm tells the target once, with an event id a receiver can use to drop
 repeats (``HANDLE#SEQ``, SEQ counting the app's transitions from 1):
 
-- a ``http://`` or ``https://`` URL (one word) gets a JSON POST (``id``, ``seq``, ``handle``, ``old``, ``new``, ``msg``,
-  ``time``; the id also as the ``Idempotency-Key`` header); a 2xx answer is a delivery;
+- a ``http://`` or ``https://`` URL (one word) gets a JSON POST (``id``, ``seq``, ``handle``, ``old``, ``new``,
+  ``msg``, ``time``; the id also as the ``Idempotency-Key`` header); a 2xx answer is a delivery;
 - anything else is a command (split as a shell would, never run by one) called with four more arguments,
   the handle, the old and the new state and the message, and ``TSM_EVENT_ID`` in its environment; exit 0 is
   a delivery.
@@ -13,14 +13,15 @@ The first event's old state is ``UNSUBMITTED``. Delivery is at least once, in or
 back-off (:data:`BACKOFF_S`) for up to :data:`GIVE_UP_S` before it is given up (written to the log), and at
 once when the hook's folder is gone (its ``$TSM_HOME`` was removed).
 
-A detached helper per app (:mod:`tsm.runner.hook_helper`, started as :mod:`tsm.util.daemon` starts helpers: its own session, so it outlives the terminal and a
-``kill -9`` of the launching process) follows the app's status through a runner like the launcher's (an
-event where the scheduler has one, polls growing from :data:`FIRST_LOOK_S` to :data:`LAST_LOOK_S` otherwise),
-journals each transition before it is sent (``events.jsonl``, with the count delivered beside it) and ends
-once the app is terminal, or forgotten, and every event is sent; its folder goes with it then, unless an
-event was given up (the folder and its log stay, to say which and why). States that come and go between two looks
-are not seen. Its folder under ``$TSM_HOME/hooks`` is owner-only; the target (a URL may hold a token) is kept
-only there, never in the history, and shown by tsm as :func:`describe` words it.
+A detached helper per app (:mod:`tsm.runner.hook_helper`, started as :mod:`tsm.util.daemon` starts helpers:
+its own session, so it outlives the terminal and a ``kill -9`` of the launching process) follows the app's
+status through a runner like the launcher's (an event where the scheduler has one, polls growing from
+:data:`FIRST_LOOK_S` to :data:`LAST_LOOK_S` otherwise), journals each transition before it is sent
+(``events.jsonl``, with the count delivered beside it) and ends once the app is terminal, or forgotten, and
+every event is sent; its folder goes with it then, unless an event was given up (the folder and its log stay,
+to say which and why). States that come and go between two looks are not seen. Its folder under
+``$TSM_HOME/hooks`` is owner-only; the target (a URL may hold a token) is kept only there, never in the
+history, and shown by tsm as :func:`describe` words it.
 """
 
 from __future__ import annotations
