@@ -37,9 +37,11 @@ def offline_wandb_env(wdir: Path) -> dict[str, str]:
             "WANDB_DISABLE_GIT": "true", "WANDB_PROJECT": "tsm-test"}
 
 
-def assert_one_run_across_attempts(uri: str, handle: str, out: Path, wdir: Path) -> None:
+def assert_one_run_across_attempts(uri: str, handle: str, out: Path, wdir: Path, recreated: bool = False) -> None:
     """Attempts 0 and 1 of ``handle`` (their ``out/attempt-N`` files) wrote into the one MLflow run of the app
-    at ``uri``, which holds both steps, and into W&B runs of one id, offline under ``wdir``."""
+    at ``uri``, which holds both steps, and into W&B runs of one id, offline under ``wdir``. ``recreated``: the
+    engine may run attempt 0 again before tsm replaces it (a Kubernetes 1.20 Job remakes an evicted pod), so
+    step 0 may be logged twice, by the same run and id."""
     from mlflow.tracking import MlflowClient
 
     from tsm.tracker.attempts import wandb_run_id
@@ -49,8 +51,10 @@ def assert_one_run_across_attempts(uri: str, handle: str, out: Path, wdir: Path)
     runs = client.search_runs([client.get_experiment_by_name("Default").experiment_id],
                               filter_string=f"tags.`tsm.app_handle` = '{handle}'")
     assert len(runs) == 1 and [s[0] for s in seen] == [runs[0].info.run_id] * 2, (runs, seen)
-    assert [(m.step, m.value) for m in client.get_metric_history(runs[0].info.run_id, "loss")] == [(0, 1.0), (1, 0.5)]
+    history = [(m.step, m.value) for m in client.get_metric_history(runs[0].info.run_id, "loss")]
+    assert (sorted(set(history)) if recreated else history) == [(0, 1.0), (1, 0.5)], history
     wid = wandb_run_id(handle)
-    assert [s[1] for s in seen] == [wid, wid]
+    assert [s[1] for s in seen] == [wid, wid], seen
     offline = sorted(p.name for p in (wdir / "wandb").glob("offline-run-*"))
-    assert len(offline) == 2 and all(n.endswith(f"-{wid}") for n in offline), offline
+    assert (len(offline) >= 2 if recreated else len(offline) == 2), offline
+    assert all(n.endswith(f"-{wid}") for n in offline), offline
