@@ -22,7 +22,10 @@ from tsm.specs.api import AppState
 
 HANG = 300  # seconds: a guard against a hang, never a performance claim
 TSM = [sys.executable, "-m", "tsm.cli.main"]
-PRINT = "import os, sys, tsmenvdemo; print(sys.executable, tsmenvdemo.__version__, os.environ.get('TSM_ENV_KEY'))"
+# One write: replicas run unbuffered, where print() of three values is several writes, and the retry may stop
+# a sibling between two of them (its log then ends in a part of the line, as it should).
+PRINT = ("import os, sys, tsmenvdemo; "
+         "sys.stdout.write(f'{sys.executable} {tsmenvdemo.__version__} {os.environ.get(\"TSM_ENV_KEY\")}\\n')")
 
 
 @pytest.fixture(scope="module")
