@@ -5,24 +5,27 @@ from __future__ import annotations
 import pytest
 
 import tsm
+from schedulers.fake import create_scheduler
 from tsm.errors import NotSupportedError
-from tsm.runner.api import get_runner
+from tsm.runner.api import Runner
 from tsm.schedulers.api import LockfileEnvironments
 from tsm.schedulers.local.scheduler import LocalScheduler
 
 
 def test_a_backend_without_the_capability_refuses_a_role_with_an_environment() -> None:
     role = tsm.Role("r", entrypoint="python", args=["-c", "pass"], environment=tsm.Environment("uv.lock"))
-    with get_runner() as runner, pytest.raises(NotSupportedError, match="does not build lockfile environments"):
-        runner.dryrun(tsm.AppDef("a", roles=[role]), "ray")
+    runner = Runner("t", scheduler_factories={"fake": create_scheduler})
+    with runner, pytest.raises(NotSupportedError, match="does not build lockfile environments"):
+        runner.dryrun(tsm.AppDef("a", roles=[role]), "fake")
 
 
 def test_the_backends_that_build_them_declare_it() -> None:
     from tsm.schedulers.docker.scheduler import DockerScheduler
     from tsm.schedulers.kubernetes.scheduler import KubernetesScheduler
+    from tsm.schedulers.ray.scheduler import RayScheduler
     from tsm.schedulers.slurm.scheduler import SlurmScheduler
 
-    for cls in (LocalScheduler, SlurmScheduler, DockerScheduler, KubernetesScheduler):
+    for cls in (LocalScheduler, SlurmScheduler, DockerScheduler, KubernetesScheduler, RayScheduler):
         assert issubclass(cls, LockfileEnvironments), cls
 
 

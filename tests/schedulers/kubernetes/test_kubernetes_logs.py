@@ -122,3 +122,21 @@ def test_cleanup_finishes_an_app_under_its_lock_and_never_twice(cluster: FakeClu
     assert done == [[app_id]]
     assert (d.path / "final.json").read_bytes() == final
     assert "".join(a.log_iter(app_id, "r", 0)) == "hello from the trial\n"
+
+
+#: what the kubelet answered (status 200) on the real cluster for a pod whose log file was already gone
+GONE_FILE = (b'failed to try resolving symlinks in path "/var/log/pods/default_st-9ed3a64e-w-0-glm7w_debd607c/main/0.log": '
+             b"lstat /var/log/pods/default_st-9ed3a64e-w-0-glm7w_debd607c/main/0.log: no such file or directory")
+
+
+def test_the_kubelets_text_for_a_gone_log_file_is_no_log(tmp_path: Any) -> None:
+    from tsm.schedulers.kubernetes.logs import _kubelet_error_only, _without_runtime_error
+
+    for text in (GONE_FILE, b'failed to open log file "/var/log/pods/x/main/0.log": open /var/log/pods/x/main/0.log: '
+                            b"no such file or directory"):
+        f = tmp_path / "part"
+        f.write_bytes(text + b"\n")
+        assert _kubelet_error_only(f), text
+        assert b"".join(_without_runtime_error(iter([b"working\n", text + b"\n"]), lambda: True)) == b"working\n"
+    f.write_bytes(b"failed to try resolving my own symlinks\n")  # a replica's own line stays a line
+    assert not _kubelet_error_only(f)

@@ -44,8 +44,10 @@ FOLLOW_WAIT = 600.0
 EMPTY_LOG_WAIT = 1.5
 #: seconds past the grace period a stop follows a pod's log for its last lines
 FOLLOW_MARGIN = 10.0
-#: what the kubelet writes into a log stream when the container went away under it
-RUNTIME_ERROR = re.compile(rb"^(rpc error: code = \w+ desc = .*|unable to retrieve container logs for .*)$")
+#: what the kubelet writes into a log stream (with status 200) when the container, or its log file, went away
+#: under it: the runtime's error, or the kubelet's own when the file it reads logs from is gone
+RUNTIME_ERROR = re.compile(rb"^(rpc error: code = \w+ desc = .*|unable to retrieve container logs for .*"
+                           rb'|failed to try resolving symlinks in path ".*": .*|failed to open log file ".*": .*)$')
 
 
 class KubernetesLogs(ContainerScheduler[KubernetesRequest, AppView]):
@@ -65,7 +67,7 @@ class KubernetesLogs(ContainerScheduler[KubernetesRequest, AppView]):
         Two processes may finish one app at once (a sweep's controller and ``tsm wait``): one keeps the log
         and deletes the pod while the other is still reading; the other's read then finds no pod (404) and
         must not write its empty answer over the kept log, nor the kubelet's text for a container already
-        removed (``unable to retrieve container logs for ...``, with status 200), which is no log (``again``: read it anew even when a log is kept,
+        removed or for a log file already gone (:data:`RUNTIME_ERROR`, with status 200), which is no log (``again``: read it anew even when a log is kept,
         for the lines a pod wrote after it, e.g. while warned). A container that has just ended can read
         back empty for a moment (the runtime's log copier lags its exit): it is read again for up to
         :data:`EMPTY_LOG_WAIT` seconds before an empty log is kept.

@@ -221,17 +221,38 @@ class Placement:
             return False
         for k, w in zip(keys, where, strict=True):
             self.reps[k].update(node_ip=w["node_ip"], node_id=w["node_id"])
+        if not self._prepare_envs(keys):
+            return False
         first = self.p.replicas[0]
         if (first.role, first.replica_id) in keys:  # rank 0 (re)placed: the replicas started from now on see it
             self.rank0 = self.reps[(first.role, first.replica_id)]["node_ip"]
         return True
 
-    def _unplaced(self, keys: list[tuple[str, int]], msg: str) -> None:
-        """``keys`` could not be placed: the app FAILS with ``msg``, the replicas still running are stopped."""
+    def _prepare_envs(self, keys: list[tuple[str, int]]) -> bool:
+        """Each replica of ``keys`` whose role names a lockfile environment has it made ready on its node by its
+        actor (built once per node, the others waiting on its lock: :mod:`.envs`), all at once; False (the app
+        FAILED, with uv's line) when one cannot be built, before any replica of ``keys`` starts."""
+        shipped = {r.name: r.environment for r in self.p.roles if r.environment}
+        todo = [k for k in keys if k[0] in shipped]
+        if not todo:
+            return True
+        got = self.ray.get([self.actors[k].prepare_env.remote(shipped[k[0]]) for k in todo])
+        for k, out in zip(todo, got, strict=True):
+            if out.get("error"):
+                print(f"tsm: environment of {k[0]}/{k[1]} on node {self.reps[k]['node_ip']}: {out['error']}\n"
+                      f"{out.get('detail', '')}", flush=True)  # uv's whole message, in the job's log
+                msg = str(out["error"]).replace("(--debug shows uv's message)", "(uv's message: the job's log)")
+                self._unplaced(keys, f"{msg} (node {self.reps[k]['node_ip']})", "not started")
+                return False
+        return True
+
+    def _unplaced(self, keys: list[tuple[str, int]], msg: str, prefix: str = "not placed") -> None:
+        """``keys`` could not be placed (or made ready: ``prefix``): the app FAILS with ``msg``, the replicas
+        still running are stopped."""
         self.state, self.msg = "FAILED", msg
         self._stop_running("stopped: " + msg)
         for k in keys:
-            self.reps[k]["state"], self.reps[k]["msg"] = "FAILED", "not placed: " + msg
+            self.reps[k]["state"], self.reps[k]["msg"] = "FAILED", f"{prefix}: {msg}"
         self.write()
 
     def _stop_running(self, why: str) -> None:

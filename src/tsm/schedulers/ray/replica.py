@@ -76,11 +76,21 @@ class Replica:
         self.gpu_why = ""  # why the last attempt's failure points at the node's GPUs ("": it does not)
         self.gpu_path: str | None = None  # the PATH nvidia-smi is looked up on: the replica's
         self.raylet = os.getppid()  # Ray workers are the raylet's children: a new parent means the node is gone
+        self.environment: dict[str, Any] | None = None  # the lockfile environment ready on this node (.envs)
 
     def where(self) -> dict[str, Any]:
         """Node id and address, and this actor's pid."""
         ctx = ray.get_runtime_context()
         return {"node_id": ctx.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "actor_pid": os.getpid()}
+
+    def prepare_env(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Make the role's lockfile environment ready on this node (built once per node: :mod:`.envs`); what
+        :func:`~tsm.schedulers.ray.envs.build_here` answers. Every later attempt runs in it."""
+        from tsm.schedulers.ray.envs import build_here
+
+        out = build_here(data)
+        self.environment = None if out.get("error") else out
+        return out
 
     def log_name(self, attempt: int) -> str:
         return f"tsm/{self.app_id}/{self.role}.{self.replica_id}.{attempt}.log"
@@ -91,6 +101,10 @@ class Replica:
         path.parent.mkdir(parents=True, exist_ok=True)
         full = dict(os.environ)
         full.update(env)
+        if self.environment is not None:
+            from tsm.schedulers.ray.envs import replica_env
+
+            replica_env(full, env, self.environment)
         full_b = {os.fsencode(k): os.fsencode(v) for k, v in full.items()}
         self.stopping, self.oom_at_start, self.gpu_why = False, node_oom_kills(), ""
         # a replica given GPUs: their health now, to tell a failure the node's GPUs caused (one nvidia-smi)

@@ -27,9 +27,11 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tsm.env.options import EnvOptions
 from tsm.errors import InvalidAppError, InvalidRunOptionError
 from tsm.schedulers.common.lifecycle_opts import DEFAULT_MAX_PREEMPTIONS, LifecycleOptions, format_duration
 from tsm.schedulers.common.options import option
+from tsm.schedulers.ray.envs import METADATA_KEY, dryrun_line
 from tsm.schedulers.ray.secrets import new_uri
 from tsm.specs.api import AppDef, is_null_resource, macros
 
@@ -61,11 +63,12 @@ IMPLICIT_EXCLUDES = [".git", ".venv", "venv", ".tox", ".mypy_cache", ".pytest_ca
 
 
 @dataclass(frozen=True)
-class RayOptions(LifecycleOptions):
+class RayOptions(LifecycleOptions, EnvOptions):
     """Run options of the ``ray`` scheduler, with the long-run ones its driver carries out: ``time_limit``,
     ``warn_signal`` and ``warn_before`` (before the time limit, a cancel or a stall), ``max_preemptions``
     (actors lost with their node; a time limit with ``requeue_on_time_limit``), ``exclude_nodes`` (node
-    ids, node IPs or hostnames: see :func:`node_matches`) and ``stall_timeout``/``on_stall``."""
+    ids, node IPs or hostnames: see :func:`node_matches`) and ``stall_timeout``/``on_stall``; and the
+    environment options (``environment``, ``find_links``, ...: :mod:`.envs`)."""
 
     address: str = option(
         "the Ray dashboard (job API) address, e.g. http://127.0.0.1:8265; default $RAY_ADDRESS, else that", ""
@@ -116,6 +119,8 @@ class RoleSpec:
     num_replicas: int
     max_retries: int
     retry_policy: str
+    #: its lockfile environment with its lock files' text (:func:`.envs.shipped`); None: it names none
+    environment: dict[str, Any] | None = None
 
 
 @dataclass
@@ -241,7 +246,9 @@ def validate(app: AppDef) -> None:
 def build_request(app: AppDef, opts: RayOptions, session: str, address: str, created: float) -> RayRequest:
     """The Ray job for ``app``; pure but for a fresh random app id."""
     app_id = new_app_id(app.name)
-    roles = [RoleSpec(r.name, r.num_replicas, r.max_retries, r.retry_policy.value) for r in app.roles]
+    envs = _environments(app, opts)
+    roles = [RoleSpec(r.name, r.num_replicas, r.max_retries, r.retry_policy.value, envs.get(r.name))
+             for r in app.roles]
     replicas: list[ReplicaSpec] = []
     sig = opts.warn_signum
     warn = sig.name.removeprefix("SIG") if sig is not None else ""
@@ -283,8 +290,28 @@ def build_request(app: AppDef, opts: RayOptions, session: str, address: str, cre
     if warn:  # `ray job stop` SIGKILLs the driver 3 s after its SIGTERM by default: leave it the warning's time
         stop_wait = str(math.ceil(opts.warn_before_s + opts.grace_period) + 15)
         runtime_env["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"] = metadata[META_STOP_WAIT] = stop_wait
+    spec = app.to_dict()
+    for role in spec["roles"]:
+        if role["name"] in envs:
+            p = envs[role["name"]]["plan"]
+            role.setdefault("metadata", {})[METADATA_KEY] = {"key": p["key"], "lock": p["lock"], "python": p["python"]}
     return RayRequest(app_id, app.name, session, address, entrypoint, metadata, runtime_env, payload,
-                      working_dir, app.to_dict(), source, default_sized, secrets=entries)
+                      working_dir, spec, source, default_sized, secrets=entries)
+
+
+def _environments(app: AppDef, opts: RayOptions) -> dict[str, dict[str, Any]]:
+    """Each role's lockfile environment as the payload ships it (:mod:`.envs`); nothing when none is named."""
+    if not opts.environment and not any(r.environment for r in app.roles):
+        return {}
+    from tsm.env.options import role_plan
+    from tsm.schedulers.ray.envs import shipped
+
+    out = {}
+    for role in app.roles:
+        plan = role_plan(role, opts)
+        if plan is not None:
+            out[role.name] = shipped(plan, f"role '{role.name}': environment")
+    return out
 
 
 def _secrets(app: AppDef) -> tuple[list[str], dict[str, list[str]]]:
@@ -339,6 +366,8 @@ def format_request(req: RayRequest) -> str:
                      f"under {p.secrets_uri} (named by nothing above), taken and deleted there by the driver as it "
                      "starts, then in each replica's environment at every attempt")
     for role in req.payload.roles:
+        if role.environment:
+            lines.append(dryrun_line(role.name, role.environment))
         lines.append(f"# role {role.name}: {role.num_replicas} replica(s), retries {role.max_retries} "
                      f"({role.retry_policy})" + ("" if role.name not in req.default_sized else
                                                  "; no resource given: each replica holds the default 1 CPU"))

@@ -27,6 +27,7 @@ from tsm.schedulers.api import (
     BatchedViews,
     DescribeAppResponse,
     ListAppResponse,
+    LockfileEnvironments,
     PresetAppIds,
     Scheduler,
     Secrets,
@@ -90,14 +91,16 @@ def parse_log(raw: bytes, names: builtins.list[str], since: datetime | None, unt
     return out
 
 
-class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, Secrets, RayDebug, PresetAppIds):
+class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, Secrets, RayDebug, PresetAppIds,
+                   LockfileEnvironments):
     """Runs an app as a Ray job whose driver starts one actor per replica (see :mod:`tsm.schedulers.ray`).
 
     Capabilities: ``WorkspaceBuilder`` (the workspace ships as the job's working_dir; without one, the
     launching directory does), ``BatchedViews`` (one job list per view refresh) and exec, stack and
     port-forward (:class:`~tsm.schedulers.ray.debug.RayDebug`), ``PresetAppIds`` (the submission id is
     fixed at dry run), ``Secrets`` (from env or a file, through
-    the cluster's store to the driver's memory, never in the job: :mod:`~tsm.schedulers.ray.secrets`). Not
+    the cluster's store to the driver's memory, never in the job: :mod:`~tsm.schedulers.ray.secrets`),
+    ``LockfileEnvironments`` (built on each node before the replicas start: :mod:`~tsm.schedulers.ray.envs`). Not
     ``SizedPlacement``:
     a role without a resource gets :data:`~tsm.schedulers.ray.request.DEFAULT_BUNDLE` per replica (1 CPU, no
     GPU, no memory reservation), as TorchX's Ray scheduler gave such a role.
@@ -230,7 +233,9 @@ class RayScheduler(Scheduler[RayRequest], WorkspaceBuilder[None], BatchedViews, 
         make_private_dirs(pkg)  # 0700 whatever $TSM_HOME's mode: the payload holds the roles' env values
         write_private(pkg / "__init__.py", "")
         write_private(pkg / "payload.json", req.payload.to_json())
-        app = dryrun_info.app or AppDef.from_dict(req.spec)
+        # the request's spec when a role has an environment: it names each one's key (``tsm describe``)
+        envs = any(r.environment for r in req.payload.roles)
+        app = AppDef.from_dict(req.spec) if envs or dryrun_info.app is None else dryrun_info.app
         write_private(app_dir / "app.json",
                       AppRecord("ray", req.session, app, os.getcwd(), {"address": req.address}).to_json())
         with self._lock:
